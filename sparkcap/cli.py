@@ -1,0 +1,296 @@
+"""The ``sparkcap`` command line. Thin: every command calls library functions.
+
+Bad input ends with one ``error: ...`` line on stderr and a non-zero exit (2 for usage
+errors, 1 for everything else); secrets are never echoed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.loadgen.records import Status, WaveRecord
+from sparkcap.settings import get_settings
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Measure how many concurrent streams an LLM fleet sustains at an interactive rate.",
+)
+err = Console(stderr=True)
+out = Console(width=None if sys.stdout.isatty() else 120)
+
+
+class CLIError(Exception):
+    """A user-facing failure: printed as one line, exit status 1."""
+
+
+def _db(db: Path | None) -> Path:
+    return db if db is not None else get_settings().db_path
+
+
+def _validation_line(exc: ValidationError) -> str:
+    e = exc.errors()[0]
+    loc = ".".join(str(x) for x in e["loc"]) or "input"
+    more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"invalid {loc}: {e['msg']}{more}"
+
+
+def _progress_printer(progress: Progress | None, task: Any) -> Any:
+    def report(wave: WaveRecord, done: int, total: int) -> None:
+        ok = sum(1 for r in wave.requests if r.status is Status.OK)
+        rates = sorted(r.decode_tok_s for r in wave.requests if r.decode_tok_s is not None)
+        med = rates[len(rates) // 2] if rates else None
+        label = "warm-up" if wave.trial == 0 else f"trial {wave.trial}"
+        msg = (
+            f"{wave.deployment}/{wave.workload} c={wave.concurrency} {label}: "
+            f"{ok}/{len(wave.requests)} ok"
+            + (f", median {med:.1f} tok/s" if med is not None else "")
+            + (" [client saturated]" if wave.client_saturated else "")
+        )
+        if progress is not None:
+            progress.update(task, completed=done, total=total, description=msg)
+        else:
+            err.print(f"[{done}/{total}] {msg}", highlight=False)
+
+    return report
+
+
+def run_with_progress(requests: list[SweepRequest], db: Path, **kwargs: Any) -> Any:
+    from sparkcap.runner import run_sweeps
+
+    if sys.stderr.isatty():
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=err,
+        ) as progress:
+            task = progress.add_task("starting", total=None)
+            return asyncio.run(
+                run_sweeps(requests, db, progress=_progress_printer(progress, task), **kwargs)
+            )
+    return asyncio.run(run_sweeps(requests, db, progress=_progress_printer(None, None), **kwargs))
+
+
+def print_levels(db: Path, run_id: str) -> None:
+    from sparkcap.summary import THRESHOLD_TOK_S, capacity, level_rows
+
+    rows = level_rows(db, run_id)
+    table = Table(title=f"run {run_id}")
+    for col in (
+        "deployment",
+        "workload",
+        "streams",
+        "valid trials",
+        "median tok/s",
+        "min tok/s",
+        "median TTFT s",
+        "failures",
+    ):
+        table.add_column(col, justify="right" if col not in ("deployment", "workload") else "left")
+
+    def f(x: float | None, nd: int = 1) -> str:
+        return "—" if x is None else f"{x:.{nd}f}"
+
+    for r in rows:
+        table.add_row(
+            r.deployment,
+            r.workload,
+            str(r.concurrency),
+            f"{r.n_valid_trials}/{r.n_trials}",
+            f(r.median_decode_tok_s),
+            f(r.min_decode_tok_s),
+            f(r.median_ttft_s, 2),
+            str(r.failures),
+        )
+    out.print(table)
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for r in rows:
+        groups.setdefault((r.deployment, r.workload), []).append(r)
+    for (dep, wl), rs in groups.items():
+        cap = capacity(rs)
+        top = max(x.concurrency for x in rs)
+        if cap is None:
+            text = f"below {THRESHOLD_TOK_S:g} tok/s even at the lowest level"
+        elif cap == top:
+            text = f"≥ {cap} streams (every tested level passes: a lower bound)"
+        else:
+            text = f"{cap} stream" + ("s" if cap != 1 else "")
+        out.print(f"capacity at {THRESHOLD_TOK_S:g} tok/s — {dep}/{wl}: {text}", highlight=False)
+
+
+@app.command()
+def sweep(
+    endpoint: Annotated[
+        str, typer.Option(help="OpenAI-compatible base URL, e.g. http://h:8000/v1")
+    ],
+    model: Annotated[str, typer.Option(help="model name the server serves")],
+    workload: Annotated[str, typer.Option(help="code or prose")],
+    deployment: Annotated[str | None, typer.Option(help="deployment name (default: model)")] = None,
+    levels: Annotated[str, typer.Option(help="concurrency levels")] = "1,2,4,8,16",
+    trials: Annotated[int, typer.Option(help="counted trials per level (1..5)")] = 3,
+    no_warmup: Annotated[bool, typer.Option("--no-warmup", help="skip warm-up waves")] = False,
+    max_tokens: Annotated[int | None, typer.Option(help="override the required length")] = None,
+    api_key_env: Annotated[str, typer.Option(help="variable holding the API key")] = (
+        "OPENAI_API_KEY"
+    ),
+    extra_body: Annotated[str | None, typer.Option(help="JSON merged into each request")] = None,
+    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
+) -> None:
+    """Sweep one deployment with synchronized waves and record every token timestamp."""
+    try:
+        extra = json.loads(extra_body) if extra_body else {}
+    except ValueError as exc:
+        raise CLIError(f"--extra-body is not JSON: {exc}") from None
+    if workload not in ("code", "prose"):
+        raise typer.BadParameter("must be code or prose", param_hint="--workload")
+    req = SweepRequest(
+        deployment=Deployment(
+            name=deployment or _safe_name(model),
+            endpoint=endpoint,
+            model=model,
+            api_key_env=api_key_env,
+            extra_body=extra,
+        ),
+        workload=workload,
+        plan=SweepPlan(
+            levels=levels,
+            trials=trials,
+            warmup=not no_warmup,
+            max_tokens=max_tokens,
+        ),
+    )
+    path = _db(db)
+    result = run_with_progress([req], path)
+    out.print(f"run id: {result.run_id}", highlight=False)
+    print_levels(path, result.run_id)
+    out.print(f"database: {path}", highlight=False)
+
+
+def _safe_name(model: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "-", model).strip("-") or "deployment"
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="SQL to run read-only")],
+    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
+    format: Annotated[str, typer.Option(help="table, csv or json")] = "table",
+) -> None:
+    """Run ad-hoc SQL against the warehouse, read-only."""
+    import duckdb
+
+    from sparkcap.warehouse import open_warehouse
+
+    if format not in ("table", "csv", "json"):
+        raise typer.BadParameter("must be table, csv or json", param_hint="--format")
+    with open_warehouse(_db(db), read_only=True) as con:
+        try:
+            cur = con.execute(query)
+        except duckdb.Error as exc:
+            raise CLIError(f"SQL failed: {str(exc).splitlines()[0]}") from None
+        if cur.description is None:
+            return
+        cols = [d[0] for d in cur.description]
+        rows = cur.fetchall()
+    if format == "csv":
+        w = csv.writer(sys.stdout)
+        w.writerow(cols)
+        w.writerows(rows)
+    elif format == "json":
+        sys.stdout.write(json.dumps([dict(zip(cols, r, strict=True)) for r in rows], default=str))
+        sys.stdout.write("\n")
+    else:
+        table = Table()
+        for c in cols:
+            table.add_column(c)
+        for r in rows:
+            table.add_row(*("NULL" if v is None else str(v) for v in r))
+        out.print(table)
+
+
+@app.command()
+def sim(
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0 = any free port)")] = 8000,
+) -> None:
+    """Serve the simulated twin of the study's fleet (models: qwen, glm, deepseek)."""
+    from sparkcap.sim.fleet import twin_profiles
+    from sparkcap.sim.server import SimServer
+
+    server = SimServer(twin_profiles(), port=port)
+    print(
+        json.dumps({"endpoint": server.endpoint, "models": ["qwen", "glm", "deepseek"]}), flush=True
+    )
+    server.serve_forever()
+
+
+@app.command()
+def demo(
+    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
+    max_tokens: Annotated[int, typer.Option(help="output length for the demo")] = 64,
+) -> None:
+    """Start the simulated twin fleet, sweep it, and print the capacity table."""
+    from sparkcap.demo import demo_requests
+    from sparkcap.sim.server import SimProcess
+
+    path = _db(db)
+    with SimProcess() as server:
+        reqs = demo_requests(server.endpoint, max_tokens=max_tokens)
+        result = run_with_progress(reqs, path, parallel_deployments=True)
+    out.print(f"run id: {result.run_id}", highlight=False)
+    print_levels(path, result.run_id)
+    out.print(f"database: {path.resolve()}", highlight=False)
+    out.print(
+        f"try: sparkcap sql \"select * from raw.waves where run_id = '{result.run_id}'\"",
+        highlight=False,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    from sparkcap.localserver import LocalServerError
+    from sparkcap.runner import PreflightError
+    from sparkcap.warehouse import WarehouseBusy
+
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="sparkcap", standalone_mode=False)
+    except typer.Exit as exc:
+        raise SystemExit(exc.exit_code) from None
+    except typer.Abort:
+        err.print("error: aborted", highlight=False)
+        raise SystemExit(130) from None
+    except typer.TyperException as exc:  # usage errors (typer vendors click's exceptions)
+        msg = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        hint = getattr(exc, "param_hint", None) or getattr(getattr(exc, "param", None), "name", "")
+        prefix = f"invalid {hint}: " if hint and isinstance(hint, str) and hint not in msg else ""
+        err.print(f"error: {prefix}{msg}", highlight=False, soft_wrap=True)
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
+    except ValidationError as exc:
+        err.print(f"error: {_validation_line(exc)}", highlight=False, soft_wrap=True)
+        raise SystemExit(2) from None
+    except (CLIError, PreflightError, WarehouseBusy, LocalServerError, FileNotFoundError) as exc:
+        err.print(f"error: {exc}", highlight=False, soft_wrap=True)
+        raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        err.print("error: interrupted", highlight=False)
+        raise SystemExit(130) from None
+
+
+if __name__ == "__main__":
+    main()

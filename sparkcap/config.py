@@ -1,0 +1,101 @@
+"""Validated configuration: deployments, workloads and sweep plans.
+
+Every way into sparkcap (CLI flags, fleet files, flow parameters) is turned into these models
+first, so a bad value is rejected with its location before anything is sent or written.
+API keys are never part of a config: a config names the environment variable that holds one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
+
+WorkloadName = Literal["code", "prose"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Timeouts(Strict):
+    """Client timeouts. httpx's 5 s default would abort any long prefill, so all are explicit."""
+
+    connect_s: float = Field(10.0, gt=0)
+    read_idle_s: float = Field(300.0, gt=0, description="longest silence between two reads")
+    total_s: float = Field(1800.0, gt=0, description="deadline for one whole request")
+
+
+class Deployment(Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    endpoint: HttpUrl = Field(description="OpenAI-compatible base URL, e.g. http://host:8000/v1")
+    model: str = Field(min_length=1)
+    nodes: int = Field(1, ge=1)
+    hardware: str = ""
+    replicas: int = Field(1, ge=1, description="identical replicas; one is measured")
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict)
+    parallel_slots: int | None = Field(None, ge=1)
+    continuous_usage: bool = Field(
+        False, description="ask for per-chunk usage (vLLM's continuous_usage_stats)"
+    )
+    reports_usage: bool = True
+    metrics_url: HttpUrl | None = None
+    ca_bundle: Path | None = None
+    timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
+
+    @field_validator("headers")
+    @classmethod
+    def _no_auth_header(cls, v: dict[str, str]) -> dict[str, str]:
+        if any(k.lower() == "authorization" for k in v):
+            raise ValueError("put the API key in an environment variable named by api_key_env")
+        return v
+
+    @property
+    def chat_url(self) -> str:
+        return str(self.endpoint).rstrip("/") + "/chat/completions"
+
+
+class SweepPlan(Strict):
+    levels: tuple[int, ...] = (1, 2, 4, 8, 16)
+    trials: int = Field(3, ge=1, le=5)
+    warmup: bool = True
+    max_tokens: int | None = Field(None, ge=2, description="override the workload's length")
+
+    @field_validator("levels", mode="before")
+    @classmethod
+    def _parse_levels(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            try:
+                return tuple(int(x) for x in v.split(",") if x.strip())
+            except ValueError as exc:
+                raise ValueError(f"levels must be comma-separated integers, got {v!r}") from exc
+        return v
+
+    @model_validator(mode="after")
+    def _check_levels(self) -> SweepPlan:
+        if not self.levels:
+            raise ValueError("at least one concurrency level is needed")
+        bad = [lv for lv in self.levels if lv < 1 or lv > 4096]
+        if bad:
+            raise ValueError(f"concurrency levels must be between 1 and 4096, got {bad}")
+        if len(set(self.levels)) != len(self.levels):
+            raise ValueError("concurrency levels must be distinct")
+        object.__setattr__(self, "levels", tuple(sorted(self.levels)))
+        return self
+
+
+class SweepRequest(Strict):
+    """One deployment × workload sweep, as the CLI and the flows ask for it."""
+
+    deployment: Deployment
+    workload: WorkloadName
+    plan: SweepPlan = Field(default_factory=lambda: SweepPlan())
+    seed: int = 0
+
+
+def redacted_config(obj: BaseModel) -> dict[str, Any]:
+    """A JSON-able dump for ``raw.runs.config_json``: names of key variables, never values."""
+    return obj.model_dump(mode="json")

@@ -1,0 +1,1 @@
+"""Load generation: HTTP, SSE and synchronized waves. Imports nothing from the warehouse."""

@@ -1,0 +1,227 @@
+"""One streaming chat completion, timed on arrival and classified without guessing.
+
+Rules this module enforces (see README, "What sparkcap promises"):
+- the arrival time of every read is taken with ``perf_counter_ns`` before anything is parsed;
+- the first token is the first chunk that carries generated text, not the role-only chunk;
+- token counts come from the server's ``usage``; chunks are never counted as tokens;
+- nothing is retried; every failure keeps the partial data received before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import httpx
+
+from sparkcap.loadgen.records import NO_TOKENS, CountSource, RequestRecord, Status
+from sparkcap.loadgen.sse import SSEParser, SSEProtocolError
+
+ERROR_SNIPPET_CHARS = 500
+_CONTENT_KEYS = ("content", "reasoning_content", "reasoning")
+
+
+class _InBandError(Exception):
+    pass
+
+
+def _snippet(text: str) -> str:
+    text = text.strip().replace("\n", " ")
+    return text[:ERROR_SNIPPET_CHARS]
+
+
+def _delta_chars(choice: dict[str, Any]) -> int:
+    delta = choice.get("delta") or {}
+    if not isinstance(delta, dict):
+        return 0
+    n = 0
+    for key in _CONTENT_KEYS:
+        v = delta.get(key)
+        if isinstance(v, str):
+            n += len(v)
+    calls = delta.get("tool_calls")
+    if calls:
+        n += len(json.dumps(calls))
+    return n
+
+
+class StreamState:
+    """Applies parsed events to a record; separate from I/O so it can be tested on bytes."""
+
+    __slots__ = ("_anchor", "_last_usage_tokens", "_usage_chunks", "parser", "rec")
+
+    def __init__(self, rec: RequestRecord, anchor_perf_ns: int, parser: SSEParser) -> None:
+        self.rec = rec
+        self._anchor = anchor_perf_ns
+        self.parser = parser
+        self._last_usage_tokens: int | None = None
+        self._usage_chunks = 0
+
+    def finalize(self) -> None:
+        """Settle ``count_source``: per-chunk counts only if *every* content chunk had usage.
+
+        A server that attaches usage to its last content chunk only would otherwise make that
+        one chunk look like it carried the whole output.
+        """
+        rec = self.rec
+        n = len(rec.chunks)
+        if n and self._usage_chunks == n:
+            rec.count_source = CountSource.CONTINUOUS_USAGE
+            return
+        if self._usage_chunks:
+            for i in range(n):
+                rec.chunks.n_tokens[i] = NO_TOKENS
+        rec.count_source = (
+            CountSource.USAGE if rec.completion_tokens is not None else CountSource.NONE
+        )
+
+    def feed(self, data: bytes, t_perf_ns: int) -> None:
+        for ev in self.parser.feed(data):
+            self._event(ev.event, ev.data, t_perf_ns - self._anchor)
+
+    def close(self, t_perf_ns: int) -> None:
+        for ev in self.parser.close():
+            self._event(ev.event, ev.data, t_perf_ns - self._anchor)
+
+    def _event(self, event: str, data: str, t_ns: int) -> None:
+        rec = self.rec
+        if rec.saw_done:
+            return  # anything after [DONE] carries no measurement
+        if data.strip() == "[DONE]":
+            rec.saw_done = True
+            return
+        if event == "error":
+            raise _InBandError(_snippet(data))
+        try:
+            obj = json.loads(data)
+        except RecursionError as exc:
+            raise SSEProtocolError("JSON nested too deeply") from exc
+        except ValueError as exc:
+            raise SSEProtocolError(f"data is not JSON: {_snippet(data)[:80]!r}") from exc
+        if not isinstance(obj, dict):
+            raise SSEProtocolError("data is not a JSON object")
+        if obj.get("error"):
+            err = obj["error"]
+            msg = err.get("message") if isinstance(err, dict) else err
+            raise _InBandError(_snippet(str(msg)))
+        choices = obj.get("choices") or []
+        n_chars = 0
+        if isinstance(choices, list):
+            for ch in choices:
+                if not isinstance(ch, dict):
+                    continue
+                n_chars += _delta_chars(ch)
+                fr = ch.get("finish_reason")
+                if fr:
+                    rec.finish_reason = str(fr)
+        usage = obj.get("usage")
+        chunk_tokens = NO_TOKENS
+        if isinstance(usage, dict):
+            ct = usage.get("completion_tokens")
+            if isinstance(ct, int) and ct >= 0:
+                if choices and n_chars:
+                    prev = self._last_usage_tokens or 0
+                    chunk_tokens = ct - prev
+                    self._usage_chunks += 1
+                self._last_usage_tokens = ct
+                rec.completion_tokens = ct
+            pt = usage.get("prompt_tokens")
+            if isinstance(pt, int):
+                rec.prompt_tokens = pt
+            details = usage.get("prompt_tokens_details")
+            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
+                rec.cached_prompt_tokens = details["cached_tokens"]
+        if n_chars:
+            if rec.first_token_ns is None:
+                rec.first_token_ns = t_ns
+            rec.last_token_ns = t_ns
+            rec.chunks.append(t_ns, chunk_tokens, n_chars)
+
+
+def classify(rec: RequestRecord) -> Status:
+    """Final verdict for a stream that ended without an exception."""
+    if not rec.saw_done and rec.finish_reason is None:
+        return Status.TRUNCATED
+    if (
+        rec.required_tokens is not None
+        and rec.completion_tokens is not None
+        and rec.completion_tokens < rec.required_tokens
+    ):
+        return Status.SHORT
+    return Status.OK
+
+
+async def stream_request(
+    client: httpx.AsyncClient,
+    url: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    rec: RequestRecord,
+    anchor_perf_ns: int,
+    total_timeout_s: float,
+) -> RequestRecord:
+    """Send one request and fill ``rec``; never raises for server or network misbehaviour."""
+    parser = SSEParser()
+    state = StreamState(rec, anchor_perf_ns, parser)
+    perf = time.perf_counter_ns
+    rec.sent_ns = perf() - anchor_perf_ns
+    try:
+        async with asyncio.timeout(total_timeout_s):
+            request = client.build_request("POST", url, json=body, headers=headers)
+            response = await client.send(request, stream=True, follow_redirects=False)
+            try:
+                rec.headers_ns = perf() - anchor_perf_ns
+                rec.http_status = response.status_code
+                if response.status_code >= 300:
+                    raw = b""
+                    async for part in response.aiter_raw():
+                        raw += part
+                        if len(raw) >= 4 * ERROR_SNIPPET_CHARS:
+                            break
+                    text = _snippet(raw.decode("utf-8", errors="replace"))
+                    if response.status_code in (429, 503):
+                        rec.status = Status.REJECTED
+                        rec.retry_after = response.headers.get("retry-after")
+                    else:
+                        rec.status = Status.SERVER_ERROR
+                    rec.error = f"HTTP {response.status_code}: {text}"
+                    return rec
+                async for part in response.aiter_raw():
+                    t = perf()
+                    state.feed(part, t)
+                    if rec.saw_done:
+                        break
+                state.close(perf())
+            finally:
+                await response.aclose()
+        rec.status = classify(rec)
+        if rec.status is Status.SHORT:
+            rec.error = (
+                f"delivered {rec.completion_tokens} of {rec.required_tokens} required tokens "
+                f"(finish_reason={rec.finish_reason})"
+            )
+        elif rec.status is Status.TRUNCATED:
+            rec.error = "stream ended without [DONE] or finish_reason"
+    except _InBandError as exc:
+        rec.status = Status.SERVER_ERROR
+        rec.error = f"in-band error: {exc}"
+    except SSEProtocolError as exc:
+        rec.status = Status.PROTOCOL_ERROR
+        rec.error = str(exc)
+    except (TimeoutError, httpx.TimeoutException) as exc:
+        rec.status = Status.TIMEOUT
+        kind = type(exc).__name__
+        rec.error = f"{kind} after {(perf() - anchor_perf_ns - (rec.sent_ns or 0)) / 1e9:.1f} s"
+    except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
+        # connection cut mid-stream: keep what arrived
+        rec.status = Status.TRUNCATED
+        rec.error = f"connection lost: {type(exc).__name__}"
+    except httpx.HTTPError as exc:
+        rec.status = Status.SERVER_ERROR
+        rec.error = f"{type(exc).__name__}: {_snippet(str(exc))}"
+    finally:
+        rec.end_ns = perf() - anchor_perf_ns
+        state.finalize()
+    return rec

@@ -1,0 +1,133 @@
+"""Hot-path records of what one wave measured.
+
+Chunks are stored column-wise in ``array`` buffers (one machine word per value) rather than
+as one object per chunk: a 16-stream wave of 1000-token outputs makes tens of thousands of
+chunks, and the per-chunk cost on the event loop is what limits how many streams one client
+can time honestly.
+"""
+
+from __future__ import annotations
+
+from array import array
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    OK = "ok"
+    SHORT = "short"
+    TRUNCATED = "truncated"
+    SERVER_ERROR = "server_error"
+    REJECTED = "rejected"
+    TIMEOUT = "timeout"
+    PROTOCOL_ERROR = "protocol_error"
+
+
+class CountSource(StrEnum):
+    USAGE = "usage"
+    CONTINUOUS_USAGE = "continuous_usage"
+    NONE = "none"
+
+
+NO_TOKENS = -1  # sentinel in ChunkColumns.n_tokens for "server gave no per-chunk count"
+
+
+@dataclass(slots=True)
+class ChunkColumns:
+    """One request's content chunks: arrival offsets (ns from the wave anchor) and sizes."""
+
+    t_ns: array[int] = field(default_factory=lambda: array("q"))
+    n_tokens: array[int] = field(default_factory=lambda: array("q"))
+    n_chars: array[int] = field(default_factory=lambda: array("q"))
+
+    def append(self, t_ns: int, n_tokens: int, n_chars: int) -> None:
+        self.t_ns.append(t_ns)
+        self.n_tokens.append(n_tokens)
+        self.n_chars.append(n_chars)
+
+    def __len__(self) -> int:
+        return len(self.t_ns)
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """Everything sparkcap learned about one stream; times are ns offsets from the wave anchor."""
+
+    request_id: str
+    stream_index: int
+    prompt_id: str
+    requested_tokens: int
+    required_tokens: int | None
+    temperature: float
+    sent_ns: int | None = None
+    headers_ns: int | None = None
+    first_token_ns: int | None = None
+    last_token_ns: int | None = None
+    end_ns: int | None = None
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    cached_prompt_tokens: int | None = None
+    count_source: CountSource = CountSource.NONE
+    finish_reason: str | None = None
+    status: Status = Status.TRUNCATED
+    http_status: int | None = None
+    error: str | None = None
+    retry_after: str | None = None
+    saw_done: bool = False
+    chunks: ChunkColumns = field(default_factory=ChunkColumns)
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self.chunks)
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        """The study's stream rate: (tokens − 1) / (last − first token), ``ok`` streams only."""
+        return decode_rate(
+            self.completion_tokens, self.first_token_ns, self.last_token_ns, self.status
+        )
+
+    @property
+    def ttft_s(self) -> float | None:
+        if self.first_token_ns is None or self.sent_ns is None:
+            return None
+        return (self.first_token_ns - self.sent_ns) / 1e9
+
+
+def decode_rate(
+    completion_tokens: int | None,
+    first_token_ns: int | None,
+    last_token_ns: int | None,
+    status: Status | str = Status.OK,
+) -> float | None:
+    if status != Status.OK or completion_tokens is None or completion_tokens < 2:
+        return None
+    if first_token_ns is None or last_token_ns is None or last_token_ns <= first_token_ns:
+        return None
+    return (completion_tokens - 1) / ((last_token_ns - first_token_ns) / 1e9)
+
+
+@dataclass(slots=True)
+class WaveRecord:
+    """One synchronized wave: every stream released together, measured against one anchor."""
+
+    wave_id: str
+    run_id: str
+    deployment: str
+    model: str
+    endpoint: str
+    workload: str
+    concurrency: int
+    trial: int  # 0 = warm-up, never counted
+    started_at_ns: int  # wall-clock anchor, ns since the epoch
+    anchor_perf_ns: int  # perf_counter_ns at the same instant
+    requests: list[RequestRecord] = field(default_factory=list)
+    start_skew_ms: float | None = None
+    loop_lag_p99_ms: float | None = None
+    client_cpu_pct: float | None = None
+    client_saturated: bool = False
+    saturation_reasons: list[str] = field(default_factory=list)
+    duration_s: float | None = None
+    effective_concurrency: float | None = None
+    server_metrics: list[tuple[str, str, str, float]] = field(default_factory=list)
+    extra: dict[str, object] = field(default_factory=dict)

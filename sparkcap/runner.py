@@ -1,0 +1,143 @@
+"""A run: preflight, sweeps, and wave-by-wave staging into the warehouse.
+
+This is the one implementation behind ``sparkcap sweep`` and the Prefect flows. A run is
+recorded in ``raw.runs`` only once preflight has passed (nothing is written for a run that
+never started); each wave is staged in its own transaction as soon as it ends; a run that
+stops early is marked ``incomplete`` with the reason, keeping every wave already staged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from sparkcap.config import Deployment, SweepRequest
+from sparkcap.loadgen.records import WaveRecord
+from sparkcap.loadgen.sweep import make_client, new_run_id, plan_waves, request_headers, run_sweep
+from sparkcap.metrics_scrape import scrape_into
+from sparkcap.warehouse import run_end_to, run_start_to, stage_wave_to
+
+ProgressFn = Callable[[WaveRecord, int, int], None]
+
+
+class PreflightError(RuntimeError):
+    """The endpoint cannot be measured at all (unreachable, unknown model, bad auth)."""
+
+
+async def preflight(deployment: Deployment) -> None:
+    """Fail fast, before anything is recorded, when an endpoint cannot serve the model."""
+    url = str(deployment.endpoint).rstrip("/") + "/models"
+    async with make_client(deployment, 1) as client:
+        try:
+            r = await client.get(url, headers=request_headers(deployment))
+        except httpx.ConnectError as exc:
+            raise PreflightError(
+                f"endpoint unreachable: {deployment.endpoint} ({deployment.name}): "
+                f"{type(exc).__name__}"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise PreflightError(
+                f"endpoint failed: {deployment.endpoint} ({deployment.name}): {type(exc).__name__}"
+            ) from None
+    if r.status_code in (401, 403):
+        raise PreflightError(
+            f"endpoint refused the credentials for {deployment.name} (HTTP {r.status_code}); "
+            f"check the variable named by api_key_env"
+        )
+    if r.status_code != 200:
+        return  # servers without /models are measured anyway
+    try:
+        ids = {m.get("id") for m in r.json().get("data", []) if isinstance(m, dict)}
+    except ValueError:
+        return
+    if ids and deployment.model not in ids:
+        raise PreflightError(
+            f"unknown model {deployment.model!r} at {deployment.endpoint} "
+            f"(server offers: {', '.join(sorted(str(i) for i in ids))})"
+        )
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    db_path: Path
+    waves: list[WaveRecord] = field(default_factory=list)
+    status: str = "complete"
+    reason: str | None = None
+
+
+async def run_sweeps(
+    requests: Sequence[SweepRequest],
+    db_path: Path,
+    *,
+    run_id: str | None = None,
+    config: dict[str, object] | None = None,
+    progress: ProgressFn | None = None,
+    parallel_deployments: bool = False,
+) -> RunResult:
+    """Sweep each request, staging every wave as it ends; returns what was recorded."""
+    deployments = {r.deployment.name: r.deployment for r in requests}
+    for dep in deployments.values():
+        await preflight(dep)
+    run_id = run_id or new_run_id()
+    result = RunResult(run_id=run_id, db_path=db_path)
+    run_start_to(
+        db_path,
+        run_id,
+        config or {"sweeps": [r.model_dump(mode="json") for r in requests]},
+        time.time_ns(),
+    )
+    total = sum(len(plan_waves(r.plan)) for r in requests)
+    done = 0
+    stage_lock = asyncio.Lock()
+
+    async def on_wave(wave: WaveRecord) -> None:
+        nonlocal done
+        async with stage_lock:  # one DuckDB writer, even with parallel deployments
+            await asyncio.to_thread(stage_wave_to, db_path, wave)
+        result.waves.append(wave)
+        done += 1
+        if progress is not None:
+            progress(wave, done, total)
+
+    async def one(req: SweepRequest) -> None:
+        dep = req.deployment
+        before, after = scrape_into(dep)
+        await run_sweep(
+            dep,
+            req.workload,
+            req.plan,
+            run_id,
+            on_wave=on_wave,
+            before_wave=before,
+            after_wave=after,
+        )
+
+    try:
+        if parallel_deployments:
+            by_dep: dict[str, list[SweepRequest]] = {}
+            for r in requests:
+                by_dep.setdefault(r.deployment.name, []).append(r)
+
+            async def serial(reqs: list[SweepRequest]) -> None:
+                for r in reqs:
+                    await one(r)
+
+            await asyncio.gather(*(serial(v) for v in by_dep.values()))
+        else:
+            for r in requests:
+                await one(r)
+    except BaseException as exc:
+        result.status = "incomplete"
+        result.reason = f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__
+        await asyncio.shield(
+            asyncio.to_thread(run_end_to, db_path, run_id, "incomplete", result.reason)
+        )
+        raise
+    run_end_to(db_path, run_id, "complete")
+    return result

@@ -1,0 +1,43 @@
+"""The one place sparkcap reads its environment.
+
+Everything else takes explicit arguments; keeping environment reads here makes it possible to
+say exactly which variables change behaviour (the README lists them) and to test that secrets
+are only ever read by name, on demand.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import SecretStr
+
+DEFAULT_DB = Path("warehouse") / "sparkcap.duckdb"
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    db_path: Path
+    work_dir: Path
+    cache_dir: Path
+    log_level: str
+
+
+def get_settings() -> Settings:
+    work = Path(os.environ.get("SPARKCAP_HOME", ".sparkcap"))
+    cache = os.environ.get("SPARKCAP_CACHE") or str(Path.home() / ".cache" / "sparkcap")
+    return Settings(
+        db_path=Path(os.environ.get("SPARKCAP_DB", str(DEFAULT_DB))),
+        work_dir=work,
+        cache_dir=Path(cache),
+        log_level=os.environ.get("SPARKCAP_LOG_LEVEL", "WARNING").upper(),
+    )
+
+
+def read_secret(env_var: str | None) -> SecretStr | None:
+    """Read an API key from the variable a config names; ``None`` when unset or empty."""
+    if not env_var:
+        return None
+    value = os.environ.get(env_var)
+    return SecretStr(value) if value else None

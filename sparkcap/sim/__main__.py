@@ -1,0 +1,30 @@
+"""``python -m sparkcap.sim [port] [json]``: the twin fleet (or given profiles) in a process.
+
+Benchmarks and the demo run the simulator in a separate process so that its work never
+delays the client's timestamps (one interpreter lock would couple them).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from sparkcap.sim.engine import SimProfile
+from sparkcap.sim.fleet import twin_profiles
+from sparkcap.sim.server import SimServer
+
+
+def main() -> None:
+    port = int(sys.argv[1]) if len(sys.argv) > 1 else 0
+    spec = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    if "profiles" in spec:
+        profiles = [SimProfile(**p) for p in spec["profiles"]]
+    else:
+        profiles = twin_profiles(**spec)
+    server = SimServer(profiles, port=port)
+    print(json.dumps({"endpoint": server.endpoint, "port": server.port}), flush=True)
+    server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,423 @@
+"""A model of a continuous-batching LLM serving engine, for tests and the demo fleet.
+
+It is a test double, not a performance oracle. What it models, and why each part exists:
+
+- **Batched decode.** One engine iteration advances every running stream. The iteration time is
+  ``step_s1 * (1 + batch_slowdown * (n - 1)) * (1 + context_slowdown * mean_context / 1000)``,
+  so the per-stream rate falls as concurrent streams grow and as their context grows (longer
+  outputs are slower, as the study's GLM 400 → 1000-token comparison shows).
+- **Speculative decoding.** Each iteration a stream emits ``1 + accepted drafts`` tokens in one
+  chunk: up to ``draft_tokens`` drafts, each accepted with probability ``p`` until the first
+  rejection. ``p`` is higher for code than prose and falls with temperature, so chunks carry
+  several tokens and code decodes faster, the effect the study attributes to acceptance.
+  Each prompt shifts its own ``p`` slightly, so streams in a wave do not all run alike.
+- **Prefill.** A new request's uncached prompt tokens are prefilled in chunks of
+  ``prefill_chunk`` tokens at ``prefill_tok_s``, first-come first-served, inside the same
+  iterations as decode: a long prompt stretches every iteration while it lasts, stalling the
+  other streams (the study: a 32k prompt held decode near 4 tok/s for ~16 s) and making new
+  requests wait for their first token.
+- **Prefix cache.** Prompts are cut into blocks of ``cache_block_tokens``; a request whose
+  leading blocks were prefilled before skips them (``cached_tokens`` in usage).
+- **Slots.** At most ``max_slots`` requests are admitted; the rest queue (TTFT grows, decode
+  rate does not), like llama.cpp's ``-np``.
+
+Tokens are counted by the engine and reported in ``usage``; "text" is synthetic.
+Faults (short outputs, cut streams, in-band errors, rejections, stalls, missing usage) are
+switches on :class:`SimFaults`, applied to every ``every``-th request of a deployment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import random
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+CHARS_PER_TOKEN = 4
+CODE_WORDS = (
+    "def ",
+    "return ",
+    "self",
+    ".",
+    "(",
+    ")",
+    ":",
+    "\n    ",
+    "for ",
+    "in ",
+    "if ",
+    "else",
+    "x",
+    "value",
+    "items",
+    "=",
+    "+",
+    "1",
+    "None",
+    "key",
+    "[",
+    "]",
+    ", ",
+    "import ",
+    "class ",
+)
+PROSE_WORDS = (
+    "the ",
+    "light",
+    "house ",
+    "and ",
+    "of ",
+    "a ",
+    "river ",
+    "was ",
+    "in ",
+    "that ",
+    "to ",
+    "with ",
+    "morning ",
+    "slowly ",
+    "town ",
+    ", ",
+    ". ",
+    "people ",
+    "long ",
+    "sea ",
+    "it ",
+)
+
+
+class SimFaults(BaseModel):
+    """Misbehaviour switches; each applies to requests ``i`` with ``i % every == every - 1``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    every: int = Field(1, ge=1)
+    short_output_tokens: int | None = Field(
+        None, ge=1, description="end with finish_reason=stop after this many tokens"
+    )
+    cut_after_tokens: int | None = Field(None, ge=0, description="drop the connection")
+    end_without_done_after_tokens: int | None = Field(
+        None, ge=0, description="end cleanly, no [DONE], no finish_reason"
+    )
+    error_after_tokens: int | None = Field(None, ge=0, description="in-band error event")
+    stall_after_tokens: int | None = Field(None, ge=0, description="stop sending, keep open")
+    trickle_interval_s: float | None = Field(None, gt=0, description="one token per interval")
+    reject_status: Literal[429, 503] | None = None
+    retry_after_s: int = 7
+    omit_usage: bool = False
+
+
+class SimProfile(BaseModel):
+    """One simulated deployment. Rates are set by :func:`calibrated` in ``sim.fleet``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str
+    step_s1: float = Field(0.05, gt=0, description="decode iteration at batch 1, seconds")
+    batch_slowdown: float = Field(0.2, ge=0)
+    context_slowdown: float = Field(0.03, ge=0, description="per 1000 tokens of mean context")
+    draft_tokens: int = Field(3, ge=0)
+    acceptance_code: float = Field(0.8, ge=0, le=0.99)
+    acceptance_prose: float = Field(0.6, ge=0, le=0.99)
+    temperature_penalty: float = Field(0.0, ge=0, le=1)
+    prompt_acceptance_spread: float = Field(0.04, ge=0, le=0.5)
+    fixed_chunk_tokens: int | None = Field(None, ge=1)
+    prefill_tok_s: float = Field(4000.0, gt=0)
+    prefill_chunk: int = Field(2048, ge=1)
+    max_slots: int = Field(256, ge=1)
+    prefix_cache: bool = True
+    cache_block_tokens: int = Field(64, ge=1)
+    cache_capacity_tokens: int = Field(1_000_000, ge=0)
+    seed: int = 0
+    faults: SimFaults = Field(default_factory=lambda: SimFaults())
+
+
+def count_prompt_tokens(text: str) -> int:
+    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
+
+
+def looks_like_code(text: str) -> bool:
+    t = text.lower()
+    return "python" in t or "code" in t or "function" in t or "implement" in t
+
+
+@dataclass(slots=True)
+class Emit:
+    """One message from the engine to a response stream."""
+
+    kind: Literal["tokens", "finish", "cut", "end_no_done", "error", "stall"]
+    text: str = ""
+    n_tokens: int = 0
+    finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class SimRequest:
+    request_id: str
+    prompt_text: str
+    max_tokens: int
+    temperature: float
+    min_tokens: int
+    ignore_eos: bool
+    ordinal: int
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    prefill_left: int = 0
+    generated: int = 0
+    acceptance: float = 0.0
+    is_code: bool = False
+    stop_at: int = 0
+    fault: SimFaults | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    out: asyncio.Queue[Emit] = field(default_factory=asyncio.Queue)
+    admitted: bool = False
+    done: bool = False
+    arrival_ns: int = 0
+
+
+@dataclass(slots=True)
+class LogEntry:
+    """The server's own record of a stream: when it *sent* the first and last token."""
+
+    request_id: str
+    model: str
+    prompt_tokens: int
+    cached_tokens: int
+    completion_tokens: int = 0
+    first_token_ns: int | None = None
+    last_token_ns: int | None = None
+    n_chunks: int = 0
+    finish_reason: str | None = None
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        if self.first_token_ns is None or self.last_token_ns is None:
+            return None
+        if self.completion_tokens < 2 or self.last_token_ns <= self.first_token_ns:
+            return None
+        return (self.completion_tokens - 1) / ((self.last_token_ns - self.first_token_ns) / 1e9)
+
+
+class PrefixCache:
+    """LRU of prompt blocks keyed by the hash of everything up to and including the block."""
+
+    def __init__(self, block_tokens: int, capacity_tokens: int) -> None:
+        self.block_chars = block_tokens * CHARS_PER_TOKEN
+        self.block_tokens = block_tokens
+        self.capacity_blocks = capacity_tokens // max(block_tokens, 1)
+        self._lru: OrderedDict[bytes, None] = OrderedDict()
+
+    def _keys(self, text: str) -> list[bytes]:
+        h = hashlib.blake2b(digest_size=16)
+        keys = []
+        for i in range(len(text) // self.block_chars):
+            h.update(text[i * self.block_chars : (i + 1) * self.block_chars].encode())
+            keys.append(h.copy().digest())
+        return keys
+
+    def lookup(self, text: str) -> int:
+        n = 0
+        for k in self._keys(text):
+            if k not in self._lru:
+                break
+            self._lru.move_to_end(k)
+            n += 1
+        return n * self.block_tokens
+
+    def insert(self, text: str) -> None:
+        for k in self._keys(text):
+            self._lru[k] = None
+            self._lru.move_to_end(k)
+        while len(self._lru) > self.capacity_blocks:
+            self._lru.popitem(last=False)
+
+
+class Engine:
+    """The per-deployment scheduler loop; runs inside the server's event loop."""
+
+    def __init__(self, profile: SimProfile) -> None:
+        self.p = profile
+        self.waiting: deque[SimRequest] = deque()
+        self.prefilling: deque[SimRequest] = deque()
+        self.running: list[SimRequest] = []
+        self.cache = PrefixCache(profile.cache_block_tokens, profile.cache_capacity_tokens)
+        self.log: dict[str, LogEntry] = {}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._ordinal = 0
+        # counters exposed on /metrics
+        self.requests_total = 0
+        self.rejected_total = 0
+        self.generated_tokens_total = 0
+        self.prompt_tokens_total = 0
+        self.drafted_total = 0
+        self.accepted_total = 0
+        self.iterations_total = 0
+
+    # -- admission -------------------------------------------------------------------------
+    def fault_for(self, ordinal: int) -> SimFaults | None:
+        f = self.p.faults
+        return f if ordinal % f.every == f.every - 1 else None
+
+    def next_ordinal(self) -> int:
+        o = self._ordinal
+        self._ordinal += 1
+        return o
+
+    def submit(self, req: SimRequest) -> None:
+        p = self.p
+        req.prompt_tokens = count_prompt_tokens(req.prompt_text)
+        req.is_code = looks_like_code(req.prompt_text)
+        seed = int.from_bytes(
+            hashlib.blake2b(f"{p.seed}|{req.prompt_text}".encode(), digest_size=8).digest(), "big"
+        )
+        req.rng = random.Random(seed)
+        base = p.acceptance_code if req.is_code else p.acceptance_prose
+        base *= 1.0 - p.temperature_penalty * req.temperature
+        spread = p.prompt_acceptance_spread
+        req.acceptance = min(0.99, max(0.0, base + req.rng.uniform(-spread, spread)))
+        req.stop_at = req.max_tokens
+        fault = req.fault
+        if fault is not None and fault.short_output_tokens is not None:
+            req.stop_at = min(req.stop_at, fault.short_output_tokens)
+        req.arrival_ns = time.perf_counter_ns()
+        self.requests_total += 1
+        self.prompt_tokens_total += req.prompt_tokens
+        self.log[req.request_id] = LogEntry(req.request_id, p.model, req.prompt_tokens, 0)
+        self.waiting.append(req)
+        self._ensure_running()
+        self._wake.set()
+
+    def _ensure_running(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    def cancel(self, req: SimRequest) -> None:
+        req.done = True
+        for q in (self.waiting, self.prefilling):
+            if req in q:
+                q.remove(req)
+        if req in self.running:
+            self.running.remove(req)
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.prefilling) + len(self.running) < self.p.max_slots:
+            req = self.waiting.popleft()
+            if req.done:
+                continue
+            cached = self.cache.lookup(req.prompt_text) if self.p.prefix_cache else 0
+            cached = min(cached, req.prompt_tokens - 1)
+            req.cached_tokens = cached
+            req.prefill_left = req.prompt_tokens - cached
+            self.log[req.request_id].cached_tokens = cached
+            req.admitted = True
+            self.prefilling.append(req)
+
+    # -- the loop ----------------------------------------------------------------------------
+    def _decode_step_s(self) -> float:
+        p = self.p
+        n = len(self.running)
+        ctx = sum(r.prompt_tokens + r.generated for r in self.running) / n
+        return p.step_s1 * (1 + p.batch_slowdown * (n - 1)) * (1 + p.context_slowdown * ctx / 1000)
+
+    def _tokens_this_step(self, req: SimRequest) -> int:
+        p = self.p
+        if p.fixed_chunk_tokens is not None:
+            k = p.fixed_chunk_tokens
+        else:
+            k = 1
+            for _ in range(p.draft_tokens):
+                self.drafted_total += 1
+                if req.rng.random() < req.acceptance:
+                    k += 1
+                    self.accepted_total += 1
+                else:
+                    break
+        return min(k, req.stop_at - req.generated)
+
+    def _text(self, req: SimRequest, n: int) -> str:
+        words = CODE_WORDS if req.is_code else PROSE_WORDS
+        return "".join(words[req.rng.randrange(len(words))] for _ in range(n))
+
+    def _emit_tokens(self, req: SimRequest, n: int) -> None:
+        req.generated += n
+        self.generated_tokens_total += n
+        req.out.put_nowait(Emit("tokens", self._text(req, n), n))
+        f = req.fault
+        if f is not None:
+            for attr, kind in (
+                ("cut_after_tokens", "cut"),
+                ("end_without_done_after_tokens", "end_no_done"),
+                ("error_after_tokens", "error"),
+                ("stall_after_tokens", "stall"),
+            ):
+                limit = getattr(f, attr)
+                if limit is not None and req.generated >= limit:
+                    req.out.put_nowait(Emit(kind))  # type: ignore[arg-type]
+                    self._retire(req)
+                    return
+        if req.generated >= req.stop_at:
+            reason = "length" if req.generated >= req.max_tokens else "stop"
+            req.out.put_nowait(Emit("finish", finish_reason=reason, n_tokens=req.generated))
+            self._retire(req)
+
+    def _retire(self, req: SimRequest) -> None:
+        req.done = True
+        if req in self.running:
+            self.running.remove(req)
+
+    async def _loop(self) -> None:
+        loop_deadline = time.perf_counter()
+        while True:
+            self._admit()
+            if not self.prefilling and not self.running:
+                self._wake.clear()
+                if not self.waiting:
+                    await self._wake.wait()
+                loop_deadline = time.perf_counter()
+                continue
+            p = self.p
+            # prefill budget for this iteration, first come first served
+            budget = p.prefill_chunk
+            finished_prefill: list[SimRequest] = []
+            prefilled = 0
+            for req in list(self.prefilling):
+                if budget <= 0:
+                    break
+                take = min(budget, req.prefill_left)
+                req.prefill_left -= take
+                budget -= take
+                prefilled += take
+                if req.prefill_left == 0:
+                    finished_prefill.append(req)
+            t_iter = prefilled / p.prefill_tok_s
+            if self.running:
+                t_iter += self._decode_step_s()
+            loop_deadline += t_iter
+            delay = loop_deadline - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                loop_deadline = time.perf_counter()
+                await asyncio.sleep(0)
+            self.iterations_total += 1
+            for req in list(self.running):
+                if req.done:
+                    continue
+                n = self._tokens_this_step(req)
+                if n > 0:
+                    self._emit_tokens(req, n)
+            for req in finished_prefill:
+                self.prefilling.remove(req)
+                if req.done:
+                    continue
+                if p.prefix_cache:
+                    self.cache.insert(req.prompt_text)
+                self.running.append(req)
+                self._emit_tokens(req, 1)  # prefill produces the first token

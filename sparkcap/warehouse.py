@@ -1,0 +1,345 @@
+"""The DuckDB warehouse: the ``raw`` schema and the staging of waves into it.
+
+Contract for ad-hoc SQL users: the tables and columns created in ``SCHEMA_SQL`` keep their
+names (columns may be added, never renamed). Staging rules:
+- one transaction per wave (delete-then-insert by ``wave_id``), so a crash loses at most the
+  wave in flight and re-staging never duplicates rows;
+- bulk inserts from Arrow, never row by row;
+- DuckDB admits one writing process: connections are opened per unit of work and closed, and a
+  held lock becomes :class:`WarehouseBusy` after a bounded wait instead of a stack trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from sparkcap import __version__
+from sparkcap.loadgen.records import NO_TOKENS, WaveRecord
+
+SCHEMA_SQL = """
+create schema if not exists raw;
+
+create table if not exists raw.runs (
+    run_id            varchar primary key,
+    started_at        timestamptz not null,
+    finished_at       timestamptz,
+    sparkcap_version  varchar not null,
+    config_json       json,
+    status            varchar default 'running',   -- running | complete | incomplete
+    status_reason     varchar
+);
+
+create table if not exists raw.waves (
+    wave_id                varchar not null,  -- unique (staging replaces by wave)
+    run_id                 varchar not null,
+    deployment             varchar not null,
+    model                  varchar not null,
+    endpoint               varchar not null,
+    workload               varchar not null,
+    concurrency            integer not null,
+    trial                  integer not null,       -- 0 = warm-up, never counted
+    started_at             timestamptz not null,   -- wall-clock anchor of the wave
+    start_skew_ms          double,
+    loop_lag_p99_ms        double,
+    client_cpu_pct         double,
+    client_saturated       boolean not null,
+    saturation_reasons     varchar,
+    duration_s             double,
+    effective_concurrency  double,
+    n_requests             integer not null
+);
+
+create table if not exists raw.requests (
+    request_id            varchar not null,  -- unique (staging replaces by wave)
+    wave_id               varchar not null,
+    run_id                varchar not null,
+    stream_index          integer not null,
+    prompt_id             varchar not null,
+    requested_tokens      integer not null,
+    required_tokens       integer,
+    temperature           double not null,
+    sent_ns               bigint,      -- ns offsets from the wave's monotonic anchor
+    first_token_ns        bigint,
+    last_token_ns         bigint,
+    end_ns                bigint,
+    headers_ns            bigint,
+    completion_tokens     integer,     -- NULL when the server gave no count
+    prompt_tokens         integer,
+    cached_prompt_tokens  integer,
+    count_source          varchar not null,  -- usage | continuous_usage | none
+    finish_reason         varchar,
+    status                varchar not null,  -- ok | short | truncated | server_error | ...
+    http_status           integer,
+    error                 varchar,
+    retry_after           varchar,
+    saw_done              boolean not null,
+    n_chunks              integer not null
+);
+
+create table if not exists raw.chunks (
+    request_id  varchar not null,
+    seq         integer not null,
+    t_ns        bigint not null,
+    n_tokens    integer,   -- NULL unless the server gave per-chunk counts
+    n_chars     integer not null
+);
+
+create table if not exists raw.server_metrics (
+    wave_id  varchar not null,
+    phase    varchar not null,   -- before | after
+    name     varchar not null,
+    labels   varchar not null,
+    value    double
+);
+"""
+
+BUSY_WAIT_S = 10.0
+
+
+class WarehouseBusy(RuntimeError):
+    """Another process holds the DuckDB write lock."""
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    msg = str(exc).lower()
+    return "lock" in msg and ("conflicting" in msg or "could not set" in msg)
+
+
+def connect(
+    db_path: Path | str, *, read_only: bool = False, busy_wait_s: float = BUSY_WAIT_S
+) -> duckdb.DuckDBPyConnection:
+    """Open the warehouse, waiting a bounded time for another writer to let go."""
+    path = Path(db_path)
+    if read_only and not path.exists():
+        raise FileNotFoundError(f"no warehouse at {path} (run a sweep first)")
+    if not read_only:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + busy_wait_s
+    delay = 0.05
+    while True:
+        try:
+            return duckdb.connect(str(path), read_only=read_only)
+        except duckdb.IOException as exc:
+            if not _is_lock_error(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise WarehouseBusy(
+                    f"database is busy: {path} is held by another process "
+                    f"(waited {busy_wait_s:.0f} s)"
+                ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+
+@contextlib.contextmanager
+def open_warehouse(
+    db_path: Path | str, *, read_only: bool = False, busy_wait_s: float = BUSY_WAIT_S
+) -> Iterator[duckdb.DuckDBPyConnection]:
+    con = connect(db_path, read_only=read_only, busy_wait_s=busy_wait_s)
+    try:
+        if not read_only:
+            ensure_schema(con)
+        yield con
+    finally:
+        con.close()
+
+
+def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute(SCHEMA_SQL)
+
+
+def _ts(ns: int) -> datetime:
+    return datetime.fromtimestamp(ns / 1e9, tz=UTC)
+
+
+def record_run_start(
+    con: duckdb.DuckDBPyConnection, run_id: str, config: dict[str, Any], started_at_ns: int
+) -> None:
+    con.execute(
+        "insert into raw.runs (run_id, started_at, sparkcap_version, config_json, status) "
+        "values (?, ?, ?, ?, 'running') on conflict (run_id) do nothing",
+        [run_id, _ts(started_at_ns), __version__, json.dumps(config, sort_keys=True)],
+    )
+
+
+def record_run_end(
+    con: duckdb.DuckDBPyConnection, run_id: str, status: str, reason: str | None = None
+) -> None:
+    con.execute(
+        "update raw.runs set finished_at = ?, status = ?, status_reason = ? where run_id = ?",
+        [datetime.now(UTC), status, reason, run_id],
+    )
+    con.execute("checkpoint")
+
+
+def _col(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
+    return pa.array(values, type=typ)
+
+
+def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
+    """Arrow tables for one wave: ``waves`` (one row), ``requests``, ``chunks``."""
+    reqs = wave.requests
+    waves = pa.table(
+        {
+            "wave_id": _col([wave.wave_id], pa.string()),
+            "run_id": _col([wave.run_id], pa.string()),
+            "deployment": _col([wave.deployment], pa.string()),
+            "model": _col([wave.model], pa.string()),
+            "endpoint": _col([wave.endpoint], pa.string()),
+            "workload": _col([wave.workload], pa.string()),
+            "concurrency": _col([wave.concurrency], pa.int32()),
+            "trial": _col([wave.trial], pa.int32()),
+            "started_at": _col([_ts(wave.started_at_ns)], pa.timestamp("us", tz="UTC")),
+            "start_skew_ms": _col([wave.start_skew_ms], pa.float64()),
+            "loop_lag_p99_ms": _col([wave.loop_lag_p99_ms], pa.float64()),
+            "client_cpu_pct": _col([wave.client_cpu_pct], pa.float64()),
+            "client_saturated": _col([wave.client_saturated], pa.bool_()),
+            "saturation_reasons": _col(["; ".join(wave.saturation_reasons) or None], pa.string()),
+            "duration_s": _col([wave.duration_s], pa.float64()),
+            "effective_concurrency": _col([wave.effective_concurrency], pa.float64()),
+            "n_requests": _col([len(reqs)], pa.int32()),
+        }
+    )
+    requests = pa.table(
+        {
+            "request_id": _col([r.request_id for r in reqs], pa.string()),
+            "wave_id": _col([wave.wave_id] * len(reqs), pa.string()),
+            "run_id": _col([wave.run_id] * len(reqs), pa.string()),
+            "stream_index": _col([r.stream_index for r in reqs], pa.int32()),
+            "prompt_id": _col([r.prompt_id for r in reqs], pa.string()),
+            "requested_tokens": _col([r.requested_tokens for r in reqs], pa.int32()),
+            "required_tokens": _col([r.required_tokens for r in reqs], pa.int32()),
+            "temperature": _col([r.temperature for r in reqs], pa.float64()),
+            "sent_ns": _col([r.sent_ns for r in reqs], pa.int64()),
+            "first_token_ns": _col([r.first_token_ns for r in reqs], pa.int64()),
+            "last_token_ns": _col([r.last_token_ns for r in reqs], pa.int64()),
+            "end_ns": _col([r.end_ns for r in reqs], pa.int64()),
+            "headers_ns": _col([r.headers_ns for r in reqs], pa.int64()),
+            "completion_tokens": _col([r.completion_tokens for r in reqs], pa.int32()),
+            "prompt_tokens": _col([r.prompt_tokens for r in reqs], pa.int32()),
+            "cached_prompt_tokens": _col([r.cached_prompt_tokens for r in reqs], pa.int32()),
+            "count_source": _col([str(r.count_source) for r in reqs], pa.string()),
+            "finish_reason": _col([r.finish_reason for r in reqs], pa.string()),
+            "status": _col([str(r.status) for r in reqs], pa.string()),
+            "http_status": _col([r.http_status for r in reqs], pa.int32()),
+            "error": _col([r.error for r in reqs], pa.string()),
+            "retry_after": _col([r.retry_after for r in reqs], pa.string()),
+            "saw_done": _col([r.saw_done for r in reqs], pa.bool_()),
+            "n_chunks": _col([r.n_chunks for r in reqs], pa.int32()),
+        }
+    )
+    counts = np.fromiter((len(r.chunks) for r in reqs), dtype=np.int64, count=len(reqs))
+    total = int(counts.sum())
+    if total:
+        t_ns = np.concatenate([np.frombuffer(r.chunks.t_ns, dtype=np.int64) for r in reqs])
+        n_tok = np.concatenate([np.frombuffer(r.chunks.n_tokens, dtype=np.int64) for r in reqs])
+        n_chars = np.concatenate([np.frombuffer(r.chunks.n_chars, dtype=np.int64) for r in reqs])
+        starts = np.repeat(np.cumsum(counts) - counts, counts)
+        seq = np.arange(total, dtype=np.int64) - starts
+        idx = np.repeat(np.arange(len(reqs), dtype=np.int32), counts)
+    else:
+        t_ns = n_tok = n_chars = seq = np.zeros(0, dtype=np.int64)
+        idx = np.zeros(0, dtype=np.int32)
+    chunks = chunk_table(
+        idx, pa.array([r.request_id for r in reqs], pa.string()), seq, t_ns, n_tok, n_chars
+    )
+    return {"waves": waves, "requests": requests, "chunks": chunks}
+
+
+def chunk_table(
+    request_index: np.ndarray,
+    request_ids: pa.Array,
+    seq: np.ndarray,
+    t_ns: np.ndarray,
+    n_tokens: np.ndarray,
+    n_chars: np.ndarray,
+) -> pa.Table:
+    """Chunk rows as Arrow columns; request ids dictionary-encoded so they cost an int each."""
+    return pa.table(
+        {
+            "request_id": pa.DictionaryArray.from_arrays(pa.array(request_index), request_ids),
+            "seq": pa.array(seq.astype(np.int32)),
+            "t_ns": pa.array(t_ns),
+            "n_tokens": pa.array(n_tokens.astype(np.int32), mask=n_tokens == NO_TOKENS),
+            "n_chars": pa.array(n_chars.astype(np.int32)),
+        }
+    )
+
+
+def stage_tables(
+    con: duckdb.DuckDBPyConnection,
+    wave_ids: Sequence[str],
+    tables: dict[str, pa.Table],
+    server_metrics: pa.Table | None = None,
+) -> None:
+    """Replace the given waves' rows in one transaction (idempotent re-staging)."""
+    con.execute("begin transaction")
+    try:
+        ids = pa.table({"wave_id": pa.array(list(wave_ids), pa.string())})
+        con.register("_stage_ids", ids)
+        con.execute(
+            "delete from raw.chunks where request_id in (select request_id from raw.requests "
+            "where wave_id in (select wave_id from _stage_ids))"
+        )
+        for name in ("requests", "server_metrics", "waves"):
+            con.execute(f"delete from raw.{name} where wave_id in (select wave_id from _stage_ids)")
+        for name in ("waves", "requests", "chunks"):
+            con.register(f"_stage_{name}", tables[name])
+            cols = ", ".join(tables[name].column_names)
+            con.execute(f"insert into raw.{name} ({cols}) select {cols} from _stage_{name}")
+            con.unregister(f"_stage_{name}")
+        if server_metrics is not None and server_metrics.num_rows:
+            con.register("_stage_metrics", server_metrics)
+            con.execute(
+                "insert into raw.server_metrics (wave_id, phase, name, labels, value) "
+                "select wave_id, phase, name, labels, value from _stage_metrics"
+            )
+            con.unregister("_stage_metrics")
+        con.unregister("_stage_ids")
+        con.execute("commit")
+    except BaseException:
+        con.execute("rollback")
+        raise
+
+
+def metrics_table(wave: WaveRecord) -> pa.Table:
+    rows = wave.server_metrics
+    return pa.table(
+        {
+            "wave_id": pa.array([wave.wave_id] * len(rows), pa.string()),
+            "phase": pa.array([r[0] for r in rows], pa.string()),
+            "name": pa.array([r[1] for r in rows], pa.string()),
+            "labels": pa.array([r[2] for r in rows], pa.string()),
+            "value": pa.array([r[3] for r in rows], pa.float64()),
+        }
+    )
+
+
+def stage_wave(con: duckdb.DuckDBPyConnection, wave: WaveRecord) -> None:
+    stage_tables(con, [wave.wave_id], wave_tables(wave), metrics_table(wave))
+
+
+def stage_wave_to(db_path: Path | str, wave: WaveRecord) -> None:
+    """Open, stage one wave in one transaction, close: other processes can read in between."""
+    with open_warehouse(db_path) as con:
+        stage_wave(con, wave)
+
+
+def run_start_to(db_path: Path | str, run_id: str, config: dict[str, Any], started_ns: int) -> None:
+    with open_warehouse(db_path) as con:
+        record_run_start(con, run_id, config, started_ns)
+
+
+def run_end_to(db_path: Path | str, run_id: str, status: str, reason: str | None = None) -> None:
+    with open_warehouse(db_path) as con:
+        record_run_end(con, run_id, status, reason)

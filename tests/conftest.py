@@ -1,0 +1,22 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "wh" / "sparkcap.duckdb"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("SPARKCAP_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SPARKCAP_DB", raising=False)
+    yield

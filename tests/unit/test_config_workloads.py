@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from sparkcap.config import Deployment, SweepPlan
+from sparkcap.loadgen.sweep import plan_waves
+from sparkcap.loadgen.wave import build_body, required_tokens_for
+from sparkcap.loadgen.workloads import build_streams, prompts, required_length
+
+
+def test_levels_parse_and_sort() -> None:
+    assert SweepPlan(levels="8,1,4").levels == (1, 4, 8)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("levels", ["0,1", "-2", "1,1", "", "a,b"])
+def test_bad_levels_rejected(levels: str) -> None:
+    with pytest.raises(ValidationError):
+        SweepPlan(levels=levels)  # type: ignore[arg-type]
+
+
+def test_trials_bounded() -> None:
+    with pytest.raises(ValidationError):
+        SweepPlan(trials=6)
+
+
+def test_unknown_keys_rejected() -> None:
+    with pytest.raises(ValidationError):
+        Deployment(name="a", endpoint="http://x/v1", model="m", nodez=2)  # type: ignore[call-arg]
+
+
+def test_authorization_header_in_config_rejected() -> None:
+    with pytest.raises(ValidationError, match="api_key_env"):
+        Deployment(name="a", endpoint="http://x/v1", model="m", headers={"Authorization": "k"})
+
+
+def test_warmup_then_trials() -> None:
+    waves = plan_waves(SweepPlan(levels=(1, 2), trials=2))
+    assert [(w.concurrency, w.trial) for w in waves] == [
+        (1, 0),
+        (1, 1),
+        (1, 2),
+        (2, 0),
+        (2, 1),
+        (2, 2),
+    ]
+    assert [w.trial for w in plan_waves(SweepPlan(levels=(1,), trials=1, warmup=False))] == [1]
+
+
+def test_sixteen_distinct_prompts_each() -> None:
+    for wl in ("code", "prose"):
+        ps = prompts(wl)
+        assert len(ps) == 16 and len(set(ps)) == 16
+
+
+def test_prose_lengths_span_300_to_600_deterministically() -> None:
+    lengths = [required_length("prose", i) for i in range(16)]
+    assert min(lengths) == 300 and max(lengths) == 600
+    assert lengths == [required_length("prose", i) for i in range(16)]
+    assert {required_length("code", i) for i in range(16)} == {1000}
+
+
+def test_prompts_distinct_beyond_sixteen_and_across_waves() -> None:
+    a = build_streams("code", 40, "wave-a")
+    b = build_streams("code", 40, "wave-b")
+    texts_a = [s.messages[-1]["content"] for s in a]
+    assert len(set(texts_a)) == 40
+    assert len({s.prompt_id for s in a}) == 40
+    assert not set(texts_a) & {s.messages[-1]["content"] for s in b}
+    assert {s.temperature for s in a} == {0.0}
+    assert {s.temperature for s in build_streams("prose", 3, "w")} == {0.7}
+
+
+def test_body_asks_for_usage_and_merges_extra_body() -> None:
+    spec = build_streams("code", 1, "w", max_tokens=50)[0]
+    body = build_body(spec, "m", True, {"ignore_eos": True, "stream_options": {"x": 1}})
+    assert body["stream"] is True and body["max_tokens"] == 50
+    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True, "x": 1}
+    assert body["ignore_eos"] is True
+    assert required_tokens_for(spec, {}) == 50
+    assert required_tokens_for(spec, {"min_tokens": 20}) == 20

@@ -1,0 +1,180 @@
+"""What one stream's bytes become: first token, counts, count source and the verdict."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from sparkcap.loadgen.client import StreamState, _InBandError, classify
+from sparkcap.loadgen.records import NO_TOKENS, CountSource, RequestRecord, Status
+from sparkcap.loadgen.sse import SSEParser, SSEProtocolError
+
+
+def rec(required: int | None = 5) -> RequestRecord:
+    return RequestRecord(
+        "r", 0, "code-01", requested_tokens=5, required_tokens=required, temperature=0.0
+    )
+
+
+def sse(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def chunk(
+    content: str | None = None,
+    finish: str | None = None,
+    usage: dict | None = None,
+    role: bool = False,
+) -> bytes:
+    delta: dict[str, str] = {}
+    if role:
+        delta["role"] = "assistant"
+        delta["content"] = ""
+    if content is not None:
+        delta["content"] = content
+    obj: dict[str, object] = {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    if usage is not None:
+        obj["usage"] = usage
+    return sse(obj)
+
+
+def usage_only(n: int, cached: int | None = None) -> bytes:
+    u: dict[str, object] = {"prompt_tokens": 40, "completion_tokens": n}
+    if cached is not None:
+        u["prompt_tokens_details"] = {"cached_tokens": cached}
+    return sse({"choices": [], "usage": u})
+
+
+def run(parts: list[tuple[bytes, int]], r: RequestRecord | None = None) -> RequestRecord:
+    r = r or rec()
+    st = StreamState(r, 0, SSEParser())
+    for data, t in parts:
+        st.feed(data, t)
+    st.close(parts[-1][1] if parts else 0)
+    st.finalize()
+    r.status = classify(r)
+    return r
+
+
+def test_role_chunk_is_not_first_token_and_multi_token_chunks_are_not_counted() -> None:
+    r = run(
+        [
+            (chunk(role=True), 100),
+            (chunk("abc"), 200),  # 3 tokens in one chunk (speculative decoding)
+            (chunk("de"), 300),
+            (chunk(finish="length"), 310),
+            (usage_only(5, cached=16), 320),
+            (b"data: [DONE]\n\n", 330),
+        ]
+    )
+    assert r.first_token_ns == 200
+    assert r.last_token_ns == 300
+    assert r.n_chunks == 2
+    assert r.completion_tokens == 5
+    assert r.count_source is CountSource.USAGE
+    assert list(r.chunks.n_tokens) == [NO_TOKENS, NO_TOKENS]
+    assert r.cached_prompt_tokens == 16 and r.prompt_tokens == 40
+    assert r.status is Status.OK and r.finish_reason == "length"
+
+
+def test_continuous_usage_gives_per_chunk_counts() -> None:
+    r = run(
+        [
+            (chunk(role=True, usage={"completion_tokens": 0}), 1),
+            (chunk("abc", usage={"completion_tokens": 3}), 2),
+            (chunk("de", usage={"completion_tokens": 5}), 3),
+            (chunk(finish="length", usage={"completion_tokens": 5}), 4),
+            (usage_only(5), 5),
+            (b"data: [DONE]\n\n", 6),
+        ]
+    )
+    assert r.count_source is CountSource.CONTINUOUS_USAGE
+    assert list(r.chunks.n_tokens) == [3, 2]
+
+
+def test_usage_on_last_content_chunk_only_is_not_per_chunk() -> None:
+    r = run(
+        [
+            (chunk("abc"), 2),
+            (chunk("de", finish="length", usage={"completion_tokens": 5}), 3),
+            (b"data: [DONE]\n\n", 4),
+        ]
+    )
+    assert r.count_source is CountSource.USAGE
+    assert list(r.chunks.n_tokens) == [NO_TOKENS, NO_TOKENS]
+    assert r.completion_tokens == 5
+
+
+def test_no_usage_means_null_count_never_a_guess() -> None:
+    r = run([(chunk("abc"), 2), (chunk("de", finish="length"), 3), (b"data: [DONE]\n\n", 4)])
+    assert r.completion_tokens is None
+    assert r.count_source is CountSource.NONE
+    assert r.status is Status.OK  # ended properly; the missing length is a data-quality failure
+    assert r.decode_tok_s is None
+
+
+def test_short_output() -> None:
+    r = run(
+        [(chunk("ab"), 2), (chunk(finish="stop"), 3), (usage_only(2), 4), (b"data: [DONE]\n\n", 5)]
+    )
+    assert r.status is Status.SHORT
+
+
+def test_short_not_judged_without_required_length() -> None:
+    r = run(
+        [(chunk("ab"), 2), (chunk(finish="stop"), 3), (usage_only(2), 4), (b"data: [DONE]\n\n", 5)],
+        rec(required=None),
+    )
+    assert r.status is Status.OK
+
+
+def test_clean_end_without_done_or_finish_is_truncated() -> None:
+    r = run([(chunk("abc"), 2), (chunk("de"), 3), (usage_only(5), 4)])
+    assert r.status is Status.TRUNCATED
+    assert r.n_chunks == 2  # partial data kept
+
+
+def test_finish_reason_without_done_counts_as_ended() -> None:
+    r = run([(chunk("abcde", finish="length"), 3), (usage_only(5), 4)])
+    assert r.status is Status.OK
+
+
+def test_in_band_error_object_and_event() -> None:
+    st = StreamState(rec(), 0, SSEParser())
+    st.feed(chunk("ab"), 1)
+    with pytest.raises(_InBandError, match="engine died"):
+        st.feed(sse({"error": {"message": "engine died", "code": 500}}), 2)
+    st2 = StreamState(rec(), 0, SSEParser())
+    with pytest.raises(_InBandError):
+        st2.feed(b"event: error\ndata: boom\n\n", 1)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"data: not json\n\n", b"data: [1, 2]\n\n", b"data: " + b"[" * 100_000 + b"\n\n"],
+)
+def test_non_json_is_protocol_error(payload: bytes) -> None:
+    st = StreamState(rec(), 0, SSEParser(max_line_bytes=1 << 20))
+    with pytest.raises(SSEProtocolError):
+        st.feed(payload, 1)
+
+
+def test_arrival_time_is_the_time_of_the_completing_read() -> None:
+    data = chunk("abc")
+    st = StreamState(rec(), 1000, SSEParser())
+    st.feed(data[:10], 1500)
+    st.feed(data[10:], 2500)
+    assert st.rec.first_token_ns == 1500  # 2500 - anchor 1000
+
+
+def test_anything_after_done_is_ignored() -> None:
+    r = run(
+        [
+            (chunk("abcde", finish="length"), 1),
+            (usage_only(5), 2),
+            (b"data: [DONE]\n\n", 3),
+            (chunk("zzz"), 4),
+        ]
+    )
+    assert r.n_chunks == 1 and r.status is Status.OK
