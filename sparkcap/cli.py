@@ -149,9 +149,22 @@ def sweep(
         "OPENAI_API_KEY"
     ),
     extra_body: Annotated[str | None, typer.Option(help="JSON merged into each request")] = None,
+    header: Annotated[
+        list[str] | None, typer.Option(help="extra request header NAME:VALUE (repeatable)")
+    ] = None,
+    ca_bundle: Annotated[Path | None, typer.Option(help="CA bundle for TLS verification")] = None,
+    continuous_usage: Annotated[
+        bool, typer.Option(help="ask for per-chunk usage (vLLM continuous_usage_stats)")
+    ] = False,
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
 ) -> None:
     """Sweep one deployment with synchronized waves and record every token timestamp."""
+    headers: dict[str, str] = {}
+    for h in header or []:
+        name, sep, value = h.partition(":")
+        if not sep or not name.strip():
+            raise typer.BadParameter(f"expected NAME:VALUE, got {h!r}", param_hint="--header")
+        headers[name.strip()] = value.strip()
     try:
         extra = json.loads(extra_body) if extra_body else {}
     except ValueError as exc:
@@ -165,6 +178,9 @@ def sweep(
             model=model,
             api_key_env=api_key_env,
             extra_body=extra,
+            headers=headers,
+            ca_bundle=ca_bundle,
+            continuous_usage=continuous_usage,
         ),
         workload=workload,
         plan=SweepPlan(

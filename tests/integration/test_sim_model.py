@@ -1,0 +1,116 @@
+"""The simulator's model behaves as documented: it is what the other tests lean on."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+
+import httpx
+import pytest
+
+from sparkcap.sim.engine import SimProfile
+from sparkcap.sim.fleet import expected_tokens_per_step
+from sparkcap.sim.server import SimServer
+from tests.integration.helpers import fast_profile, sweep
+
+pytestmark = pytest.mark.integration
+
+
+async def _chat(
+    client: httpx.AsyncClient, url: str, model: str, text: str, max_tokens: int
+) -> dict:
+    body = {
+        "model": model,
+        "messages": [{"role": "user", "content": text}],
+        "max_tokens": max_tokens,
+        "stream": False,
+    }
+    r = await client.post(url, json=body, timeout=60)
+    r.raise_for_status()
+    return r.json()
+
+
+def test_rate_falls_with_concurrency_and_chunks_carry_several_tokens() -> None:
+    with SimServer([fast_profile("m", batch_slowdown=0.3, draft_tokens=3)]) as s:
+        w1, w4 = sweep(s.endpoint, "m", levels=(1, 4), max_tokens=60)
+    r1 = statistics.median(r.decode_tok_s for r in w1.requests)
+    r4 = statistics.median(r.decode_tok_s for r in w4.requests)
+    assert r4 < r1 * 0.7
+    assert all(r.n_chunks < r.completion_tokens for r in w1.requests + w4.requests)
+
+
+def test_code_accepts_more_drafts_than_prose() -> None:
+    prof = fast_profile(
+        "m", draft_tokens=4, acceptance_code=0.9, acceptance_prose=0.4, temperature_penalty=0.2
+    )
+    with SimServer([prof]) as s:
+        (code,) = sweep(s.endpoint, "m", workload="code", levels=(2,), max_tokens=80)
+        (prose,) = sweep(s.endpoint, "m", workload="prose", levels=(2,), max_tokens=80)
+    tok_per_chunk = lambda w: statistics.mean(r.completion_tokens / r.n_chunks for r in w.requests)  # noqa: E731
+    assert tok_per_chunk(code) > tok_per_chunk(prose) * 1.5
+
+
+def test_prefix_cache_skips_prefill() -> None:
+    prof = SimProfile(model="m", step_s1=0.01, prefill_tok_s=20_000, prefill_chunk=100_000)
+    doc = "lorem ipsum dolor sit amet " * 3000  # ~20k tokens: ~1 s of prefill
+
+    async def go() -> tuple[float, float, dict, dict]:
+        url = s.endpoint + "/chat/completions"
+        async with httpx.AsyncClient() as c:
+            t0 = asyncio.get_running_loop().time()
+            cold = await _chat(c, url, "m", doc + "Question one?", 2)
+            t1 = asyncio.get_running_loop().time()
+            warm = await _chat(c, url, "m", doc + "Question two?", 2)
+            t2 = asyncio.get_running_loop().time()
+        return t1 - t0, t2 - t1, cold, warm
+
+    with SimServer([prof]) as s:
+        cold_s, warm_s, cold, warm = asyncio.run(go())
+    assert cold["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] > 15_000
+    assert cold_s > 0.8 and warm_s < cold_s / 4
+
+
+def test_long_prefill_stalls_other_streams() -> None:
+    prof = SimProfile(
+        model="m",
+        step_s1=0.02,
+        batch_slowdown=0.0,
+        draft_tokens=0,
+        prefill_tok_s=10_000,
+        prefill_chunk=1000,
+    )
+    long_doc = "word " * 50_000  # ~62k tokens at 4 chars/token -> ~6 s of prefill
+    with SimServer([prof]) as s:
+        eng = s.app.state.engines["m"]
+
+        async def go() -> None:
+            url = s.endpoint + "/chat/completions"
+            async with httpx.AsyncClient(timeout=60) as c:
+                bg = asyncio.create_task(_chat(c, url, "m", "short one", 150))
+                await asyncio.sleep(0.5)
+                before = eng.generated_tokens_total
+                await asyncio.sleep(0.5)
+                base_rate = (eng.generated_tokens_total - before) / 0.5
+                lp = asyncio.create_task(_chat(c, url, "m", long_doc, 2))
+                await asyncio.sleep(0.5)
+                before = eng.generated_tokens_total
+                await asyncio.sleep(1.0)
+                stalled_rate = (eng.generated_tokens_total - before) / 1.0
+                assert stalled_rate < base_rate / 3, (base_rate, stalled_rate)
+                await asyncio.gather(bg, lp)
+
+        asyncio.run(go())
+
+
+def test_slots_queue_requests() -> None:
+    with SimServer([fast_profile("m", max_slots=2)]) as s:
+        (w,) = sweep(s.endpoint, "m", levels=(4,), max_tokens=40)
+    ttfts = sorted(r.ttft_s for r in w.requests)
+    assert ttfts[2] > ttfts[1] * 3  # the second pair waited for the first to finish
+    assert w.effective_concurrency is not None and w.effective_concurrency < 2.6
+
+
+def test_speculative_expectation() -> None:
+    assert expected_tokens_per_step(0.0, 4) == 1.0
+    assert expected_tokens_per_step(0.5, 2) == pytest.approx(1.75)
