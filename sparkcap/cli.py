@@ -68,9 +68,8 @@ def _progress_printer(progress: Progress | None, task: Any) -> Any:
     return report
 
 
-def run_with_progress(requests: list[SweepRequest], db: Path, **kwargs: Any) -> Any:
-    from sparkcap.runner import run_sweeps
-
+def _with_progress(make: Any) -> Any:
+    """Run the coroutine ``make(progress_callback)`` with a progress bar on a terminal."""
     if sys.stderr.isatty():
         with Progress(
             TextColumn("{task.description}"),
@@ -80,10 +79,14 @@ def run_with_progress(requests: list[SweepRequest], db: Path, **kwargs: Any) -> 
             console=err,
         ) as progress:
             task = progress.add_task("starting", total=None)
-            return asyncio.run(
-                run_sweeps(requests, db, progress=_progress_printer(progress, task), **kwargs)
-            )
-    return asyncio.run(run_sweeps(requests, db, progress=_progress_printer(None, None), **kwargs))
+            return asyncio.run(make(_progress_printer(progress, task)))
+    return asyncio.run(make(_progress_printer(None, None)))
+
+
+def run_with_progress(requests: list[SweepRequest], db: Path, **kwargs: Any) -> Any:
+    from sparkcap.runner import run_sweeps
+
+    return _with_progress(lambda progress: run_sweeps(requests, db, progress=progress, **kwargs))
 
 
 def print_levels(db: Path, run_id: str) -> None:
@@ -257,28 +260,90 @@ def sim(
 
 
 @app.command()
-def demo(
+def run(
+    fleet: Annotated[Path, typer.Option(help="fleet file (YAML)")],
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    max_tokens: Annotated[int, typer.Option(help="output length for the demo")] = 64,
+    profile: Annotated[str, typer.Option(help="full, or demo (1 trial, 64-token outputs)")] = (
+        "full"
+    ),
+    trials: Annotated[int | None, typer.Option(help="override trials per level")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="override output length")] = None,
 ) -> None:
-    """Start the simulated twin fleet, sweep it, and print the capacity table."""
-    from sparkcap.demo import demo_requests
-    from sparkcap.sim.server import SimProcess
+    """Sweep a whole fleet once: launch what it asks for, sweep, stage, print capacities."""
+    from sparkcap.fleet import load_fleet
+    from sparkcap.runner import DEMO_PROFILE, run_fleet
 
+    fl = load_fleet(fleet)
+    if profile not in ("full", "demo"):
+        raise typer.BadParameter("must be full or demo", param_hint="--profile")
+    overrides: dict[str, Any] = dict(DEMO_PROFILE) if profile == "demo" else {}
+    if trials is not None:
+        overrides["trials"] = trials
+    if max_tokens is not None:
+        overrides["max_tokens"] = max_tokens
+    if overrides:
+        fl = fl.with_profile(**overrides)
     path = _db(db)
-    with SimProcess() as server:
-        reqs = demo_requests(server.endpoint, max_tokens=max_tokens)
-        result = run_with_progress(reqs, path, parallel_deployments=True)
+    result = _with_progress(lambda progress: run_fleet(fl, path, progress=progress))
     out.print(f"run id: {result.run_id}", highlight=False)
     print_levels(path, result.run_id)
     out.print(f"database: {path.resolve()}", highlight=False)
+
+
+@app.command()
+def demo(
+    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
+    fleet: Annotated[Path, typer.Option(help="fleet file")] = Path("fleets/twin.yaml"),
+) -> None:
+    """Start the simulated twin fleet, sweep it with the demo profile, print the capacities."""
+    run(fleet=fleet, db=db, profile="demo", trials=None, max_tokens=None)
+
+
+@app.command("local-server")
+def local_server_cmd(
+    port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0 = any free port)")] = 8080,
+    slots: Annotated[int, typer.Option(help="parallel slots (-np)")] = 4,
+    context: Annotated[int, typer.Option(help="total context (-c), shared by the slots")] = 8192,
+    threads: Annotated[int | None, typer.Option(help="CPU threads")] = None,
+    spec_type: Annotated[str | None, typer.Option(help="e.g. ngram-simple")] = None,
+    build_only: Annotated[bool, typer.Option(help="build and fetch the model, then exit")] = (
+        False
+    ),
+) -> None:
+    """Build (once) and run llama.cpp's llama-server with Gemma 3 270M on loopback."""
+    import signal
+    import threading
+
+    from sparkcap.localserver import ensure_model, ensure_server_binary, start_local_server
+
+    binary = ensure_server_binary()
+    model = ensure_model()
+    if build_only:
+        out.print(f"llama-server: {binary}\nmodel: {model}", highlight=False)
+        return
+    server = start_local_server(
+        port=port, slots=slots, context=context, threads=threads, spec_type=spec_type
+    )
     out.print(
-        f"try: sparkcap sql \"select * from raw.waves where run_id = '{result.run_id}'\"",
+        f"llama-server ready: {server.endpoint} (model gemma-3-270m, {slots} slots); "
+        f"log {server.log_path}; Ctrl-C stops it",
         highlight=False,
     )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.is_set() and server.process.poll() is None:
+            stop.wait(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    if server.process.returncode not in (0, -15, None) and not stop.is_set():
+        raise CLIError(f"llama-server exited with {server.process.returncode}")
 
 
 def main(argv: list[str] | None = None) -> None:
+    from sparkcap.fleet import FleetError
     from sparkcap.localserver import LocalServerError
     from sparkcap.runner import PreflightError
     from sparkcap.warehouse import WarehouseBusy
@@ -300,7 +365,14 @@ def main(argv: list[str] | None = None) -> None:
     except ValidationError as exc:
         err.print(f"error: {_validation_line(exc)}", highlight=False, soft_wrap=True)
         raise SystemExit(2) from None
-    except (CLIError, PreflightError, WarehouseBusy, LocalServerError, FileNotFoundError) as exc:
+    except (
+        CLIError,
+        PreflightError,
+        WarehouseBusy,
+        LocalServerError,
+        FleetError,
+        FileNotFoundError,
+    ) as exc:
         err.print(f"error: {exc}", highlight=False, soft_wrap=True)
         raise SystemExit(1) from None
     except KeyboardInterrupt:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import httpx
 
+from sparkcap.fleet import Fleet
 from sparkcap.settings import get_settings
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -253,3 +254,35 @@ def local_server(**kwargs: object) -> Iterator[LocalServer]:
         yield server
     finally:
         server.stop()
+
+
+@contextlib.contextmanager
+def launched(fleet: Fleet) -> Iterator[dict[str, str]]:
+    """Start every server the fleet asks sparkcap to launch; yield name → endpoint."""
+    from sparkcap.sim.server import SimProcess
+
+    endpoints: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        sim: SimProcess | None = None
+        for d in fleet.deployments:
+            if d.launch is None:
+                continue
+            if d.launch.kind == "sim":
+                if sim is None:
+                    sim = stack.enter_context(SimProcess())
+                endpoints[d.name] = sim.endpoint
+            else:
+                ls = d.launch
+                server = stack.enter_context(
+                    local_server(
+                        port=ls.port,
+                        slots=ls.slots,
+                        context=ls.context,
+                        threads=ls.threads,
+                        spec_type=ls.spec_type,
+                        alias=d.model,
+                        extra_args=ls.extra_args,
+                    )
+                )
+                endpoints[d.name] = server.endpoint
+        yield endpoints

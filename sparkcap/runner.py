@@ -13,10 +13,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from sparkcap.config import Deployment, SweepRequest
+from sparkcap.fleet import Fleet
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import make_client, new_run_id, plan_waves, request_headers, run_sweep
 from sparkcap.metrics_scrape import scrape_into
@@ -76,7 +78,7 @@ async def run_sweeps(
     db_path: Path,
     *,
     run_id: str | None = None,
-    config: dict[str, object] | None = None,
+    config: dict[str, Any] | None = None,
     progress: ProgressFn | None = None,
     parallel_deployments: bool = False,
 ) -> RunResult:
@@ -141,3 +143,32 @@ async def run_sweeps(
         raise
     run_end_to(db_path, run_id, "complete")
     return result
+
+
+DEMO_PROFILE: dict[str, object] = {"trials": 1, "max_tokens": 64}
+
+
+async def run_fleet(
+    fleet: Fleet,
+    db_path: Path,
+    *,
+    run_id: str | None = None,
+    progress: ProgressFn | None = None,
+) -> RunResult:
+    """Launch what the fleet asks for, sweep every deployment × workload, stop the servers."""
+    from sparkcap.localserver import launched
+
+    with launched(fleet) as endpoints:
+        requests = fleet.sweep_requests(endpoints)
+        config = {
+            "fleet": fleet.model_dump(mode="json"),
+            "endpoints": {r.deployment.name: str(r.deployment.endpoint) for r in requests},
+        }
+        return await run_sweeps(
+            requests,
+            db_path,
+            run_id=run_id,
+            config=config,
+            progress=progress,
+            parallel_deployments=fleet.parallel_deployments,
+        )

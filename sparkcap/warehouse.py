@@ -55,7 +55,10 @@ create table if not exists raw.waves (
     client_saturated       boolean not null,
     saturation_reasons     varchar,
     duration_s             double,
-    effective_concurrency  double,
+    effective_concurrency  double,      -- time-weighted streams decoding at once
+    peak_concurrency       integer,     -- most streams decoding at one instant
+    queued                 boolean,     -- some stream waited for another to finish
+    queued_reason          varchar,
     n_requests             integer not null
 );
 
@@ -207,6 +210,9 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "saturation_reasons": _col(["; ".join(wave.saturation_reasons) or None], pa.string()),
             "duration_s": _col([wave.duration_s], pa.float64()),
             "effective_concurrency": _col([wave.effective_concurrency], pa.float64()),
+            "peak_concurrency": _col([wave.peak_concurrency], pa.int32()),
+            "queued": _col([wave.queued], pa.bool_()),
+            "queued_reason": _col([wave.queued_reason], pa.string()),
             "n_requests": _col([len(reqs)], pa.int32()),
         }
     )

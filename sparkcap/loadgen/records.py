@@ -129,5 +129,8 @@ class WaveRecord:
     saturation_reasons: list[str] = field(default_factory=list)
     duration_s: float | None = None
     effective_concurrency: float | None = None
+    peak_concurrency: int = 0
+    queued: bool = False
+    queued_reason: str | None = None
     server_metrics: list[tuple[str, str, str, float]] = field(default_factory=list)
     extra: dict[str, object] = field(default_factory=dict)

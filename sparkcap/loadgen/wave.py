@@ -96,6 +96,26 @@ def effective_concurrency(requests: Sequence[RequestRecord]) -> float | None:
     return busy / (end - start)
 
 
+def peak_concurrency(requests: Sequence[RequestRecord]) -> int:
+    """Most streams decoding at one instant (first to last content chunk, inclusive).
+
+    If it is below the number of streams that decoded, some stream only started after another
+    had finished: the server queued it (fewer slots than streams), whatever the rates say.
+    """
+    events: list[tuple[int, int]] = []
+    for r in requests:
+        if r.first_token_ns is not None and r.last_token_ns is not None:
+            events.append((r.first_token_ns, 1))
+            events.append((r.last_token_ns, 0))
+    # a stream that starts at the instant another ends did not overlap it: ends sort first
+    events.sort(key=lambda e: (e[0], e[1]))
+    cur = peak = 0
+    for _, is_start in events:
+        cur += 1 if is_start else -1
+        peak = max(peak, cur)
+    return peak
+
+
 def build_body(
     spec: StreamSpec, model: str, continuous_usage: bool, extra_body: dict[str, Any]
 ) -> dict[str, Any]:
@@ -196,4 +216,12 @@ async def run_wave(
     wave.saturation_reasons = reasons
     wave.client_saturated = bool(reasons)
     wave.effective_concurrency = effective_concurrency(wave.requests)
+    wave.peak_concurrency = peak_concurrency(wave.requests)
+    decoded = sum(1 for r in wave.requests if r.first_token_ns is not None)
+    if wave.peak_concurrency < decoded:
+        wave.queued = True
+        wave.queued_reason = (
+            f"at most {wave.peak_concurrency} of {decoded} streams decoded at once "
+            "(the server queued the rest)"
+        )
     return wave

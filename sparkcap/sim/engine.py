@@ -8,7 +8,7 @@ It is a test double, not a performance oracle. What it models, and why each part
   outputs are slower, as the study's GLM 400 → 1000-token comparison shows).
 - **Speculative decoding.** Each iteration a stream emits ``1 + accepted drafts`` tokens in one
   chunk: up to ``draft_tokens`` drafts, each accepted with probability ``p`` until the first
-  rejection. ``p`` is higher for code than prose and falls with temperature, so chunks carry
+  rejection (or, with ``acceptance_noise="low"``, the same mean with the least variance). ``p`` is higher for code than prose and falls with temperature, so chunks carry
   several tokens and code decodes faster, the effect the study attributes to acceptance.
   Each prompt shifts its own ``p`` slightly, so streams in a wave do not all run alike.
 - **Prefill.** A new request's uncached prompt tokens are prefilled in chunks of
@@ -127,6 +127,11 @@ class SimProfile(BaseModel):
     acceptance_prose: float = Field(0.6, ge=0, le=0.99)
     temperature_penalty: float = Field(0.0, ge=0, le=1)
     prompt_acceptance_spread: float = Field(0.04, ge=0, le=0.5)
+    acceptance_noise: Literal["geometric", "low"] = Field(
+        "geometric",
+        description="geometric: drafts accepted one by one; low: the same mean tokens per step "
+        "with the least variance (stable headline numbers from short demo outputs)",
+    )
     fixed_chunk_tokens: int | None = Field(None, ge=1)
     prefill_tok_s: float = Field(4000.0, gt=0)
     prefill_chunk: int = Field(2048, ge=1)
@@ -330,6 +335,13 @@ class Engine:
         p = self.p
         if p.fixed_chunk_tokens is not None:
             k = p.fixed_chunk_tokens
+        elif p.acceptance_noise == "low":
+            mean = sum(req.acceptance**j for j in range(p.draft_tokens + 1))
+            k = int(mean)
+            if req.rng.random() < mean - k:
+                k += 1
+            self.drafted_total += p.draft_tokens
+            self.accepted_total += k - 1
         else:
             k = 1
             for _ in range(p.draft_tokens):

@@ -5,7 +5,9 @@ and DeepSeek (four nodes, ring). Each profile is calibrated so that the *median*
 decode rate at concurrency ``n`` is ``rate_1 / (1 + batch_slowdown * (n - 1))`` at the
 workload's full output length, which places the 20 tok/s crossings where the study found
 them: code 8 + 8 + 4 + 8 = 28 streams, prose 4 + 4 + 1 + 2 = 11 streams, and GLM's code
-median at four streams ≈ 21.1 tok/s.
+median at four streams ≈ 21.1 tok/s. Every other crossing has a margin of 10 % or more on
+both sides, and accepted drafts are drawn with low variance, so that even the demo's short
+outputs (one trial, 64 tokens) recover the same capacities.
 """
 
 from __future__ import annotations
@@ -71,6 +73,7 @@ def calibrated(
         acceptance_prose=min(p_base, 0.99),
         temperature_penalty=TEMPERATURE_PENALTY,
         prefill_tok_s=prefill_tok_s,
+        acceptance_noise="low",
         **extra,
     )
 
@@ -91,7 +94,7 @@ class TwinDeployment:
 
 TWIN: tuple[TwinDeployment, ...] = (
     TwinDeployment("qwen", "qwen", 1, 2, 60.0, 40.0, 0.20, 2000.0, 8, 4),
-    TwinDeployment("glm", "glm", 2, 1, 43.3, 24.0, 0.35, 3000.0, 4, 1),
+    TwinDeployment("glm", "glm", 2, 1, 49.6, 25.0, 0.45, 3000.0, 4, 1),
     TwinDeployment("deepseek", "deepseek", 4, 1, 50.0, 26.0, 0.15, 2400.0, 8, 2),
 )
 HARDWARE = "DGX Spark (GB10, 128 GB unified)"

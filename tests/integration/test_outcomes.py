@@ -49,6 +49,7 @@ def test_clean_wave(sim: SimServer) -> None:
     assert w.start_skew_ms is not None and w.start_skew_ms < 100
     assert w.loop_lag_p99_ms is not None and w.client_cpu_pct is not None
     assert not w.client_saturated
+    assert w.peak_concurrency == 3 and not w.queued
 
 
 def test_continuous_usage_counts_every_chunk(sim: SimServer) -> None:

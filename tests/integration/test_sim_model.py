@@ -109,6 +109,7 @@ def test_slots_queue_requests() -> None:
     ttfts = sorted(r.ttft_s for r in w.requests)
     assert ttfts[2] > ttfts[1] * 3  # the second pair waited for the first to finish
     assert w.effective_concurrency is not None and w.effective_concurrency < 2.6
+    assert w.peak_concurrency == 2 and w.queued and "2 of 4" in (w.queued_reason or "")
 
 
 def test_speculative_expectation() -> None:

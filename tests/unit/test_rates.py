@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from sparkcap.loadgen.records import RequestRecord, Status, decode_rate
-from sparkcap.loadgen.wave import effective_concurrency
+from sparkcap.loadgen.wave import effective_concurrency, peak_concurrency
 
 
 def test_decode_rate_is_tokens_minus_one_over_first_to_last() -> None:
@@ -42,6 +42,13 @@ def test_effective_concurrency_serialized_by_slots() -> None:
     # 4 streams, 2 slots: two run, then two more -> about 2 at a time
     rs = [_r(0, 100), _r(0, 100), _r(100, 200), _r(100, 200)]
     assert effective_concurrency(rs) == pytest.approx(2.0)
+
+
+def test_peak_concurrency_detects_queueing() -> None:
+    assert peak_concurrency([_r(0, 100), _r(10, 100), _r(50, 150)]) == 3
+    # slot freed at 100, next stream starts at 100: never overlapped
+    assert peak_concurrency([_r(0, 100), _r(0, 100), _r(100, 200), _r(100, 200)]) == 2
+    assert peak_concurrency([]) == 0
 
 
 def test_effective_concurrency_empty() -> None:

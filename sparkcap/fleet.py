@@ -1,0 +1,205 @@
+"""Fleet files: the deployments, workloads, threshold and schedule of a nightly sweep.
+
+Validation errors name the file and the line of the offending key, because a fleet file is
+edited by hand and a bare pydantic path (``deployments.2.levels.0``) is hard to find.
+A deployment either points at a running ``endpoint`` or asks sparkcap to ``launch`` a local
+llama-server for the run (``fleets/local.yaml``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, model_validator
+
+from sparkcap.config import Deployment, SweepPlan, SweepRequest, Timeouts, WorkloadName
+
+
+class FleetError(ValueError):
+    """A fleet file that cannot be used; the message is one line with file and line."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Launch(_Strict):
+    """A server sparkcap starts for the run and stops after it.
+
+    ``llama-server``: llama.cpp, built once into the cache. ``sim``: the simulated twin fleet
+    (one process serves every ``sim`` deployment, chosen by model name).
+    """
+
+    kind: Literal["llama-server", "sim"] = "llama-server"
+    slots: int = Field(4, ge=1, le=64)
+    context: int = Field(8192, ge=256)
+    threads: int | None = Field(None, ge=1)
+    spec_type: str | None = None
+    port: int = Field(0, ge=0, le=65535)
+    extra_args: tuple[str, ...] = ()
+
+
+class FleetDeployment(_Strict):
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    model: str = Field(min_length=1)
+    endpoint: HttpUrl | None = None
+    launch: Launch | None = None
+    nodes: int = Field(1, ge=1)
+    hardware: str = ""
+    replicas: int = Field(1, ge=1)
+    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict)
+    parallel_slots: int | None = Field(None, ge=1)
+    continuous_usage: bool = False
+    reports_usage: bool = True
+    metrics_url: HttpUrl | None = None
+    ca_bundle: Path | None = None
+    timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
+    workloads: tuple[WorkloadName, ...] | None = Field(
+        None, description="subset of the fleet's workloads to run here (default: all)"
+    )
+    plans: dict[WorkloadName, SweepPlan] = Field(
+        default_factory=dict, description="per-workload plan overriding the fleet's"
+    )
+
+    @model_validator(mode="after")
+    def _endpoint_or_launch(self) -> FleetDeployment:
+        if (self.endpoint is None) == (self.launch is None):
+            raise ValueError("give exactly one of 'endpoint' or 'launch'")
+        return self
+
+    def resolve(self, endpoint: str | None = None) -> Deployment:
+        """The concrete deployment, with the endpoint of a launched server filled in."""
+        url = endpoint or (str(self.endpoint) if self.endpoint else None)
+        if url is None:
+            raise FleetError(f"deployment {self.name} has not been launched")
+        slots = self.parallel_slots or (self.launch.slots if self.launch else None)
+        return Deployment(
+            name=self.name,
+            endpoint=url,
+            model=self.model,
+            nodes=self.nodes,
+            hardware=self.hardware,
+            replicas=self.replicas,
+            api_key_env=self.api_key_env,
+            extra_body=self.extra_body,
+            headers=self.headers,
+            parallel_slots=slots,
+            continuous_usage=self.continuous_usage,
+            reports_usage=self.reports_usage,
+            metrics_url=self.metrics_url,
+            ca_bundle=self.ca_bundle,
+            timeouts=self.timeouts,
+        )
+
+
+class Schedule(_Strict):
+    cron: str = "0 2 * * *"
+    timezone: str = "UTC"
+
+
+class Fleet(_Strict):
+    name: str = Field(min_length=1)
+    description: str = ""
+    threshold_tok_s: float = Field(20.0, gt=0)
+    schedule: Schedule = Field(default_factory=lambda: Schedule())
+    parallel_deployments: bool = Field(
+        False, description="sweep deployments on different machines at the same time"
+    )
+    workloads: dict[WorkloadName, SweepPlan] = Field(min_length=1)
+    deployments: tuple[FleetDeployment, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Fleet:
+        names = [d.name for d in self.deployments]
+        dup = {n for n in names if names.count(n) > 1}
+        if dup:
+            raise ValueError(f"deployment names must be unique: {', '.join(sorted(dup))}")
+        return self
+
+    def sweep_requests(self, endpoints: dict[str, str] | None = None) -> list[SweepRequest]:
+        endpoints = endpoints or {}
+        out: list[SweepRequest] = []
+        for d in self.deployments:
+            dep = d.resolve(endpoints.get(d.name))
+            for wl, plan in self.workloads.items():
+                if d.workloads is not None and wl not in d.workloads:
+                    continue
+                out.append(SweepRequest(deployment=dep, workload=wl, plan=d.plans.get(wl, plan)))
+        return out
+
+    def with_profile(self, **plan_overrides: Any) -> Fleet:
+        """The same fleet with every plan adjusted (e.g. the demo's shorter outputs)."""
+
+        def adj(p: SweepPlan) -> SweepPlan:
+            return p.model_copy(update=plan_overrides)
+
+        return self.model_copy(
+            update={
+                "workloads": {k: adj(v) for k, v in self.workloads.items()},
+                "deployments": tuple(
+                    d.model_copy(update={"plans": {k: adj(v) for k, v in d.plans.items()}})
+                    for d in self.deployments
+                ),
+            }
+        )
+
+
+def _line_map(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int]) -> None:
+    out[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            key = k.value
+            out[(*path, key)] = k.start_mark.line + 1
+            _line_map(v, (*path, key), out)
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            _line_map(v, (*path, i), out)
+
+
+def _locate(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | None:
+    for n in range(len(loc), -1, -1):
+        key = tuple(loc[:n])
+        if key in lines:
+            return lines[key]
+    return None
+
+
+def load_fleet(path: Path | str) -> Fleet:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise FleetError(f"{p}: no such fleet file") from None
+    except OSError as exc:
+        raise FleetError(f"{p}: cannot read: {exc.strerror}") from None
+    try:
+        node = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise FleetError(f"{p}{where}: invalid YAML: {problem}") from None
+    if not isinstance(data, dict):
+        raise FleetError(f"{p}: a fleet file is a mapping with 'deployments' and 'workloads'")
+    lines: dict[tuple[Any, ...], int] = {}
+    if node is not None:
+        _line_map(node, (), lines)
+    try:
+        return Fleet.model_validate(data)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        loc = tuple(x for x in e["loc"] if not (isinstance(x, str) and x.startswith("function-")))
+        line = _locate(loc, lines)
+        where = f":{line}" if line else ""
+        dotted = ".".join(str(x) for x in loc) or "(top level)"
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        more = len(exc.errors()) - 1
+        tail = f" (+{more} more)" if more else ""
+        raise FleetError(f"{p}{where}: {dotted}: {msg}{tail}") from None
