@@ -103,6 +103,7 @@ def print_levels(db: Path, run_id: str) -> None:
         "min tok/s",
         "median TTFT s",
         "failures",
+        "queued",
     ):
         table.add_column(col, justify="right" if col not in ("deployment", "workload") else "left")
 
@@ -119,6 +120,7 @@ def print_levels(db: Path, run_id: str) -> None:
             f(r.min_decode_tok_s),
             f(r.median_ttft_s, 2),
             str(r.failures),
+            "yes" if r.queued else "",
         )
     out.print(table)
     groups: dict[tuple[str, str], list[Any]] = {}
@@ -291,6 +293,20 @@ def run(
 
 
 @app.command()
+def build(
+    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
+    full_refresh: Annotated[bool, typer.Option(help="rebuild every night from scratch")] = False,
+    threshold: Annotated[float | None, typer.Option(help="tok/s threshold (default 20)")] = None,
+) -> None:
+    """Run dbt: stream rates, trial medians, levels, capacities and fleet capacity."""
+    from sparkcap.build import build as dbt_build
+
+    dbt_vars = {"threshold_tok_s": threshold} if threshold is not None else None
+    result = dbt_build(_db(db), full_refresh=full_refresh, dbt_vars=dbt_vars)
+    out.print(f"dbt build ok: {result.n_nodes} models and tests", highlight=False)
+
+
+@app.command()
 def demo(
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
     fleet: Annotated[Path, typer.Option(help="fleet file")] = Path("fleets/twin.yaml"),
@@ -343,6 +359,7 @@ def local_server_cmd(
 
 
 def main(argv: list[str] | None = None) -> None:
+    from sparkcap.build import BuildError
     from sparkcap.fleet import FleetError
     from sparkcap.localserver import LocalServerError
     from sparkcap.runner import PreflightError
@@ -366,6 +383,7 @@ def main(argv: list[str] | None = None) -> None:
         err.print(f"error: {_validation_line(exc)}", highlight=False, soft_wrap=True)
         raise SystemExit(2) from None
     except (
+        BuildError,
         CLIError,
         PreflightError,
         WarehouseBusy,

@@ -93,6 +93,7 @@ async def run_sweeps(
         run_id,
         config or {"sweeps": [r.model_dump(mode="json") for r in requests]},
         time.time_ns(),
+        list(deployments.values()),
     )
     total = sum(len(plan_waves(r.plan)) for r in requests)
     done = 0

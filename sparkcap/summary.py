@@ -18,6 +18,7 @@ LEVELS_SQL = """
 with req as (
     select
         w.deployment, w.workload, w.concurrency, w.trial, w.wave_id, w.client_saturated,
+        coalesce(w.queued, false) as queued,
         r.status,
         case
             when r.status = 'ok' and r.completion_tokens >= 2
@@ -36,7 +37,8 @@ trials as (
         min(decode_tok_s) as min_tok_s,
         median(ttft_s) as median_ttft_s,
         count(*) filter (where status <> 'ok') as failures,
-        bool_or(client_saturated) as saturated
+        bool_or(client_saturated) as saturated,
+        bool_or(queued) as queued
     from req
     group by all
 ),
@@ -50,7 +52,8 @@ final as (
         min(min_tok_s) filter (where trial > 0 and failures = 0 and not saturated)
             as min_decode_tok_s,
         median(median_ttft_s) filter (where trial > 0) as median_ttft_s,
-        coalesce(sum(failures) filter (where trial > 0), 0) as failures
+        coalesce(sum(failures) filter (where trial > 0), 0) as failures,
+        coalesce(bool_or(queued) filter (where trial > 0), false) as queued
     from trials
     group by all
 )
@@ -69,6 +72,7 @@ class LevelRow:
     min_decode_tok_s: float | None
     median_ttft_s: float | None
     failures: int
+    queued: bool
 
 
 def level_rows(db_path: Path, run_id: str) -> list[LevelRow]:
@@ -78,10 +82,14 @@ def level_rows(db_path: Path, run_id: str) -> list[LevelRow]:
 
 
 def capacity(rows: list[LevelRow], threshold: float = THRESHOLD_TOK_S) -> int | None:
-    """Largest tested level whose median passes with every smaller level passing too."""
+    """Largest tested level whose median passes with every smaller level passing too.
+
+    A level where the server queued streams cannot pass: its rate describes fewer streams
+    than were asked for.
+    """
     cap: int | None = None
     for r in sorted(rows, key=lambda r: r.concurrency):
-        if r.median_decode_tok_s is None or r.median_decode_tok_s < threshold:
+        if r.median_decode_tok_s is None or r.median_decode_tok_s < threshold or r.queued:
             break
         cap = r.concurrency
     return cap

@@ -24,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 
 from sparkcap import __version__
+from sparkcap.config import Deployment
 from sparkcap.loadgen.records import NO_TOKENS, WaveRecord
 
 SCHEMA_SQL = """
@@ -59,7 +60,8 @@ create table if not exists raw.waves (
     peak_concurrency       integer,     -- most streams decoding at one instant
     queued                 boolean,     -- some stream waited for another to finish
     queued_reason          varchar,
-    n_requests             integer not null
+    n_requests             integer not null,
+    staged_at              timestamptz         -- when this wave was (re)staged
 );
 
 create table if not exists raw.requests (
@@ -95,6 +97,19 @@ create table if not exists raw.chunks (
     t_ns        bigint not null,
     n_tokens    integer,   -- NULL unless the server gave per-chunk counts
     n_chars     integer not null
+);
+
+create table if not exists raw.deployments (
+    run_id          varchar not null,
+    deployment      varchar not null,
+    model           varchar not null,
+    endpoint        varchar not null,
+    nodes           integer not null,
+    hardware        varchar,
+    replicas        integer not null,
+    parallel_slots  integer,
+    reports_usage   boolean not null,
+    extra_body_json json
 );
 
 create table if not exists raw.server_metrics (
@@ -166,13 +181,36 @@ def _ts(ns: int) -> datetime:
 
 
 def record_run_start(
-    con: duckdb.DuckDBPyConnection, run_id: str, config: dict[str, Any], started_at_ns: int
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    config: dict[str, Any],
+    started_at_ns: int,
+    deployments: Sequence[Deployment] = (),
 ) -> None:
+    con.execute("begin transaction")
     con.execute(
         "insert into raw.runs (run_id, started_at, sparkcap_version, config_json, status) "
         "values (?, ?, ?, ?, 'running') on conflict (run_id) do nothing",
         [run_id, _ts(started_at_ns), __version__, json.dumps(config, sort_keys=True)],
     )
+    con.execute("delete from raw.deployments where run_id = ?", [run_id])
+    for d in deployments:
+        con.execute(
+            "insert into raw.deployments values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                run_id,
+                d.name,
+                d.model,
+                str(d.endpoint),
+                d.nodes,
+                d.hardware or None,
+                d.replicas,
+                d.parallel_slots,
+                d.reports_usage,
+                json.dumps(d.extra_body, sort_keys=True),
+            ],
+        )
+    con.execute("commit")
 
 
 def record_run_end(
@@ -214,6 +252,7 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "queued": _col([wave.queued], pa.bool_()),
             "queued_reason": _col([wave.queued_reason], pa.string()),
             "n_requests": _col([len(reqs)], pa.int32()),
+            "staged_at": _col([datetime.now(UTC)], pa.timestamp("us", tz="UTC")),
         }
     )
     requests = pa.table(
@@ -341,9 +380,15 @@ def stage_wave_to(db_path: Path | str, wave: WaveRecord) -> None:
         stage_wave(con, wave)
 
 
-def run_start_to(db_path: Path | str, run_id: str, config: dict[str, Any], started_ns: int) -> None:
+def run_start_to(
+    db_path: Path | str,
+    run_id: str,
+    config: dict[str, Any],
+    started_ns: int,
+    deployments: Sequence[Deployment] = (),
+) -> None:
     with open_warehouse(db_path) as con:
-        record_run_start(con, run_id, config, started_ns)
+        record_run_start(con, run_id, config, started_ns, deployments)
 
 
 def run_end_to(db_path: Path | str, run_id: str, status: str, reason: str | None = None) -> None:

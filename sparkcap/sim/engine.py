@@ -8,8 +8,9 @@ It is a test double, not a performance oracle. What it models, and why each part
   outputs are slower, as the study's GLM 400 → 1000-token comparison shows).
 - **Speculative decoding.** Each iteration a stream emits ``1 + accepted drafts`` tokens in one
   chunk: up to ``draft_tokens`` drafts, each accepted with probability ``p`` until the first
-  rejection (or, with ``acceptance_noise="low"``, the same mean with the least variance). ``p`` is higher for code than prose and falls with temperature, so chunks carry
-  several tokens and code decodes faster, the effect the study attributes to acceptance.
+  rejection (or, with ``acceptance_noise="low"``, the same mean with the least variance).
+  ``p`` is higher for code than prose and falls with temperature, so chunks carry several
+  tokens and code decodes faster, the effect the study attributes to acceptance.
   Each prompt shifts its own ``p`` slightly, so streams in a wave do not all run alike.
 - **Prefill.** A new request's uncached prompt tokens are prefilled in chunks of
   ``prefill_chunk`` tokens at ``prefill_tok_s``, first-come first-served, inside the same

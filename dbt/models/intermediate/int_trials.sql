@@ -1,0 +1,153 @@
+{{ config(materialized='incremental', unique_key='run_id', incremental_strategy='delete+insert') }}
+-- depends_on: {{ ref('int_run_watermarks') }}
+
+-- One row per wave: the trial value (median over its streams), aggregate throughput and the
+-- validity verdict with every reason that applies.
+with streams as (
+    select * from {{ ref('int_stream_rates') }}
+    where {{ changed_runs_filter('run_id') }}
+),
+
+waves as (
+    select * from {{ ref('stg_waves') }}
+),
+
+dq_failures as (
+    select * from {{ ref('int_dq_wave_failures') }}
+),
+
+per_wave as (
+    select
+        wave_id,
+        run_id,
+        any_value(run_watermark) as run_watermark,
+        count(*) as n_streams,
+        count(*) filter (where status = 'ok') as n_ok,
+        count(*) filter (where status <> 'ok') as n_failed,
+        count(*) filter (where status = 'short') as n_short,
+        count(*) filter (where status = 'ok' and completion_tokens is null) as n_missing_counts,
+        count(decode_tok_s) as n_rates,
+        median(decode_tok_s) as median_decode_tok_s,
+        min(decode_tok_s) as min_decode_tok_s,
+        max(decode_tok_s) as max_decode_tok_s,
+        sum(completion_tokens - 1) filter (
+            where completion_tokens is not null and first_token_ns is not null
+        ) as aggregate_tokens,
+        min(first_token_ns) filter (where completion_tokens is not null) as earliest_first_ns,
+        max(last_token_ns) filter (where completion_tokens is not null) as latest_last_ns,
+        median(ttft_s) as median_ttft_s,
+        min(ttft_s) as min_ttft_s,
+        max(ttft_s) as max_ttft_s,
+        string_agg(distinct status, ',' order by status) filter (where status <> 'ok')
+            as failure_statuses
+    from streams
+    group by wave_id, run_id
+),
+
+joined as (
+    select
+        w.run_id,
+        w.wave_id,
+        w.deployment,
+        w.model,
+        w.workload,
+        w.concurrency,
+        w.trial,
+        w.started_at,
+        w.effective_concurrency,
+        w.peak_concurrency,
+        w.client_saturated,
+        w.saturation_reasons,
+        w.queued as queued_by_overlap,
+        w.queued_reason,
+        w.n_requests,
+        p.* exclude (wave_id, run_id),
+        case
+            when p.latest_last_ns > p.earliest_first_ns
+                then p.aggregate_tokens / ((p.latest_last_ns - p.earliest_first_ns) / 1e9)
+        end as aggregate_tok_s,
+        coalesce(d.n_blocking_failures, 0) as n_dq_failures,
+        d.failed_expectations as dq_failed_expectations
+    from waves as w
+    inner join per_wave as p on p.wave_id = w.wave_id
+    left join dq_failures as d on d.wave_id = w.wave_id
+),
+
+with_reference as (
+    -- TTFT reference: the median TTFT at the lowest tested level of the same sweep
+    select
+        *,
+        first_value(median_ttft_s) over (
+            partition by run_id, deployment, workload
+            order by (trial = 0), concurrency, trial
+        ) as reference_ttft_s
+    from joined
+),
+
+flagged as (
+    select
+        *,
+        concurrency > 1 and (max_ttft_s - min_ttft_s) > greatest(
+            {{ var('queued_ttft_factor') }} * coalesce(reference_ttft_s, 0),
+            {{ var('queued_ttft_min_s') }}
+        ) as queued_by_ttft
+    from with_reference
+),
+
+final as (
+    select
+        run_id,
+        wave_id,
+        deployment,
+        model,
+        workload,
+        concurrency,
+        trial,
+        started_at,
+        n_streams,
+        n_ok,
+        n_failed,
+        n_short,
+        n_missing_counts,
+        median_decode_tok_s,
+        min_decode_tok_s,
+        max_decode_tok_s,
+        aggregate_tok_s,
+        concurrency * median_decode_tok_s as concurrency_x_median_tok_s,
+        median_ttft_s,
+        min_ttft_s,
+        max_ttft_s,
+        reference_ttft_s,
+        effective_concurrency,
+        peak_concurrency,
+        client_saturated,
+        queued_by_overlap or queued_by_ttft as queued,
+        n_dq_failures,
+        list_filter([
+            case when trial = 0 then 'warm-up wave (never counted)' end,
+            case when n_streams <> concurrency
+                then 'recorded ' || n_streams || ' of ' || concurrency || ' streams' end,
+            case when n_failed > 0
+                then n_failed || ' failed stream(s): ' || failure_statuses end,
+            case when n_missing_counts > 0
+                then n_missing_counts || ' stream(s) without a completion length' end,
+            case when client_saturated
+                then 'client saturated: ' || coalesce(saturation_reasons, '') end,
+            case when queued_by_overlap then 'queued: ' || queued_reason end,
+            case when queued_by_ttft
+                then 'queued: TTFT spread ' || round(max_ttft_s - min_ttft_s, 2)
+                    || ' s vs ' || round(coalesce(reference_ttft_s, 0), 2)
+                    || ' s median TTFT at the lowest level' end,
+            case when n_dq_failures > 0
+                then 'data-quality: ' || dq_failed_expectations end,
+            case when n_rates = 0 and n_failed = 0 then 'no measurable stream rate' end
+        ], lambda x: x is not null) as invalid_reason_list,
+        run_watermark
+    from flagged
+)
+
+select
+    * exclude (invalid_reason_list),
+    len(invalid_reason_list) = 0 as is_valid,
+    nullif(array_to_string(invalid_reason_list, '; '), '') as invalid_reasons
+from final

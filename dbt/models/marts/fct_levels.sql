@@ -1,0 +1,41 @@
+with levels as (
+    select * from {{ ref('int_levels') }}
+),
+
+boot as (
+    select
+        run_id, deployment, workload, concurrency,
+        quantile_cont(boot_median_tok_s, {{ var('ci_low_pct') }}) as ci_low_tok_s,
+        quantile_cont(boot_median_tok_s, {{ var('ci_high_pct') }}) as ci_high_tok_s
+    from {{ ref('int_level_bootstrap') }}
+    group by all
+),
+
+final as (
+    select
+        l.run_id,
+        l.deployment,
+        l.model,
+        l.workload,
+        l.concurrency,
+        l.n_trials,
+        l.n_valid_trials,
+        l.median_decode_tok_s,
+        l.min_decode_tok_s,
+        l.max_decode_tok_s,
+        l.aggregate_tok_s,
+        l.concurrency_x_median_tok_s,
+        l.median_ttft_s,
+        l.effective_concurrency,
+        b.ci_low_tok_s,
+        b.ci_high_tok_s,
+        l.any_queued,
+        l.threshold_tok_s,
+        l.passes_threshold
+    from levels as l
+    left join boot as b
+        on b.run_id = l.run_id and b.deployment = l.deployment
+        and b.workload = l.workload and b.concurrency = l.concurrency
+)
+
+select * from final

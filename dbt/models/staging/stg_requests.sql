@@ -1,0 +1,31 @@
+with source as (
+    select * from {{ source('raw', 'requests') }}
+),
+
+final as (
+    select
+        cast(request_id as varchar) as request_id,
+        cast(wave_id as varchar) as wave_id,
+        cast(run_id as varchar) as run_id,
+        cast(stream_index as integer) as stream_index,
+        cast(prompt_id as varchar) as prompt_id,
+        cast(requested_tokens as integer) as requested_tokens,
+        cast(required_tokens as integer) as required_tokens,
+        cast(temperature as double) as temperature,
+        cast(sent_ns as bigint) as sent_ns,
+        cast(first_token_ns as bigint) as first_token_ns,
+        cast(last_token_ns as bigint) as last_token_ns,
+        cast(end_ns as bigint) as end_ns,
+        cast(completion_tokens as integer) as completion_tokens,
+        cast(prompt_tokens as integer) as prompt_tokens,
+        cast(cached_prompt_tokens as integer) as cached_prompt_tokens,
+        cast(count_source as varchar) as count_source,
+        cast(finish_reason as varchar) as finish_reason,
+        cast(status as varchar) as status,
+        cast(http_status as integer) as http_status,
+        cast(error as varchar) as error,
+        cast(n_chunks as integer) as n_chunks
+    from source
+)
+
+select * from final

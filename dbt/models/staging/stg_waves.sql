@@ -1,0 +1,31 @@
+with source as (
+    select * from {{ source('raw', 'waves') }}
+),
+
+final as (
+    select
+        cast(wave_id as varchar) as wave_id,
+        cast(run_id as varchar) as run_id,
+        cast(deployment as varchar) as deployment,
+        cast(model as varchar) as model,
+        cast(endpoint as varchar) as endpoint,
+        cast(workload as varchar) as workload,
+        cast(concurrency as integer) as concurrency,
+        cast(trial as integer) as trial,
+        cast(started_at as timestamptz) as started_at,
+        cast(start_skew_ms as double) as start_skew_ms,
+        cast(loop_lag_p99_ms as double) as loop_lag_p99_ms,
+        cast(client_cpu_pct as double) as client_cpu_pct,
+        cast(client_saturated as boolean) as client_saturated,
+        cast(saturation_reasons as varchar) as saturation_reasons,
+        cast(duration_s as double) as duration_s,
+        cast(effective_concurrency as double) as effective_concurrency,
+        cast(peak_concurrency as integer) as peak_concurrency,
+        coalesce(cast(queued as boolean), false) as queued,
+        cast(queued_reason as varchar) as queued_reason,
+        cast(n_requests as integer) as n_requests,
+        cast(staged_at as timestamptz) as staged_at
+    from source
+)
+
+select * from final

@@ -1,0 +1,105 @@
+"""``sparkcap build``: run ``dbt build`` (models and their tests) against the warehouse.
+
+dbt runs in-process through ``dbtRunner`` with ``keep_open: false`` so the DuckDB file is
+released as soon as dbt is done; its target and log folders go to the working area, not the
+source tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkcap.settings import get_settings
+from sparkcap.warehouse import ensure_schema, open_warehouse
+
+DBT_DIR = Path(__file__).resolve().parent.parent / "dbt"
+
+
+class BuildError(RuntimeError):
+    """dbt failed; the message names the failing models or tests."""
+
+
+@dataclass
+class BuildResult:
+    success: bool
+    failures: list[str] = field(default_factory=list)
+    n_nodes: int = 0
+
+
+def dbt_args(
+    command: str,
+    db_path: Path,
+    extra: list[str] | None = None,
+    dbt_vars: dict[str, Any] | None = None,
+) -> list[str]:
+    work = get_settings().work_dir
+    args = [
+        command,
+        "--project-dir",
+        str(DBT_DIR),
+        "--profiles-dir",
+        str(DBT_DIR),
+        "--target-path",
+        str((work / "dbt-target").resolve()),
+        "--log-path",
+        str((work / "dbt-logs").resolve()),
+        "--quiet",
+    ]
+    if dbt_vars:
+        args += ["--vars", json.dumps(dbt_vars)]
+    return args + (extra or [])
+
+
+def run_dbt(
+    command: str,
+    db_path: Path,
+    extra: list[str] | None = None,
+    dbt_vars: dict[str, Any] | None = None,
+) -> BuildResult:
+    from dbt.cli.main import dbtRunner
+
+    db_path = Path(db_path).resolve()
+    # the raw schema must exist even for a warehouse that has never been swept
+    with open_warehouse(db_path) as con:
+        ensure_schema(con)
+    os.environ["SPARKCAP_DB"] = str(db_path)
+    os.environ.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "False")
+    res = dbtRunner().invoke(dbt_args(command, db_path, extra, dbt_vars))
+    failures: list[str] = []
+    n = 0
+    results = getattr(res.result, "results", None) or []
+    for r in results:
+        n += 1
+        status = str(getattr(r, "status", ""))
+        if status in ("error", "fail", "runtime error"):
+            node = getattr(r, "node", None)
+            name = getattr(node, "name", "?")
+            msg = (getattr(r, "message", "") or "").strip().splitlines()
+            failures.append(f"{name}: {msg[0] if msg else status}")
+    if res.exception is not None and not failures:
+        failures.append(str(res.exception).strip().splitlines()[0])
+    return BuildResult(success=bool(res.success), failures=failures, n_nodes=n)
+
+
+def build(
+    db_path: Path,
+    *,
+    full_refresh: bool = False,
+    select: str | None = None,
+    dbt_vars: dict[str, Any] | None = None,
+) -> BuildResult:
+    extra: list[str] = []
+    if full_refresh:
+        extra.append("--full-refresh")
+    if select:
+        extra += ["--select", select]
+    result = run_dbt("build", db_path, extra, dbt_vars)
+    if not result.success:
+        shown = "; ".join(result.failures[:3]) or "see the dbt log"
+        more = f" (+{len(result.failures) - 3} more)" if len(result.failures) > 3 else ""
+        raise BuildError(f"dbt build failed: {shown}{more}")
+    return result

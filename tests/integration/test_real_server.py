@@ -1,0 +1,123 @@
+"""sparkcap against a serving engine we did not write: llama.cpp's llama-server (Gemma 3 270M).
+
+The first run on a machine builds llama-server (about 5 minutes on 2 cores) into the cache;
+later runs reuse it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.localserver import LocalServer, start_local_server
+from sparkcap.runner import run_sweeps
+from sparkcap.warehouse import open_warehouse
+
+pytestmark = [pytest.mark.real_server, pytest.mark.integration, pytest.mark.slow]
+
+TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    s = start_local_server(
+        slots=4, context=8192, spec_type="ngram-simple", log_dir=tmp_path_factory.mktemp("logs")
+    )
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.fixture(scope="module")
+def swept(server: LocalServer, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    db = tmp_path_factory.mktemp("wh") / "real.duckdb"
+    dep = Deployment(
+        name="gemma",
+        endpoint=server.endpoint,  # type: ignore[arg-type]
+        model="gemma-3-270m",
+        parallel_slots=4,
+        extra_body={"ignore_eos": True},
+    )
+    plan = SweepPlan(levels=(1, 2, 4, 8), trials=1, max_tokens=TOKENS)
+    reqs = [SweepRequest(deployment=dep, workload=wl, plan=plan) for wl in ("code", "prose")]
+    result = asyncio.run(run_sweeps(reqs, db))
+    return db, result.run_id
+
+
+def test_every_stream_is_counted_by_the_server(swept: tuple[Path, str]) -> None:
+    db, run_id = swept
+    with open_warehouse(db, read_only=True) as con:
+        rows = con.execute(
+            "select status, completion_tokens, requested_tokens, count_source, sent_ns, "
+            "first_token_ns, last_token_ns, n_chunks, finish_reason from raw.requests "
+            "where run_id = ?",
+            [run_id],
+        ).fetchall()
+    assert len(rows) == 2 * 2 * (1 + 2 + 4 + 8)
+    for status, ct, req, src, sent, first, last, n_chunks, finish in rows:
+        assert status == "ok"
+        assert ct == req == TOKENS
+        assert src == "usage"
+        assert finish == "length"
+        assert first is not None and last is not None and first - sent > 0 and last > first
+        assert 1 <= n_chunks <= TOKENS
+
+
+def test_waves_beyond_the_slots_are_flagged_queued(swept: tuple[Path, str]) -> None:
+    db, run_id = swept
+    with open_warehouse(db, read_only=True) as con:
+        rows = con.execute(
+            "select concurrency, bool_and(queued), bool_or(queued), max(peak_concurrency) "
+            "from raw.waves where run_id = ? group by 1 order by 1",
+            [run_id],
+        ).fetchall()
+    by_level = {c: (all_q, any_q, peak) for c, all_q, any_q, peak in rows}
+    assert by_level[8][0] is True and by_level[8][2] <= 4
+    assert by_level[1][1] is False and by_level[2][1] is False
+
+
+def test_server_metrics_are_scraped_around_each_wave(swept: tuple[Path, str]) -> None:
+    db, run_id = swept
+    with open_warehouse(db, read_only=True) as con:
+        n_waves, with_metrics, predicted = con.execute(
+            """
+            select count(distinct w.wave_id),
+                   count(distinct m.wave_id),
+                   sum(case when m.phase = 'after' then m.value else -m.value end)
+                       filter (where m.name = 'llamacpp:tokens_predicted_total')
+            from raw.waves w left join raw.server_metrics m using (wave_id)
+            where w.run_id = ?
+            """,
+            [run_id],
+        ).fetchone()
+    assert n_waves == with_metrics == 16
+    # the server's own token counter moved by what sparkcap recorded (± the first tokens,
+    # which llama.cpp counts with the prompt)
+    assert predicted is not None and predicted >= 2 * 15 * (TOKENS - 1)
+
+
+def test_prompt_reuse_shows_cached_tokens(server: LocalServer, swept: tuple[Path, str]) -> None:
+    db, run_id = swept
+    with open_warehouse(db, read_only=True) as con:
+        cached = con.execute(
+            "select max(cached_prompt_tokens) from raw.requests where run_id = ?", [run_id]
+        ).fetchone()[0]
+    assert cached is not None and cached > 0  # the shared system prompt was reused
+
+    doc = "The quick brown fox jumps over the lazy dog. " * 40
+    body = {
+        "model": "gemma-3-270m",
+        "messages": [{"role": "user", "content": doc + "Summarise."}],
+        "max_tokens": 2,
+    }
+    with httpx.Client(timeout=60) as c:
+        cold = c.post(server.endpoint + "/chat/completions", json=body).json()
+        warm = c.post(server.endpoint + "/chat/completions", json=body).json()
+    assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] > 300
+    assert cold["usage"]["prompt_tokens"] == warm["usage"]["prompt_tokens"]
