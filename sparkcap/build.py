@@ -54,6 +54,17 @@ def dbt_args(
     return args + (extra or [])
 
 
+def _release_dbt_logs() -> None:
+    """Close dbt's log file: it keeps one open per invocation, leaking a handle per build."""
+    from dbt_common.events.event_manager_client import cleanup_event_logger, get_event_manager
+
+    for logger in list(get_event_manager().loggers):
+        python_logger = getattr(logger, "_python_logger", None)
+        for handler in list(getattr(python_logger, "handlers", [])):
+            handler.close()
+    cleanup_event_logger()
+
+
 def run_dbt(
     command: str,
     db_path: Path,
@@ -68,7 +79,10 @@ def run_dbt(
         ensure_schema(con)
     os.environ["SPARKCAP_DB"] = str(db_path)
     os.environ.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "False")
-    res = dbtRunner().invoke(dbt_args(command, db_path, extra, dbt_vars))
+    try:
+        res = dbtRunner().invoke(dbt_args(command, db_path, extra, dbt_vars))
+    finally:
+        _release_dbt_logs()
     failures: list[str] = []
     n = 0
     results = getattr(res.result, "results", None) or []

@@ -332,12 +332,19 @@ def stage_tables(
     try:
         ids = pa.table({"wave_id": pa.array(list(wave_ids), pa.string())})
         con.register("_stage_ids", ids)
-        con.execute(
-            "delete from raw.chunks where request_id in (select request_id from raw.requests "
-            "where wave_id in (select wave_id from _stage_ids))"
-        )
-        for name in ("requests", "server_metrics", "waves"):
-            con.execute(f"delete from raw.{name} where wave_id in (select wave_id from _stage_ids)")
+        # only a re-staged wave pays for the deletes (raw.waves is small; raw.chunks is not)
+        (existing,) = con.execute(
+            "select count(*) from raw.waves where wave_id in (select wave_id from _stage_ids)"
+        ).fetchall()[0]
+        if existing:
+            con.execute(
+                "delete from raw.chunks where request_id in (select request_id from "
+                "raw.requests where wave_id in (select wave_id from _stage_ids))"
+            )
+            for name in ("requests", "server_metrics", "waves"):
+                con.execute(
+                    f"delete from raw.{name} where wave_id in (select wave_id from _stage_ids)"
+                )
         for name in ("waves", "requests", "chunks"):
             con.register(f"_stage_{name}", tables[name])
             cols = ", ".join(tables[name].column_names)

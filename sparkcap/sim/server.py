@@ -396,12 +396,17 @@ class SimProcess:
         raise RuntimeError("simulator process not healthy")
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=10)
             except Exception:
                 self.proc.kill()
+                self.proc.wait(timeout=10)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
 
     def __enter__(self) -> SimProcess:
         return self.start()

@@ -1,0 +1,163 @@
+"""Sweep the simulator's twin of the study's fleet, build the marts, find the study's numbers."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from sparkcap.build import build
+from sparkcap.config import SweepPlan, SweepRequest
+from sparkcap.fleet import load_fleet
+from sparkcap.runner import DEMO_PROFILE, run_fleet, run_sweeps
+from sparkcap.sim.fleet import TWIN, expected_fleet_capacity
+from sparkcap.sim.server import SimServer
+from tests.integration.helpers import dep, fast_profile
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def twin_night(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    db = tmp_path_factory.mktemp("twin") / "twin.duckdb"
+    fleet = load_fleet(ROOT / "fleets" / "twin.yaml").with_profile(**DEMO_PROFILE)
+    result = asyncio.run(run_fleet(fleet, db))
+    build(db)
+    return db, result.run_id
+
+
+def q(db: Path, sql: str, params: list[object] | None = None) -> list[tuple[object, ...]]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql, params or []).fetchall()
+
+
+def test_twin_capacities_match_the_study(twin_night: tuple[Path, str]) -> None:
+    db, run_id = twin_night
+    rows = q(
+        db,
+        "select deployment, workload, capacity_streams, is_lower_bound, n_valid_trials "
+        "from marts.fct_capacity where run_id = ?",
+        [run_id],
+    )
+    got = {(d, w): c for d, w, c, _, _ in rows}
+    for d in TWIN:
+        assert got[(d.name, "code")] == d.expected_code_capacity, d.name
+        assert got[(d.name, "prose")] == d.expected_prose_capacity, d.name
+    assert all(not lb and n > 0 for *_, lb, n in rows)
+
+
+def test_twin_fleet_sums(twin_night: tuple[Path, str]) -> None:
+    db, run_id = twin_night
+    rows = q(
+        db,
+        "select workload, capacity_streams, n_deployments, n_replicas, is_extrapolated, "
+        "extrapolated_deployments, load_kind from marts.fct_fleet_capacity "
+        "where run_id = ? order by workload",
+        [run_id],
+    )
+    assert [(r[0], r[1]) for r in rows] == [
+        ("code", expected_fleet_capacity("code")),
+        ("prose", expected_fleet_capacity("prose")),
+    ]
+    assert expected_fleet_capacity("code") == 28 and expected_fleet_capacity("prose") == 11
+    for _, _, n_dep, n_rep, extrapolated, which, kind in rows:
+        assert (n_dep, n_rep, extrapolated, which) == (3, 4, True, "qwen")
+        assert "not a mixed load" in kind
+
+
+def test_glm_code_at_four_streams(twin_night: tuple[Path, str]) -> None:
+    db, run_id = twin_night
+    (median, ci_low, ci_high, passes) = q(
+        db,
+        "select median_decode_tok_s, ci_low_tok_s, ci_high_tok_s, passes_threshold "
+        "from marts.fct_levels where run_id = ? and deployment = 'glm' and workload = 'code' "
+        "and concurrency = 4",
+        [run_id],
+    )[0]
+    assert 20.0 <= median <= 23.5 and passes
+    assert ci_low <= median <= ci_high
+
+
+def test_trials_and_aggregate_throughput(twin_night: tuple[Path, str]) -> None:
+    db, run_id = twin_night
+    warm = q(
+        db,
+        "select count(*), bool_or(is_valid) from marts.fct_trials where run_id = ? and trial = 0",
+        [run_id],
+    )[0]
+    assert warm[0] == 3 * 2 * 5 and warm[1] is False
+    bad = q(
+        db,
+        "select count(*) from marts.fct_trials where run_id = ? and trial > 0 and not is_valid",
+        [run_id],
+    )[0][0]
+    assert bad == 0
+    # aggregate throughput is not concurrency x median (the study's point)
+    rows = q(
+        db,
+        "select aggregate_tok_s, concurrency_x_median_tok_s from marts.fct_trials "
+        "where run_id = ? and concurrency = 16",
+        [run_id],
+    )
+    assert all(a != pytest.approx(b, rel=1e-6) for a, b in rows)
+
+
+def test_marts_contract_columns(twin_night: tuple[Path, str]) -> None:
+    db, _ = twin_night
+    contract = {
+        "fct_stream_rates": "request_id, run_id, deployment, workload, concurrency, trial, status, "
+        "completion_tokens, decode_tok_s, ttft_s",
+        "fct_trials": "run_id, deployment, workload, concurrency, trial, median_decode_tok_s, "
+        "min_decode_tok_s, aggregate_tok_s, median_ttft_s, effective_concurrency, "
+        "is_valid, invalid_reasons",
+        "fct_levels": "run_id, deployment, workload, concurrency, n_valid_trials, "
+        "median_decode_tok_s, min_decode_tok_s, aggregate_tok_s, median_ttft_s, "
+        "ci_low_tok_s, ci_high_tok_s, passes_threshold",
+        "fct_capacity": "run_id, deployment, workload, threshold_tok_s, capacity_streams, "
+        "first_failing_level, capacity_interpolated, is_lower_bound, "
+        "ci_low_streams, ci_high_streams",
+        "fct_fleet_capacity": "run_id, workload, capacity_streams, n_deployments, is_extrapolated",
+        "dim_deployments": "model, endpoint, nodes, hardware, replicas",
+    }
+    for table, cols in contract.items():
+        q(db, f"select {cols} from marts.{table} limit 1")
+
+
+def test_incremental_build_processes_only_the_new_night(
+    twin_night: tuple[Path, str], tmp_path: Path
+) -> None:
+    src, night1 = twin_night
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(src, db)
+    # mark night 1's stored results: an incremental build must not recompute them
+    with duckdb.connect(str(db)) as con:
+        con.execute(
+            "update intermediate.int_levels set median_decode_tok_s = -1 where run_id = ?", [night1]
+        )
+    with SimServer([fast_profile("m")]) as sim:
+        req = SweepRequest(
+            deployment=dep(sim.endpoint, "m"),
+            workload="code",
+            plan=SweepPlan(levels=(1, 2), trials=1, max_tokens=12),
+        )
+        night2 = asyncio.run(run_sweeps([req], db)).run_id
+    build(db)
+    untouched = q(
+        db,
+        "select count(*) from intermediate.int_levels where run_id = ? "
+        "and median_decode_tok_s = -1",
+        [night1],
+    )[0][0]
+    assert untouched > 0
+    assert q(db, "select count(*) from marts.fct_capacity where run_id = ?", [night2])[0][0] == 1
+    # a full refresh recomputes everything
+    build(db, full_refresh=True)
+    assert (
+        q(db, "select count(*) from intermediate.int_levels where median_decode_tok_s = -1")[0][0]
+        == 0
+    )
