@@ -39,6 +39,8 @@ fmt: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) benchmarks/rate_accuracy.py
+	$(PY) benchmarks/warehouse_build.py
+	$(PY) benchmarks/validate_night.py
 
 local-server: $(STAMP)
 	$(VENV)/bin/sparkcap local-server

@@ -29,8 +29,8 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Measure how many concurrent streams an LLM fleet sustains at an interactive rate.",
 )
-err = Console(stderr=True)
-out = Console(width=None if sys.stdout.isatty() else 120)
+err = Console(stderr=True, soft_wrap=True)
+out = Console(width=None if sys.stdout.isatty() else 120, soft_wrap=not sys.stdout.isatty())
 
 
 class CLIError(Exception):
@@ -307,6 +307,43 @@ def build(
 
 
 @app.command()
+def validate(
+    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
+    run: Annotated[str | None, typer.Option(help="run id (default: the latest run)")] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option("--out", help="folder for the data-quality pages")
+    ] = None,
+    prose_tolerance: Annotated[
+        float, typer.Option(help="prose may be this share shorter than requested")
+    ] = 0.05,
+    max_failure_rate: Annotated[
+        float, typer.Option(help="ceiling on failed streams per counted trial")
+    ] = 0.1,
+) -> None:
+    """Run the data-quality suites on a run; exit 1 if a blocking expectation fails."""
+    from sparkcap.dq.validate import DQConfig, run_validation
+
+    cfg = DQConfig(prose_length_tolerance=prose_tolerance, max_failure_rate=max_failure_rate)
+    result = run_validation(_db(db), run, config=cfg, docs_dir=out_dir)
+    for o in result.outcomes:
+        mark = "ok  " if o.success else ("FAIL" if o.blocking else "warn")
+        extra = ""
+        if not o.success:
+            extra = f" — {o.unexpected_count} offending, e.g. {', '.join(o.sample_ids[:3])}"
+        out.print(f"{mark} {o.suite}.{o.expectation}{extra}", highlight=False)
+    if result.summary_page is not None:
+        out.print(f"summary: {result.summary_page}", highlight=False)
+    if result.data_docs_index is not None:
+        out.print(f"data docs: {result.data_docs_index}", highlight=False)
+    if not result.success:
+        names = ", ".join(sorted({o.expectation for o in result.blocking_failures}))
+        err.print(
+            f"error: blocking expectations failed for run {result.run_id}: {names}", highlight=False
+        )
+        raise typer.Exit(1)
+
+
+@app.command()
 def demo(
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
     fleet: Annotated[Path, typer.Option(help="fleet file")] = Path("fleets/twin.yaml"),
@@ -367,9 +404,12 @@ def main(argv: list[str] | None = None) -> None:
 
     command = typer.main.get_command(app)
     try:
-        command.main(args=argv, prog_name="sparkcap", standalone_mode=False)
+        rv = command.main(args=argv, prog_name="sparkcap", standalone_mode=False)
+        if isinstance(rv, int) and rv != 0:  # a command's Exit(n) comes back as a value
+            raise SystemExit(rv)
     except typer.Exit as exc:
-        raise SystemExit(exc.exit_code) from None
+        code = getattr(exc, "exit_code", exc.args[0] if exc.args else 0)
+        raise SystemExit(code) from None
     except typer.Abort:
         err.print("error: aborted", highlight=False)
         raise SystemExit(130) from None
@@ -383,6 +423,7 @@ def main(argv: list[str] | None = None) -> None:
         err.print(f"error: {_validation_line(exc)}", highlight=False, soft_wrap=True)
         raise SystemExit(2) from None
     except (
+        LookupError,
         BuildError,
         CLIError,
         PreflightError,

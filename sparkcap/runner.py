@@ -17,12 +17,13 @@ from typing import Any
 
 import httpx
 
+from sparkcap import spool
 from sparkcap.config import Deployment, SweepRequest
 from sparkcap.fleet import Fleet
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import make_client, new_run_id, plan_waves, request_headers, run_sweep
 from sparkcap.metrics_scrape import scrape_into
-from sparkcap.warehouse import run_end_to, run_start_to, stage_wave_to
+from sparkcap.warehouse import WarehouseBusy, run_end_to, run_start_to
 
 ProgressFn = Callable[[WaveRecord, int, int], None]
 
@@ -71,6 +72,7 @@ class RunResult:
     waves: list[WaveRecord] = field(default_factory=list)
     status: str = "complete"
     reason: str | None = None
+    unstaged: list[str] = field(default_factory=list)
 
 
 async def run_sweeps(
@@ -86,6 +88,8 @@ async def run_sweeps(
     deployments = {r.deployment.name: r.deployment for r in requests}
     for dep in deployments.values():
         await preflight(dep)
+    # waves a crashed or blocked earlier run left behind are staged before anything new
+    await asyncio.to_thread(spool.stage_spool, db_path)
     run_id = run_id or new_run_id()
     result = RunResult(run_id=run_id, db_path=db_path)
     run_start_to(
@@ -102,7 +106,11 @@ async def run_sweeps(
     async def on_wave(wave: WaveRecord) -> None:
         nonlocal done
         async with stage_lock:  # one DuckDB writer, even with parallel deployments
-            await asyncio.to_thread(stage_wave_to, db_path, wave)
+            folder = await asyncio.to_thread(spool.write_wave, wave)
+            try:
+                await asyncio.to_thread(spool.stage_spool, db_path, None, run_id)
+            except WarehouseBusy:
+                result.unstaged.append(str(folder))  # kept in the spool for the next stage
         result.waves.append(wave)
         done += 1
         if progress is not None:

@@ -21,6 +21,7 @@ class Settings:
     db_path: Path
     work_dir: Path
     cache_dir: Path
+    reports_dir: Path
     log_level: str
 
 
@@ -31,6 +32,7 @@ def get_settings() -> Settings:
         db_path=Path(os.environ.get("SPARKCAP_DB", str(DEFAULT_DB))),
         work_dir=work,
         cache_dir=Path(cache),
+        reports_dir=Path(os.environ.get("SPARKCAP_REPORTS", "reports")),
         log_level=os.environ.get("SPARKCAP_LOG_LEVEL", "WARNING").upper(),
     )
 

@@ -12,6 +12,7 @@ names (columns may be added, never renamed). Staging rules:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import time
 from collections.abc import Iterator, Sequence
@@ -109,7 +110,8 @@ create table if not exists raw.deployments (
     replicas        integer not null,
     parallel_slots  integer,
     reports_usage   boolean not null,
-    extra_body_json json
+    extra_body_json json,
+    timeout_total_s double
 );
 
 create table if not exists raw.server_metrics (
@@ -172,8 +174,38 @@ def open_warehouse(
         con.close()
 
 
+@functools.cache
+def _expected_columns() -> dict[tuple[str, str], list[tuple[str, str]]]:
+    with duckdb.connect(":memory:") as mem:
+        mem.execute(SCHEMA_SQL)
+        rows = mem.execute(
+            "select table_name, column_name, data_type from information_schema.columns "
+            "where table_schema = 'raw' order by table_name, ordinal_position"
+        ).fetchall()
+    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    for table, column, dtype in rows:
+        out.setdefault(("raw", table), []).append((column, dtype))
+    return out
+
+
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
+    """Create the raw schema, and add any column a newer sparkcap expects to an older file.
+
+    Columns are only ever added (the contract), so upgrading a warehouse is additive: old
+    rows get NULL in the new columns and every query written against the old layout still runs.
+    """
     con.execute(SCHEMA_SQL)
+    have = {
+        (t, c)
+        for t, c in con.execute(
+            "select table_name, column_name from information_schema.columns "
+            "where table_schema = 'raw'"
+        ).fetchall()
+    }
+    for (schema, table), columns in _expected_columns().items():
+        for column, dtype in columns:
+            if (table, column) not in have:
+                con.execute(f'alter table {schema}.{table} add column "{column}" {dtype}')
 
 
 def _ts(ns: int) -> datetime:
@@ -196,7 +228,9 @@ def record_run_start(
     con.execute("delete from raw.deployments where run_id = ?", [run_id])
     for d in deployments:
         con.execute(
-            "insert into raw.deployments values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "insert into raw.deployments (run_id, deployment, model, endpoint, nodes, hardware, "
+            "replicas, parallel_slots, reports_usage, extra_body_json, timeout_total_s) "
+            "values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 run_id,
                 d.name,
@@ -208,6 +242,7 @@ def record_run_start(
                 d.parallel_slots,
                 d.reports_usage,
                 json.dumps(d.extra_body, sort_keys=True),
+                d.timeouts.total_s,
             ],
         )
     con.execute("commit")
@@ -328,40 +363,36 @@ def stage_tables(
     server_metrics: pa.Table | None = None,
 ) -> None:
     """Replace the given waves' rows in one transaction (idempotent re-staging)."""
+    ids = list(wave_ids)
     con.execute("begin transaction")
     try:
-        ids = pa.table({"wave_id": pa.array(list(wave_ids), pa.string())})
-        con.register("_stage_ids", ids)
         # only a re-staged wave pays for the deletes (raw.waves is small; raw.chunks is not)
         (existing,) = con.execute(
-            "select count(*) from raw.waves where wave_id in (select wave_id from _stage_ids)"
+            "select count(*) from raw.waves where list_contains(?, wave_id)", [ids]
         ).fetchall()[0]
         if existing:
             con.execute(
                 "delete from raw.chunks where request_id in (select request_id from "
-                "raw.requests where wave_id in (select wave_id from _stage_ids))"
+                "raw.requests where list_contains(?, wave_id))",
+                [ids],
             )
             for name in ("requests", "server_metrics", "waves"):
-                con.execute(
-                    f"delete from raw.{name} where wave_id in (select wave_id from _stage_ids)"
-                )
+                con.execute(f"delete from raw.{name} where list_contains(?, wave_id)", [ids])
         for name in ("waves", "requests", "chunks"):
-            con.register(f"_stage_{name}", tables[name])
-            cols = ", ".join(tables[name].column_names)
-            con.execute(f"insert into raw.{name} ({cols}) select {cols} from _stage_{name}")
-            con.unregister(f"_stage_{name}")
+            _insert(con, f"raw.{name}", tables[name])
         if server_metrics is not None and server_metrics.num_rows:
-            con.register("_stage_metrics", server_metrics)
-            con.execute(
-                "insert into raw.server_metrics (wave_id, phase, name, labels, value) "
-                "select wave_id, phase, name, labels, value from _stage_metrics"
-            )
-            con.unregister("_stage_metrics")
-        con.unregister("_stage_ids")
+            _insert(con, "raw.server_metrics", server_metrics)
         con.execute("commit")
     except BaseException:
         con.execute("rollback")
         raise
+
+
+def _insert(con: duckdb.DuckDBPyConnection, target: str, table: pa.Table) -> None:
+    """Bulk insert an Arrow table by column name (columns it lacks stay NULL)."""
+    cols = ", ".join(f'"{c}"' for c in table.column_names)
+    stage_arrow = table  # noqa: F841 - found by DuckDB's replacement scan below
+    con.execute(f"insert into {target} ({cols}) select {cols} from stage_arrow")
 
 
 def metrics_table(wave: WaveRecord) -> pa.Table:

@@ -250,3 +250,21 @@ def test_bad_input_gives_one_error_line(args: list[str], needle: str, tmp_path: 
     assert len(lines) == 1 and lines[0].startswith("error:"), p.stderr
     assert needle in lines[0]
     assert not (tmp_path / "x.duckdb").exists()
+
+
+def test_older_warehouse_gains_new_columns(db_path: Path) -> None:
+    db_path.parent.mkdir(parents=True)
+    with duckdb.connect(str(db_path)) as con:
+        con.execute("create schema raw")
+        con.execute("create table raw.waves (wave_id varchar, run_id varchar)")
+        con.execute("insert into raw.waves values ('w', 'r')")
+    with open_warehouse(db_path) as con:
+        cols = [
+            r[0]
+            for r in con.execute(
+                "select column_name from information_schema.columns "
+                "where table_schema = 'raw' and table_name = 'waves'"
+            ).fetchall()
+        ]
+        assert {"staged_at", "queued", "peak_concurrency", "concurrency"} <= set(cols)
+        assert con.execute("select wave_id, staged_at from raw.waves").fetchall() == [("w", None)]

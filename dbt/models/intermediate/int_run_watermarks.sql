@@ -1,14 +1,36 @@
--- When each run's raw data last changed; incremental models rebuild runs newer than they saw.
+-- When each run's raw data last changed: its latest (re)staged wave or its latest validation.
+-- Incremental models rebuild exactly the runs whose watermark moved past what they saw.
+{% set dq = adapter.get_relation(database=target.database, schema='raw', identifier='dq_results') %}
 with waves as (
     select * from {{ ref('stg_waves') }}
 ),
 
-final as (
-    select
-        run_id,
-        max(coalesce(staged_at, started_at)) as run_watermark
+staged as (
+    select run_id, max(coalesce(staged_at, started_at)) as staged_watermark
     from waves
     group by run_id
+),
+
+{% if dq is not none %}
+validated as (
+    select run_id, max(validated_at) as validated_watermark
+    from {{ dq }}
+    group by run_id
+),
+{% else %}
+validated as (
+    select cast(null as varchar) as run_id, cast(null as timestamptz) as validated_watermark
+    where false
+),
+{% endif %}
+
+final as (
+    select
+        s.run_id,
+        greatest(s.staged_watermark, coalesce(v.validated_watermark, s.staged_watermark))
+            as run_watermark
+    from staged as s
+    left join validated as v on v.run_id = s.run_id
 )
 
 select * from final

@@ -16,6 +16,10 @@ dq_failures as (
     select * from {{ ref('int_dq_wave_failures') }}
 ),
 
+server as (
+    select * from {{ ref('int_wave_server_metrics') }}
+),
+
 per_wave as (
     select
         wave_id,
@@ -67,10 +71,13 @@ joined as (
                 then p.aggregate_tokens / ((p.latest_last_ns - p.earliest_first_ns) / 1e9)
         end as aggregate_tok_s,
         coalesce(d.n_blocking_failures, 0) as n_dq_failures,
-        d.failed_expectations as dq_failed_expectations
+        d.failed_expectations as dq_failed_expectations,
+        sv.spec_acceptance,
+        sv.server_generated_tokens
     from waves as w
     inner join per_wave as p on p.wave_id = w.wave_id
     left join dq_failures as d on d.wave_id = w.wave_id
+    left join server as sv on sv.wave_id = w.wave_id
 ),
 
 with_reference as (
@@ -121,6 +128,8 @@ final as (
         effective_concurrency,
         peak_concurrency,
         client_saturated,
+        spec_acceptance,
+        server_generated_tokens,
         queued_by_overlap or queued_by_ttft as queued,
         n_dq_failures,
         list_filter([

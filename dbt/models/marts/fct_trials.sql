@@ -27,6 +27,8 @@ final as (
         effective_concurrency,
         peak_concurrency,
         client_saturated,
+        spec_acceptance,
+        server_generated_tokens,
         queued,
         n_dq_failures,
         is_valid,

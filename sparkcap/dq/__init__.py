@@ -1,0 +1,1 @@
+"""Data-quality gates (Great Expectations) and their offline reports."""

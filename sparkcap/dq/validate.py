@@ -1,0 +1,469 @@
+"""Data-quality gates with Great Expectations, over frames read from the warehouse.
+
+GX Core 1.x has no DuckDB datasource, so each suite validates a pandas DataFrame that a
+read-only DuckDB query builds: one row per request (chunk checks aggregated in SQL first, so a
+night of 10 M chunk rows never passes through pandas), one per wave, one per level. The suites
+live in ``expectations/*.json`` (reviewed in git); ``$name`` values in them are filled from
+:class:`DQConfig`.
+
+Results land in ``raw.dq_results``: one overall row per expectation and one row per wave with
+offending rows, so dbt can mark exactly those trials invalid (blocking expectations only) and
+so data quality can be queried across nights.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict, Field
+
+from sparkcap.settings import get_settings
+from sparkcap.warehouse import _insert, open_warehouse
+
+EXPECTATIONS_DIR = Path(__file__).resolve().parents[2] / "expectations"
+SUITES = ("requests", "waves", "levels")
+SAMPLE_IDS = 10
+
+DQ_SCHEMA_SQL = """
+create table if not exists raw.dq_results (
+    run_id              varchar not null,
+    wave_id             varchar,          -- NULL: the expectation's overall result
+    deployment          varchar,
+    workload            varchar,
+    concurrency         integer,
+    trial               integer,
+    suite               varchar not null,
+    expectation         varchar not null, -- sparkcap's id, e.g. code_output_length_exact
+    expectation_type    varchar not null,
+    blocking            boolean not null,
+    success             boolean not null,
+    observed_value      varchar,
+    element_count       bigint,
+    unexpected_count    bigint,
+    sample_ids          varchar,          -- up to 10 offending request / wave ids
+    validated_at        timestamptz not null
+);
+"""
+
+REQUESTS_SQL = """
+with chunk_order as (
+    select
+        c.request_id,
+        count(*) as n_chunk_rows,
+        count(*) filter (where c.t_ns < c.prev_t) as n_chunks_earlier_than_previous,
+        count(*) filter (where c.t_ns = c.prev_t) as n_chunks_same_time_as_previous
+    from (
+        select request_id, t_ns, lag(t_ns) over (partition by request_id order by seq) as prev_t
+        from raw.chunks
+        where request_id in (select request_id from raw.requests where run_id = $run_id)
+    ) as c
+    group by c.request_id
+)
+select
+    r.request_id, r.wave_id, w.deployment, w.workload, w.concurrency, w.trial,
+    r.status, r.requested_tokens, r.required_tokens, r.completion_tokens, r.finish_reason,
+    r.count_source, r.first_token_ns, r.last_token_ns, r.n_chunks,
+    r.status in ('ok', 'short') as finished,
+    r.completion_tokens is not null as has_count,
+    r.first_token_ns is not null as has_first_token,
+    r.completion_tokens::double / nullif(r.requested_tokens, 0) as length_ratio,
+    (r.first_token_ns - r.sent_ns) / 1e9 as ttft_s,
+    (r.first_token_ns - r.sent_ns) / 1e9 / coalesce(d.timeout_total_s, 1800) as ttft_over_timeout,
+    coalesce(d.reports_usage, true) as reports_usage,
+    coalesce(o.n_chunk_rows, 0) as n_chunk_rows,
+    coalesce(o.n_chunks_earlier_than_previous, 0) as n_chunks_earlier_than_previous,
+    coalesce(o.n_chunks_same_time_as_previous, 0) as n_chunks_same_time_as_previous
+from raw.requests as r
+join raw.waves as w on w.wave_id = r.wave_id
+left join raw.deployments as d on d.run_id = r.run_id and d.deployment = w.deployment
+left join chunk_order as o on o.request_id = r.request_id
+where r.run_id = $run_id
+order by r.request_id
+"""
+
+WAVES_SQL = """
+select
+    w.wave_id, w.deployment, w.workload, w.concurrency, w.trial,
+    count(r.request_id) as n_recorded,
+    count(r.request_id) filter (where r.status <> 'ok') / greatest(count(r.request_id), 1)
+        as failure_rate
+from raw.waves as w
+left join raw.requests as r on r.wave_id = w.wave_id
+where w.run_id = $run_id
+group by all
+order by w.wave_id
+"""
+
+LEVELS_SQL = """
+select
+    deployment || '/' || workload || '/c' || concurrency as level_key,
+    deployment, workload, concurrency,
+    bool_or(trial = 0) as has_warmup
+from raw.waves
+where run_id = $run_id
+group by all
+order by level_key
+"""
+
+
+class DQConfig(BaseModel):
+    """Thresholds the suites refer to as ``$name``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prose_length_tolerance: float = Field(0.05, ge=0, lt=1)
+    max_failure_rate: float = Field(0.1, ge=0, le=1)
+
+    def params(self) -> dict[str, float]:
+        return {
+            "prose_min_length_ratio": 1.0 - self.prose_length_tolerance,
+            "max_failure_rate": self.max_failure_rate,
+        }
+
+
+@dataclass
+class ExpectationOutcome:
+    suite: str
+    expectation: str
+    expectation_type: str
+    blocking: bool
+    success: bool
+    element_count: int | None
+    unexpected_count: int | None
+    observed_value: str | None
+    sample_ids: list[str]
+    why: str
+    by_group: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class ValidationResult:
+    run_id: str
+    outcomes: list[ExpectationOutcome]
+    data_docs_index: Path | None
+    summary_page: Path | None
+
+    @property
+    def blocking_failures(self) -> list[ExpectationOutcome]:
+        return [o for o in self.outcomes if o.blocking and not o.success]
+
+    @property
+    def success(self) -> bool:
+        return not self.blocking_failures
+
+
+def load_suite_spec(name: str, directory: Path = EXPECTATIONS_DIR) -> dict[str, Any]:
+    spec: dict[str, Any] = json.loads((directory / f"{name}.json").read_text(encoding="utf-8"))
+    return spec
+
+
+def _substitute(value: Any, params: dict[str, float]) -> Any:
+    if isinstance(value, str) and value.startswith("$"):
+        key = value[1:]
+        if key not in params:
+            raise KeyError(f"expectation parameter {value} is not defined")
+        return params[key]
+    if isinstance(value, list):
+        return [_substitute(v, params) for v in value]
+    return value
+
+
+def _condition(clauses: list[list[Any]]) -> Any:
+    """``[["workload", "==", "code"], ["finished", "==", true]]`` as a GX row condition."""
+    from great_expectations.expectations.row_conditions import Column
+
+    ops = {
+        "==": lambda c, v: c == v,
+        "!=": lambda c, v: c != v,
+        ">": lambda c, v: c > v,
+        ">=": lambda c, v: c >= v,
+        "<": lambda c, v: c < v,
+        "<=": lambda c, v: c <= v,
+    }
+    cond = None
+    for column, op, value in clauses:
+        if op not in ops:
+            raise ValueError(f"unsupported operator {op!r} in an expectation's 'where'")
+        term = ops[op](Column(name=column), value)
+        cond = term if cond is None else cond & term
+    return cond
+
+
+def frames(db_path: Path, run_id: str) -> dict[str, pd.DataFrame]:
+    with open_warehouse(db_path, read_only=True) as con:
+        out = {}
+        for name, sql in (("requests", REQUESTS_SQL), ("waves", WAVES_SQL), ("levels", LEVELS_SQL)):
+            out[name] = con.execute(sql, {"run_id": run_id}).df()
+    return out
+
+
+def latest_run_id(db_path: Path) -> str:
+    with open_warehouse(db_path, read_only=True) as con:
+        rows = con.execute(
+            "select run_id from raw.runs order by started_at desc limit 1"
+        ).fetchall()
+    if not rows:
+        raise LookupError(f"no runs in {db_path}")
+    return str(rows[0][0])
+
+
+def _gx_context(root: Path) -> Any:
+    os.environ["GX_ANALYTICS_ENABLED"] = "False"
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    root.mkdir(parents=True, exist_ok=True)
+    context = gx.get_context(mode="file", project_root_dir=str(root))
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    return context
+
+
+def run_validation(
+    db_path: Path,
+    run_id: str | None = None,
+    *,
+    config: DQConfig | None = None,
+    docs_dir: Path | None = None,
+    expectations_dir: Path = EXPECTATIONS_DIR,
+) -> ValidationResult:
+    """Validate one run (the latest by default) and store the results in the warehouse."""
+    import great_expectations as gx
+
+    db_path = Path(db_path)
+    run_id = run_id or latest_run_id(db_path)
+    cfg = config or DQConfig()
+    params = cfg.params()
+    data = frames(db_path, run_id)
+    if data["waves"].empty:
+        raise LookupError(f"run {run_id} has no waves in {db_path}")
+
+    gx_root = get_settings().work_dir / "gx"
+    context = _gx_context(gx_root)
+    # this run's docs show this run's validations; the warehouse keeps the history
+    shutil.rmtree(gx_root / "gx" / "uncommitted" / "validations", ignore_errors=True)
+    source = context.data_sources.add_or_update_pandas(name="sparkcap")
+
+    outcomes: list[ExpectationOutcome] = []
+    validation_definitions = []
+    specs = {}
+    for suite_name in SUITES:
+        spec = load_suite_spec(suite_name, expectations_dir)
+        specs[suite_name] = spec
+        try:
+            asset = source.get_asset(suite_name)
+        except LookupError:
+            asset = source.add_dataframe_asset(name=suite_name)
+        try:
+            batch_def = asset.get_batch_definition("run")
+        except (KeyError, LookupError):
+            batch_def = asset.add_batch_definition_whole_dataframe("run")
+        suite = gx.ExpectationSuite(name=f"sparkcap.{suite_name}")
+        for e in spec["expectations"]:
+            kwargs = {k: _substitute(v, params) for k, v in e["kwargs"].items()}
+            if e.get("where"):
+                kwargs["row_condition"] = _condition(e["where"])
+            cls = getattr(gx.expectations, e["type"])
+            suite.add_expectation(
+                cls(
+                    **kwargs,
+                    meta={"sparkcap_id": e["id"], "blocking": e["blocking"], "why": e["why"]},
+                )
+            )
+        suite = context.suites.add_or_update(suite)
+        vd = context.validation_definitions.add_or_update(
+            gx.ValidationDefinition(name=f"sparkcap.{suite_name}", data=batch_def, suite=suite)
+        )
+        validation_definitions.append((suite_name, vd))
+
+    out_dir = (docs_dir or get_settings().reports_dir / run_id / "dq").resolve()
+    site_dir = out_dir / "data_docs"
+    context.variables.data_docs_sites = {
+        "sparkcap_site": {
+            "class_name": "SiteBuilder",
+            "store_backend": {
+                "class_name": "TupleFilesystemStoreBackend",
+                "base_directory": str(site_dir),
+            },
+            "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
+        }
+    }
+    context.variables.save()
+    for suite_name, vd in validation_definitions:
+        spec = specs[suite_name]
+        index_col = spec["index_column"]
+        frame = data[suite_name]
+        result = vd.run(
+            batch_parameters={"dataframe": frame},
+            result_format={
+                "result_format": "COMPLETE",
+                "unexpected_index_column_names": [index_col],
+            },
+        )
+        for r in result.results:
+            meta = r.expectation_config.meta or {}
+            res = r.result or {}
+            idx = [
+                str(row.get(index_col))
+                for row in (res.get("unexpected_index_list") or [])
+                if isinstance(row, dict)
+            ]
+            observed = res.get("observed_value")
+            outcomes.append(
+                ExpectationOutcome(
+                    suite=suite_name,
+                    expectation=str(meta.get("sparkcap_id", r.expectation_config.type)),
+                    expectation_type=r.expectation_config.type,
+                    blocking=bool(meta.get("blocking", True)),
+                    success=bool(r.success),
+                    element_count=res.get("element_count"),
+                    unexpected_count=res.get("unexpected_count"),
+                    observed_value=None if observed is None else str(observed),
+                    sample_ids=idx,
+                    why=str(meta.get("why", "")),
+                    by_group=_group_offenders(frame, index_col, idx),
+                )
+            )
+    context.build_data_docs(site_names=["sparkcap_site"])
+    index = site_dir / "index.html"
+    from sparkcap.dq.offline import make_offline
+
+    make_offline(site_dir)
+    store_results(db_path, run_id, outcomes)
+    from sparkcap.dq.summary import render_summary_html
+
+    docs_index = index if index.exists() else None
+    summary = render_summary_html(db_path, run_id, docs_index, site_dir.parent / "summary.html")
+    return ValidationResult(run_id, outcomes, docs_index, summary)
+
+
+def _group_offenders(frame: pd.DataFrame, index_col: str, ids: list[str]) -> list[dict[str, Any]]:
+    """Offending rows grouped by wave (requests, waves) so dbt can invalidate those trials."""
+    if not ids:
+        return []
+    bad = frame[frame[index_col].astype(str).isin(set(ids))]
+    if "wave_id" not in bad.columns:
+        groups: list[dict[str, Any]] = []
+        for (dep, wl, conc), g in bad.groupby(["deployment", "workload", "concurrency"]):
+            groups.append(
+                {
+                    "wave_id": None,
+                    "deployment": dep,
+                    "workload": wl,
+                    "concurrency": int(conc),
+                    "trial": None,
+                    "ids": g[index_col].astype(str).tolist(),
+                }
+            )
+        return groups
+    out = []
+    for wave_id, g in bad.groupby("wave_id"):
+        first = g.iloc[0]
+        out.append(
+            {
+                "wave_id": str(wave_id),
+                "deployment": first["deployment"],
+                "workload": first["workload"],
+                "concurrency": int(first["concurrency"]),
+                "trial": int(first["trial"]),
+                "ids": g[index_col].astype(str).tolist(),
+            }
+        )
+    return out
+
+
+def store_results(db_path: Path, run_id: str, outcomes: list[ExpectationOutcome]) -> None:
+    now = datetime.now(UTC)
+    rows: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "run_id",
+            "wave_id",
+            "deployment",
+            "workload",
+            "concurrency",
+            "trial",
+            "suite",
+            "expectation",
+            "expectation_type",
+            "blocking",
+            "success",
+            "observed_value",
+            "element_count",
+            "unexpected_count",
+            "sample_ids",
+            "validated_at",
+        )
+    }
+
+    def add(o: ExpectationOutcome, g: dict[str, Any] | None) -> None:
+        ids = g["ids"] if g else o.sample_ids
+        vals = {
+            "run_id": run_id,
+            "wave_id": g["wave_id"] if g else None,
+            "deployment": g["deployment"] if g else None,
+            "workload": g["workload"] if g else None,
+            "concurrency": g["concurrency"] if g else None,
+            "trial": g["trial"] if g else None,
+            "suite": o.suite,
+            "expectation": o.expectation,
+            "expectation_type": o.expectation_type,
+            "blocking": o.blocking,
+            "success": o.success if g is None else False,
+            "observed_value": o.observed_value if g is None else None,
+            "element_count": o.element_count if g is None else None,
+            "unexpected_count": o.unexpected_count if g is None else len(ids),
+            "sample_ids": ", ".join(ids[:SAMPLE_IDS]) or None,
+            "validated_at": now,
+        }
+        for k, v in vals.items():
+            rows[k].append(v)
+
+    for o in outcomes:
+        add(o, None)
+        for g in o.by_group:
+            add(o, g)
+    table = pa.table(
+        {
+            **{
+                k: pa.array(v, pa.string())
+                for k, v in rows.items()
+                if k
+                in (
+                    "run_id",
+                    "wave_id",
+                    "deployment",
+                    "workload",
+                    "suite",
+                    "expectation",
+                    "expectation_type",
+                    "observed_value",
+                    "sample_ids",
+                )
+            },
+            "concurrency": pa.array(rows["concurrency"], pa.int32()),
+            "trial": pa.array(rows["trial"], pa.int32()),
+            "blocking": pa.array(rows["blocking"], pa.bool_()),
+            "success": pa.array(rows["success"], pa.bool_()),
+            "element_count": pa.array(rows["element_count"], pa.int64()),
+            "unexpected_count": pa.array(rows["unexpected_count"], pa.int64()),
+            "validated_at": pa.array(rows["validated_at"], pa.timestamp("us", tz="UTC")),
+        }
+    )
+    with open_warehouse(db_path) as con:
+        con.execute(DQ_SCHEMA_SQL)
+        con.execute("begin transaction")
+        try:
+            con.execute("delete from raw.dq_results where run_id = ?", [run_id])
+            _insert(con, "raw.dq_results", table)
+            con.execute("commit")
+        except BaseException:
+            con.execute("rollback")
+            raise

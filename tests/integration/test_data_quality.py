@@ -1,0 +1,199 @@
+"""Data-quality gates: short outputs and missing completion lengths are caught, kept as
+evidence, and keep the affected trials out of capacity numbers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from sparkcap.build import build
+from sparkcap.config import SweepPlan, SweepRequest
+from sparkcap.dq.offline import remote_resources
+from sparkcap.dq.validate import EXPECTATIONS_DIR, run_validation
+from sparkcap.runner import run_sweeps
+from sparkcap.sim.server import SimServer
+from tests.integration.helpers import dep, fast_profile, faulty
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def sim() -> SimServer:
+    profiles = [
+        fast_profile("clean"),
+        faulty("short", every=3, short_output_tokens=5),
+        faulty("nousage", every=3, omit_usage=True),
+    ]
+    with SimServer(profiles) as s:
+        yield s
+
+
+def sweep_into(sim: SimServer, db: Path, model: str) -> str:
+    reqs = [
+        SweepRequest(
+            deployment=dep(sim.endpoint, model, extra_body={"ignore_eos": True}),
+            workload=wl,  # type: ignore[arg-type]
+            plan=SweepPlan(levels=(1, 2, 4), trials=2, max_tokens=16),
+        )
+        for wl in ("code", "prose")
+    ]
+    return asyncio.run(run_sweeps(reqs, db)).run_id
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sparkcap.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ),
+    )
+
+
+def q(db: Path, sql: str, params: list[object] | None = None) -> list[tuple[object, ...]]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql, params or []).fetchall()
+
+
+def assert_opens_offline(index: Path) -> None:
+    pages = [index, *index.parent.rglob("validations/**/*.html")]
+    assert len(pages) >= 2
+    for page in pages:
+        assert remote_resources(page) == [], page
+        text = page.read_text(encoding="utf-8")
+        for ref in re.findall(r'(?:src|href)="([^"#?]+\.(?:css|js))"', text):
+            assert (page.parent / ref).resolve().exists(), (page, ref)
+
+
+def test_clean_sweep_passes_every_blocking_expectation(
+    sim: SimServer, db_path: Path, tmp_path: Path
+) -> None:
+    run_id = sweep_into(sim, db_path, "clean")
+    result = run_validation(db_path, run_id, docs_dir=tmp_path / "dq")
+    assert result.success, [o.expectation for o in result.blocking_failures]
+    assert {o.expectation for o in result.outcomes} >= {
+        "completion_length_present",
+        "code_output_length_exact",
+        "prose_output_length_within_tolerance",
+        "chunk_times_non_decreasing",
+        "wave_has_every_stream",
+        "failure_rate_under_ceiling",
+        "count_source_is_usage",
+        "ttft_within_timeout",
+        "first_token_not_after_last",
+        "warmup_wave_present",
+    }
+    assert result.data_docs_index is not None
+    assert_opens_offline(result.data_docs_index)
+    rows = q(
+        db_path,
+        "select count(*), bool_and(success) from raw.dq_results where run_id = ? and blocking",
+        [run_id],
+    )
+    assert rows[0][0] > 0 and rows[0][1] is True
+
+
+@pytest.mark.parametrize(
+    ("model", "expectation"),
+    [("short", "code_output_length_exact"), ("nousage", "completion_length_present")],
+)
+def test_bad_outputs_fail_validation_and_leave_capacity(
+    sim: SimServer, db_path: Path, tmp_path: Path, model: str, expectation: str
+) -> None:
+    run_id = sweep_into(sim, db_path, model)
+    out = tmp_path / "dq"
+    p = cli("validate", "--db", str(db_path), "--run", run_id, "--out", str(out))
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert expectation in p.stderr.splitlines()[-1]
+    assert p.stderr.startswith("error: blocking expectations failed")
+    assert (out / "data_docs" / "index.html").exists() and (out / "summary.html").exists()
+    assert_opens_offline(out / "data_docs" / "index.html")
+    summary = (out / "summary.html").read_text()
+    assert "FAIL" in summary and expectation in summary
+
+    # evidence in the warehouse: offending waves and request ids
+    bad_waves = {
+        r[0]
+        for r in q(
+            db_path,
+            "select wave_id from raw.dq_results where run_id = ? and expectation = ? "
+            "and wave_id is not null and not success",
+            [run_id, expectation],
+        )
+    }
+    assert bad_waves
+    build(db_path)
+    trials = q(
+        db_path,
+        "select wave_id, is_valid, invalid_reasons from marts.fct_trials where run_id = ?",
+        [run_id],
+    )
+    for wave_id, is_valid, reasons in trials:
+        if wave_id in bad_waves:
+            assert is_valid is False and "data-quality" in reasons and expectation in reasons
+    counted_bad = [w for w in bad_waves if not w.endswith("/t0")]
+    assert counted_bad
+    # the capacity inputs (valid trials) exclude exactly those trials
+    n_valid = q(
+        db_path, "select sum(n_valid_trials) from marts.fct_levels where run_id = ?", [run_id]
+    )[0][0]
+    n_counted = q(
+        db_path, "select count(*) from marts.fct_trials where run_id = ? and trial > 0", [run_id]
+    )[0][0]
+    assert n_valid <= n_counted - len(counted_bad)
+    cap_inputs = q(
+        db_path, "select sum(n_valid_trials) from marts.fct_capacity where run_id = ?", [run_id]
+    )[0][0]
+    assert cap_inputs == n_valid
+
+
+def test_validation_after_build_triggers_rebuild_of_that_run(
+    sim: SimServer, db_path: Path, tmp_path: Path
+) -> None:
+    # a stricter suite that the clean streams (16 tokens) fail: only the validation can
+    # invalidate these trials, so the rebuild must have picked it up
+    exp_dir = tmp_path / "expectations"
+    shutil.copytree(EXPECTATIONS_DIR, exp_dir)
+    spec = json.loads((exp_dir / "requests.json").read_text())
+    spec["expectations"].append(
+        {
+            "id": "at_most_ten_tokens",
+            "type": "ExpectColumnValuesToBeBetween",
+            "kwargs": {"column": "completion_tokens", "max_value": 10},
+            "blocking": True,
+            "why": "test-only",
+        }
+    )
+    (exp_dir / "requests.json").write_text(json.dumps(spec))
+    run_id = sweep_into(sim, db_path, "clean")
+    build(db_path)
+    before = q(
+        db_path,
+        "select count(*) filter (where is_valid) from marts.fct_trials where run_id = ?",
+        [run_id],
+    )[0][0]
+    assert before > 0
+    result = run_validation(db_path, run_id, docs_dir=tmp_path / "dq", expectations_dir=exp_dir)
+    assert not result.success
+    build(db_path)  # incremental: the validation moved the run's watermark
+    after = q(
+        db_path,
+        "select count(*) filter (where is_valid) from marts.fct_trials where run_id = ?",
+        [run_id],
+    )[0][0]
+    assert after == 0
+    reasons = q(
+        db_path,
+        "select distinct invalid_reasons from marts.fct_trials where run_id = ? and trial > 0",
+        [run_id],
+    )
+    assert reasons == [("data-quality: at_most_ten_tokens",)]
