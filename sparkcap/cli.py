@@ -261,35 +261,77 @@ def sim(
     server.serve_forever()
 
 
+def load_nightly_flow() -> Any:
+    """The flow object from ``flows/nightly.py`` (the same file ``prefect.yaml`` deploys)."""
+    import importlib.util
+
+    from sparkcap.settings import prepare_prefect_env
+
+    prepare_prefect_env()
+    path = Path(__file__).resolve().parent.parent / "flows" / "nightly.py"
+    spec = importlib.util.spec_from_file_location("sparkcap_nightly_flow", path)
+    if spec is None or spec.loader is None:
+        raise CLIError(f"cannot load the nightly flow from {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.nightly_fleet_sweep
+
+
 @app.command()
 def run(
     fleet: Annotated[Path, typer.Option(help="fleet file (YAML)")],
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    profile: Annotated[str, typer.Option(help="full, or demo (1 trial, 64-token outputs)")] = (
-        "full"
-    ),
-    trials: Annotated[int | None, typer.Option(help="override trials per level")] = None,
-    max_tokens: Annotated[int | None, typer.Option(help="override output length")] = None,
+    profile: Annotated[str, typer.Option(help="full, demo or smoke")] = "full",
+    reports: Annotated[Path | None, typer.Option(help="report folder")] = None,
+    no_prefect: Annotated[
+        bool, typer.Option("--no-prefect", help="run the same steps without Prefect")
+    ] = False,
 ) -> None:
-    """Sweep a whole fleet once: launch what it asks for, sweep, stage, print capacities."""
-    from sparkcap.fleet import load_fleet
-    from sparkcap.runner import DEMO_PROFILE, run_fleet
+    """Run the nightly pipeline once: sweep, stage, validate, build, report."""
+    from sparkcap import pipeline
 
-    fl = load_fleet(fleet)
-    if profile not in ("full", "demo"):
-        raise typer.BadParameter("must be full or demo", param_hint="--profile")
-    overrides: dict[str, Any] = dict(DEMO_PROFILE) if profile == "demo" else {}
-    if trials is not None:
-        overrides["trials"] = trials
-    if max_tokens is not None:
-        overrides["max_tokens"] = max_tokens
-    if overrides:
-        fl = fl.with_profile(**overrides)
-    path = _db(db)
-    result = _with_progress(lambda progress: run_fleet(fl, path, progress=progress))
-    out.print(f"run id: {result.run_id}", highlight=False)
-    print_levels(path, result.run_id)
-    out.print(f"database: {path.resolve()}", highlight=False)
+    fl = pipeline.fleet_for(fleet, profile)  # validates the fleet file before anything starts
+    path = _db(db).resolve()
+    reports_dir = (reports or get_settings().reports_dir).resolve()
+    if no_prefect:
+        result = _with_progress(lambda progress: _pipeline_async(fl, path, reports_dir, progress))
+    else:
+        flow = load_nightly_flow()
+        state = flow(
+            fleet=str(fleet),
+            db=str(path),
+            profile=profile,
+            reports=str(reports_dir),
+            return_state=True,
+        )
+        result = state.result(raise_on_failure=False) if state.is_completed() else None
+        if result is None:
+            _print_after_failed_flow(path, reports_dir, state)
+            raise typer.Exit(1)
+    out.print(f"run id: {result['run_id']}", highlight=False)
+    print_levels(path, result["run_id"])
+    out.print(f"database: {path}", highlight=False)
+    out.print(f"report: {result['report']}", highlight=False)
+    if result.get("dq_success") is False:
+        err.print(f"error: data-quality failed: {', '.join(result['dq_failed'])}", highlight=False)
+        raise typer.Exit(1)
+
+
+async def _pipeline_async(fl: Any, path: Path, reports_dir: Path, progress: Any) -> Any:
+    import asyncio
+
+    from sparkcap import pipeline
+
+    return await asyncio.to_thread(pipeline.run_pipeline, fl, path, reports_dir, progress)
+
+
+def _print_after_failed_flow(path: Path, reports_dir: Path, state: Any) -> None:
+    err.print(
+        f"error: nightly flow ended {state.type.value.lower()}: {state.message}", highlight=False
+    )
+    latest = reports_dir / "latest" / "index.html"
+    if latest.exists():
+        out.print(f"report: {latest}", highlight=False)
 
 
 @app.command()
@@ -304,6 +346,30 @@ def build(
     dbt_vars = {"threshold_tok_s": threshold} if threshold is not None else None
     result = dbt_build(_db(db), full_refresh=full_refresh, dbt_vars=dbt_vars)
     out.print(f"dbt build ok: {result.n_nodes} models and tests", highlight=False)
+
+
+@app.command()
+def report(
+    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
+    run: Annotated[str | None, typer.Option(help="run id (default: the latest built run)")] = None,
+    out_dir: Annotated[Path | None, typer.Option("--out", help="report folder")] = None,
+) -> None:
+    """Render the HTML report (and PNG/SVG charts) of a run from the marts."""
+    from sparkcap.report import render_report
+
+    result = render_report(_db(db), run, out_dir)
+    out.print(f"report: {result.index.resolve()}", highlight=False)
+    if result.latest is not None:
+        out.print(f"latest: {result.latest.resolve()}", highlight=False)
+
+
+@app.command()
+def stage(db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None) -> None:
+    """Stage waves left in the spool by an interrupted or blocked run."""
+    from sparkcap.spool import stage_spool
+
+    n = stage_spool(_db(db))
+    out.print(f"staged {n} spooled wave(s)", highlight=False)
 
 
 @app.command()
@@ -347,9 +413,10 @@ def validate(
 def demo(
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
     fleet: Annotated[Path, typer.Option(help="fleet file")] = Path("fleets/twin.yaml"),
+    reports: Annotated[Path | None, typer.Option(help="report folder")] = None,
 ) -> None:
-    """Start the simulated twin fleet, sweep it with the demo profile, print the capacities."""
-    run(fleet=fleet, db=db, profile="demo", trials=None, max_tokens=None)
+    """The nightly flow on the simulated twin fleet with the demo profile; prints the report."""
+    run(fleet=fleet, db=db, profile="demo", reports=reports, no_prefect=False)
 
 
 @app.command("local-server")
@@ -399,6 +466,7 @@ def main(argv: list[str] | None = None) -> None:
     from sparkcap.build import BuildError
     from sparkcap.fleet import FleetError
     from sparkcap.localserver import LocalServerError
+    from sparkcap.report import ReportError
     from sparkcap.runner import PreflightError
     from sparkcap.warehouse import WarehouseBusy
 
@@ -423,6 +491,7 @@ def main(argv: list[str] | None = None) -> None:
         err.print(f"error: {_validation_line(exc)}", highlight=False, soft_wrap=True)
         raise SystemExit(2) from None
     except (
+        ReportError,
         LookupError,
         BuildError,
         CLIError,

@@ -37,6 +37,16 @@ def get_settings() -> Settings:
     )
 
 
+def prepare_prefect_env() -> None:
+    """Keep Prefect's state in the project's working area and its telemetry off."""
+    work = get_settings().work_dir
+    os.environ.setdefault("PREFECT_HOME", str((work / "prefect").resolve()))
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+
+
 def read_secret(env_var: str | None) -> SecretStr | None:
     """Read an API key from the variable a config names; ``None`` when unset or empty."""
     if not env_var:

@@ -1,4 +1,4 @@
-"""``python -m sparkcap.sim [port] [json]``: the twin fleet (or given profiles) in a process.
+"""``python -m sparkcap.sim [port] [json] [ready-file]``: a simulated fleet in a process.
 
 Benchmarks and the demo run the simulator in a separate process so that its work never
 delays the client's timestamps (one interpreter lock would couple them).
@@ -7,6 +7,7 @@ delays the client's timestamps (one interpreter lock would couple them).
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 from sparkcap.sim.engine import SimProfile
@@ -22,7 +23,15 @@ def main() -> None:
     else:
         profiles = twin_profiles(**spec)
     server = SimServer(profiles, port=port)
-    print(json.dumps({"endpoint": server.endpoint, "port": server.port}), flush=True)
+    info = json.dumps({"endpoint": server.endpoint, "port": server.port})
+    ready = sys.argv[3] if len(sys.argv) > 3 else None
+    if ready:  # written atomically, so the parent never reads half a line
+        tmp = ready + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(info)
+        os.replace(tmp, ready)
+    else:
+        print(info, flush=True)
     server.serve_forever()
 
 

@@ -386,6 +386,22 @@ class Engine:
             self.running.remove(req)
 
     async def _loop(self) -> None:
+        try:
+            await self._iterate_forever()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a model bug must fail the streams, never hang them
+            import traceback
+
+            traceback.print_exc()
+            for req in [*self.waiting, *self.prefilling, *self.running]:
+                req.out.put_nowait(Emit("error", text=f"engine failure: {exc!r}"))
+                req.done = True
+            self.waiting.clear()
+            self.prefilling.clear()
+            self.running.clear()
+
+    async def _iterate_forever(self) -> None:
         loop_deadline = time.perf_counter()
         while True:
             self._admit()
@@ -427,7 +443,8 @@ class Engine:
                 if n > 0:
                     self._emit_tokens(req, n)
             for req in finished_prefill:
-                self.prefilling.remove(req)
+                if req in self.prefilling:
+                    self.prefilling.remove(req)
                 if req.done:
                     continue
                 if p.prefix_cache:

@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -364,28 +366,42 @@ class SimProcess:
     def __init__(self, overrides: dict[str, Any] | None = None) -> None:
         self.overrides = overrides or {}
         self.proc: Any = None
+        self.log_path: Path | None = None
         self.endpoint = ""
         self.base_url = ""
 
     def start(self, timeout_s: float = 30.0) -> SimProcess:
+        """Start the child with its output in a log file (a full pipe would block it)."""
         import subprocess
         import sys
+        import tempfile
 
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sparkcap.sim", "0", json.dumps(self.overrides)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.kill()
-            raise RuntimeError("simulator process did not start")
-        info = json.loads(line)
-        self.endpoint = info["endpoint"]
-        self.base_url = self.endpoint.removesuffix("/v1")
         import httpx
 
+        from sparkcap.settings import get_settings
+
+        logs = get_settings().work_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        self.log_path = logs / f"sim-{os.getpid()}-{time.time_ns()}.log"
+        ready = Path(tempfile.mkdtemp(prefix="sparkcap-sim-")) / "ready.json"
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sparkcap.sim", "0", json.dumps(self.overrides), str(ready)],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + timeout_s
+        while not ready.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                tail = self.log_path.read_text(errors="replace").strip().splitlines()[-1:]
+                raise RuntimeError(f"simulator process did not start: {tail}")
+            time.sleep(0.02)
+        info = json.loads(ready.read_text(encoding="utf-8"))
+        ready.unlink()
+        ready.parent.rmdir()
+        self.endpoint = info["endpoint"]
+        self.base_url = self.endpoint.removesuffix("/v1")
         while time.monotonic() < deadline:
             try:
                 if httpx.get(self.base_url + "/health", timeout=1.0).status_code == 200:
@@ -405,8 +421,6 @@ class SimProcess:
             except Exception:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
 
     def __enter__(self) -> SimProcess:
         return self.start()

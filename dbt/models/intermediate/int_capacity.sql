@@ -36,7 +36,7 @@ summary as (
         ) as capacity_level,
         coalesce(bool_or(l.passes_threshold and l.concurrency > f.first_failing_level), false)
             as is_non_monotonic,
-        sum(l.n_valid_trials) as n_valid_trials,
+        cast(sum(l.n_valid_trials) as integer) as n_valid_trials,
         max(l.run_watermark) as run_watermark
     from levels as l
     left join first_fail as f

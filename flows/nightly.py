@@ -1,0 +1,99 @@
+"""The nightly fleet sweep as a Prefect flow. Thin: every step is a sparkcap library call.
+
+Load generation is never retried (a retried wave is a different measurement); staging, dbt
+and the report are retried. Data-quality failures fail the validate task and the flow's final
+state, but the marts are still built (failed trials are excluded) and the report is still
+published, saying why.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_link_artifact, create_markdown_artifact
+from prefect.states import Failed
+
+from sparkcap import pipeline
+from sparkcap.settings import get_settings
+
+
+class DataQualityFailed(RuntimeError):
+    """A blocking expectation failed for this run."""
+
+
+@task(name="sweep", retries=0)
+def sweep_task(fleet_path: str, db: str, profile: str) -> str:
+    fleet = pipeline.fleet_for(fleet_path, profile)
+    logger = get_run_logger()
+
+    def progress(wave: Any, done: int, total: int) -> None:
+        if wave.trial > 0 or done == total:
+            logger.info(
+                "[%d/%d] %s/%s c=%d t=%d",
+                done,
+                total,
+                wave.deployment,
+                wave.workload,
+                wave.concurrency,
+                wave.trial,
+            )
+
+    return pipeline.sweep(fleet, Path(db), progress).run_id
+
+
+@task(name="stage", retries=3, retry_delay_seconds=5)
+def stage_task(db: str) -> int:
+    return pipeline.stage_pending(Path(db))
+
+
+@task(name="validate", retries=0)
+def validate_task(db: str, run_id: str, reports: str) -> dict[str, Any]:
+    outcome = pipeline.validate(Path(db), run_id, Path(reports))
+    if not outcome.success:
+        create_markdown_artifact(
+            key="data-quality",
+            markdown="# Data quality failed\n\n" + "\n".join(f"- {x}" for x in outcome.failed),
+            description=f"blocking expectations failed for {run_id}",
+        )
+        raise DataQualityFailed(f"blocking expectations failed: {', '.join(outcome.failed)}")
+    return {"success": True}
+
+
+@task(name="dbt-build", retries=2, retry_delay_seconds=5)
+def build_task(db: str, threshold: float) -> int:
+    return pipeline.build(Path(db), threshold)
+
+
+@task(name="report", retries=2, retry_delay_seconds=5)
+def report_task(db: str, run_id: str, reports: str) -> str:
+    return str(pipeline.report(Path(db), run_id, Path(reports)))
+
+
+@flow(name="nightly-fleet-sweep", log_prints=True)
+def nightly_fleet_sweep(
+    fleet: str = "fleets/twin.yaml",
+    db: str | None = None,
+    profile: str = "full",
+    reports: str | None = None,
+) -> Any:
+    settings = get_settings()
+    db_path = str(Path(db or settings.db_path).resolve())
+    reports_dir = str(Path(reports or settings.reports_dir).resolve())
+    threshold = pipeline.fleet_for(fleet, profile).threshold_tok_s
+    run_id = sweep_task(fleet, db_path, profile)
+    stage_task(db_path)
+    dq_state = validate_task(db_path, run_id, reports_dir, return_state=True)
+    build_task(db_path, threshold)
+    index = report_task(db_path, run_id, reports_dir)
+    create_markdown_artifact(
+        key="capacity",
+        markdown=pipeline.capacity_markdown(Path(db_path), run_id),
+        description=f"capacity for run {run_id}",
+    )
+    create_link_artifact(key="report", link=Path(index).as_uri(), link_text=f"report {run_id}")
+    result = {"run_id": run_id, "report": index, "db": db_path}
+    if dq_state.is_failed():
+        return Failed(message=f"data quality failed for {run_id}; report published at {index}")
+    return result

@@ -1,0 +1,544 @@
+"""The published report: one self-contained HTML page per run, plus PNG and SVG of each chart.
+
+Every number and chart comes from the dbt marts (read-only), never from in-memory sweep data,
+so the report shows exactly what ad-hoc SQL users can query. Vega is inlined (vl-convert's
+bundle) so the page opens offline; charts are also exported with vl-convert for publishing.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+import pandas as pd
+
+from sparkcap import __version__
+from sparkcap.settings import get_settings
+from sparkcap.warehouse import open_warehouse
+
+WORKLOAD_COLORS = alt.Scale(domain=["code", "prose"], range=["#1f77b4", "#e45756"])
+
+
+@dataclass
+class ReportResult:
+    run_id: str
+    index: Path
+    latest: Path | None
+    charts: list[Path] = field(default_factory=list)
+    headline: dict[str, int] = field(default_factory=dict)
+
+
+class ReportError(RuntimeError):
+    """The marts hold nothing to report for the requested run."""
+
+
+def _df(con: Any, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
+    frame: pd.DataFrame = con.execute(sql, params or []).df()
+    return frame
+
+
+def _latest_built_run(con: Any) -> str:
+    rows = con.execute(
+        "select c.run_id from marts.fct_capacity c join raw.runs r using (run_id) "
+        "order by r.started_at desc limit 1"
+    ).fetchall()
+    if not rows:
+        raise ReportError("no capacity results in the marts yet (run `sparkcap build` first)")
+    return str(rows[0][0])
+
+
+def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
+    with open_warehouse(db_path, read_only=True) as con:
+        run_id = run_id or _latest_built_run(con)
+        run = con.execute(
+            "select run_id, started_at, finished_at, status, status_reason, sparkcap_version "
+            "from raw.runs where run_id = ?",
+            [run_id],
+        ).fetchall()
+        if not run:
+            raise ReportError(f"no run {run_id} in {db_path}")
+        data: dict[str, Any] = {"run_id": run_id, "run": run[0]}
+        data["capacity"] = _df(
+            con,
+            "select c.*, coalesce(d.replicas, 1) as replicas, d.nodes, d.hardware, d.model "
+            "as model_name from marts.fct_capacity c left join marts.dim_deployments d "
+            "using (run_id, deployment) where c.run_id = ? order by deployment, workload",
+            [run_id],
+        )
+        if data["capacity"].empty:
+            raise ReportError(f"run {run_id} has no capacity rows (run `sparkcap build`)")
+        data["fleet"] = _df(
+            con,
+            "select * from marts.fct_fleet_capacity where run_id = ? order by workload",
+            [run_id],
+        )
+        data["levels"] = _df(
+            con,
+            "select l.*, c.capacity_streams from marts.fct_levels l join marts.fct_capacity c "
+            "using (run_id, deployment, workload) where l.run_id = ? "
+            "order by deployment, workload, concurrency",
+            [run_id],
+        )
+        data["invalid"] = _df(
+            con,
+            "select deployment, workload, concurrency, trial, invalid_reasons "
+            "from marts.fct_trials where run_id = ? and trial > 0 and not is_valid "
+            "order by deployment, workload, concurrency, trial",
+            [run_id],
+        )
+        data["history"] = _df(
+            con,
+            "select c.run_id, r.started_at, c.deployment, c.workload, c.capacity_streams "
+            "from marts.fct_capacity c join raw.runs r using (run_id) "
+            "where r.started_at <= (select started_at from raw.runs where run_id = ?) "
+            "order by r.started_at",
+            [run_id],
+        )
+        has_dq = con.execute(
+            "select count(*) from information_schema.tables "
+            "where table_schema = 'raw' and table_name = 'dq_results'"
+        ).fetchall()[0][0]
+        data["dq"] = (
+            _df(
+                con,
+                "select suite, expectation, blocking, success, unexpected_count "
+                "from raw.dq_results where run_id = ? and wave_id is null "
+                "and deployment is null order by blocking desc, suite, expectation",
+                [run_id],
+            )
+            if has_dq
+            else pd.DataFrame()
+        )
+    return data
+
+
+def _threshold(data: dict[str, Any]) -> float:
+    return float(data["capacity"]["threshold_tok_s"].iloc[0])
+
+
+def headline_chart(data: dict[str, Any]) -> Any:
+    cap = data["capacity"].copy()
+    cap["streams"] = cap["capacity_streams"] * cap["replicas"]
+    cap["label"] = cap.apply(
+        lambda r: (
+            f"{r['deployment']} ×{r['replicas']} (extrapolated)"
+            if r["replicas"] > 1
+            else r["deployment"]
+        ),
+        axis=1,
+    )
+    totals = cap.groupby("workload", as_index=False)["streams"].sum()
+    t = _threshold(data)
+    bars = (
+        alt.Chart(cap)
+        .mark_bar()
+        .encode(
+            y=alt.Y("workload:N", title=None, sort=["code", "prose"]),
+            x=alt.X("streams:Q", title=f"concurrent streams with median ≥ {t:g} tok/s"),
+            color=alt.Color("label:N", title="deployment"),
+            opacity=alt.condition("datum.replicas > 1", alt.value(0.65), alt.value(1.0)),
+            order=alt.Order("deployment:N"),
+            tooltip=["deployment", "workload", "capacity_streams", "replicas", "streams"],
+        )
+    )
+    text = (
+        alt.Chart(totals)
+        .mark_text(align="left", dx=6, fontWeight="bold", fontSize=14)
+        .encode(
+            y=alt.Y("workload:N", sort=["code", "prose"]),
+            x="streams:Q",
+            text=alt.Text("streams:Q", format="d"),
+        )
+    )
+    summary = ", ".join(f"≈ {int(r.streams)} {r.workload}" for r in totals.itertuples())
+    return (bars + text).properties(
+        width=640,
+        height=120,
+        title=alt.TitleParams(
+            f"Fleet capacity at {t:g} tok/s: {summary} streams",
+            subtitle="Alternative workloads, not a mixed load. Faded segments count a measured "
+            "replica once per identical replica.",
+        ),
+    )
+
+
+def rate_chart(data: dict[str, Any]) -> Any:
+    lv = data["levels"].copy()
+    lv["is_capacity"] = lv["concurrency"] == lv["capacity_streams"]
+    t = _threshold(data)
+    base = alt.Chart(lv).encode(
+        x=alt.X("concurrency:Q", title="concurrent streams", scale=alt.Scale(type="log", base=2)),
+        color=alt.Color("workload:N", scale=WORKLOAD_COLORS),
+    )
+    band = base.mark_area(opacity=0.15).encode(
+        y=alt.Y("min_decode_tok_s:Q", title="decode rate per stream (tok/s)"),
+        y2="max_decode_tok_s:Q",
+    )
+    ci = base.mark_area(opacity=0.3).encode(y="ci_low_tok_s:Q", y2="ci_high_tok_s:Q")
+    line = base.mark_line(point=True).encode(
+        y="median_decode_tok_s:Q",
+        tooltip=[
+            "workload",
+            "concurrency",
+            alt.Tooltip("median_decode_tok_s:Q", format=".1f"),
+            alt.Tooltip("min_decode_tok_s:Q", format=".1f"),
+            alt.Tooltip("ci_low_tok_s:Q", format=".1f"),
+            alt.Tooltip("ci_high_tok_s:Q", format=".1f"),
+            "n_valid_trials",
+        ],
+    )
+    marker = (
+        base.transform_filter("datum.is_capacity")
+        .mark_point(shape="diamond", size=180, filled=True, stroke="black")
+        .encode(y="median_decode_tok_s:Q")
+    )
+    rule = alt.Chart(lv).mark_rule(strokeDash=[6, 4], color="black").encode(y=alt.datum(t))
+    return (
+        alt.layer(band, ci, line, marker, rule, data=lv)
+        .properties(width=260, height=220)
+        .facet(column=alt.Column("deployment:N", title=None))
+        .properties(
+            title=alt.TitleParams(
+                "Median decode rate vs concurrency",
+                subtitle=f"Light band: min–max across streams; dark band: 90 % bootstrap interval;"
+                f" dashed line: {t:g} tok/s; diamond: capacity.",
+            )
+        )
+    )
+
+
+def ttft_chart(data: dict[str, Any]) -> Any:
+    lv = data["levels"]
+    return (
+        alt.Chart(lv)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(
+                "concurrency:Q", title="concurrent streams", scale=alt.Scale(type="log", base=2)
+            ),
+            y=alt.Y("median_ttft_s:Q", title="median time to first token (s)"),
+            color=alt.Color("workload:N", scale=WORKLOAD_COLORS),
+            tooltip=["workload", "concurrency", alt.Tooltip("median_ttft_s:Q", format=".2f")],
+        )
+        .properties(width=260, height=180)
+        .facet(column=alt.Column("deployment:N", title=None))
+        .properties(title=alt.TitleParams("Time to first token (queueing and prefill)"))
+    )
+
+
+def throughput_chart(data: dict[str, Any]) -> Any:
+    lv = data["levels"][
+        ["deployment", "workload", "concurrency", "aggregate_tok_s", "concurrency_x_median_tok_s"]
+    ].melt(
+        id_vars=["deployment", "workload", "concurrency"],
+        var_name="measure",
+        value_name="tok_s",
+    )
+    lv["measure"] = lv["measure"].map(
+        {
+            "aggregate_tok_s": "aggregate throughput",
+            "concurrency_x_median_tok_s": "concurrency × median rate",
+        }
+    )
+    return (
+        alt.Chart(lv)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X(
+                "concurrency:Q", title="concurrent streams", scale=alt.Scale(type="log", base=2)
+            ),
+            y=alt.Y("tok_s:Q", title="tokens per second"),
+            color=alt.Color("workload:N", scale=WORKLOAD_COLORS),
+            strokeDash=alt.StrokeDash("measure:N", title=None),
+            tooltip=["workload", "measure", "concurrency", alt.Tooltip("tok_s:Q", format=".1f")],
+        )
+        .properties(width=260, height=180)
+        .facet(column=alt.Column("deployment:N", title=None))
+        .properties(
+            title=alt.TitleParams(
+                "Aggregate throughput beside concurrency × median rate",
+                subtitle="Σ(tokens − 1) / (latest last token − earliest first token); the two "
+                "differ because streams start and end at different times.",
+            )
+        )
+    )
+
+
+def history_chart(data: dict[str, Any]) -> Any:
+    h = data["history"].copy()
+    h["series"] = h["deployment"] + " / " + h["workload"]
+    return (
+        alt.Chart(h)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("started_at:T", title="night"),
+            y=alt.Y("capacity_streams:Q", title="capacity (streams)"),
+            color=alt.Color("series:N", title="deployment / workload"),
+            tooltip=["run_id", "deployment", "workload", "capacity_streams"],
+        )
+        .properties(width=640, height=200, title="Capacity across nights")
+    )
+
+
+def history_changes(data: dict[str, Any]) -> pd.DataFrame:
+    h = data["history"].sort_values("started_at")
+    rows = []
+    for (dep, wl), g in h.groupby(["deployment", "workload"]):
+        caps = g["capacity_streams"].tolist()
+        if len(caps) >= 2 and caps[-1] != caps[-2]:
+            rows.append(
+                {
+                    "deployment": dep,
+                    "workload": wl,
+                    "previous": caps[-2],
+                    "current": caps[-1],
+                    "change": caps[-1] - caps[-2],
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def _table(frame: pd.DataFrame, columns: dict[str, str], empty: str) -> str:
+    if frame.empty:
+        return f"<p class='muted'>{html.escape(empty)}</p>"
+    head = "".join(f"<th>{html.escape(v)}</th>" for v in columns.values())
+    body = []
+    for _, row in frame.iterrows():
+        cells = []
+        for k in columns:
+            v = row[k]
+            if v is None or (isinstance(v, float) and pd.isna(v)):
+                text = "—"
+            elif isinstance(v, float):
+                text = f"{v:.1f}"
+            else:
+                text = str(v)
+            cells.append(f"<td>{html.escape(text)}</td>")
+        body.append(f"<tr>{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>sparkcap — {title}</title>
+<style>
+body {{ font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #1f2328;
+       background: #f6f8fa; }}
+header {{ background: #0d1117; color: #fff; padding: 1.2rem 2rem; }}
+header h1 {{ margin: 0; font-size: 1.4rem; }} header p {{ margin: 0.3rem 0 0; color: #c9d1d9; }}
+main {{ padding: 1rem 2rem 3rem; max-width: 1400px; }}
+section {{ background: #fff; border: 1px solid #d0d7de; border-radius: 8px; padding: 1rem 1.2rem;
+          margin: 1rem 0; overflow-x: auto; }}
+h2 {{ font-size: 1.1rem; margin-top: 0; }}
+table {{ border-collapse: collapse; font-size: 0.85rem; }}
+th, td {{ border-bottom: 1px solid #d0d7de; padding: 0.3rem 0.7rem; text-align: left; }}
+th {{ background: #f6f8fa; }} .muted {{ color: #656d76; }} .bad {{ color: #cf222e; }}
+.headline {{ font-size: 1.25rem; }} .note {{ font-size: 0.85rem; color: #656d76; }}
+</style>
+<script type="text/javascript">
+{vega_bundle}
+</script>
+</head><body>
+<header><h1>{title}</h1><p>{subtitle}</p></header>
+<main>
+{sections}
+</main>
+<script type="text/javascript">
+const charts = {charts_json};
+for (const [id, spec] of Object.entries(charts)) {{
+  vegaEmbed('#' + id, spec, {{"actions": false, "renderer": "svg"}}).catch(console.error);
+}}
+</script>
+</body></html>
+"""
+
+
+def render_report(
+    db_path: Path,
+    run_id: str | None = None,
+    out_dir: Path | None = None,
+    *,
+    update_latest: bool = True,
+    export_images: bool = True,
+) -> ReportResult:
+    import vl_convert as vlc
+    from altair.utils._importers import vl_version_for_vl_convert
+
+    data = load_data(Path(db_path), run_id)
+    run_id = str(data["run_id"])
+    root = Path(out_dir) if out_dir is not None else get_settings().reports_dir
+    run_dir = root / run_id
+    (run_dir / "charts").mkdir(parents=True, exist_ok=True)
+    t = _threshold(data)
+    charts: dict[str, Any] = {
+        "headline": headline_chart(data),
+        "rates": rate_chart(data),
+        "ttft": ttft_chart(data),
+        "throughput": throughput_chart(data),
+        "history": history_chart(data),
+    }
+    result = ReportResult(run_id=run_id, index=run_dir / "index.html", latest=None)
+    specs = {}
+    for name, chart in charts.items():
+        chart = chart.configure_axis(labelFontSize=11, titleFontSize=12).configure_title(
+            fontSize=15, anchor="start"
+        )
+        specs[f"chart-{name}"] = chart.to_dict()
+        if export_images:
+            for ext in ("svg", "png"):
+                path = run_dir / "charts" / f"{name}.{ext}"
+                chart.save(str(path), scale_factor=2) if ext == "png" else chart.save(str(path))
+                result.charts.append(path)
+
+    fleet = data["fleet"]
+    result.headline = {str(r.workload): int(r.capacity_streams) for r in fleet.itertuples()}
+    headline_text = " or ".join(
+        f"≈ {int(r.capacity_streams)} {r.workload}" for r in fleet.itertuples()
+    )
+    extrapolated = ", ".join(sorted({str(x) for x in fleet["extrapolated_deployments"].dropna()}))
+    cap = data["capacity"].copy()
+    cap["bracket"] = cap.apply(
+        lambda r: (
+            f"[{r['capacity_streams']}, {int(r['first_failing_level'])}]"
+            if pd.notna(r["first_failing_level"])
+            else f"≥ {r['capacity_streams']} (lower bound)"
+        ),
+        axis=1,
+    )
+    cap["interval"] = cap.apply(
+        lambda r: (
+            f"{r['ci_low_streams']}–{r['ci_high_streams']}"
+            if pd.notna(r["ci_low_streams"])
+            else "—"
+        ),
+        axis=1,
+    )
+    cap["flags"] = cap.apply(
+        lambda r: ", ".join(
+            x
+            for x, on in (
+                ("lower bound", r["is_lower_bound"]),
+                ("non-monotonic", r["is_non_monotonic"]),
+                (f"×{r['replicas']} replicas", r["replicas"] > 1),
+            )
+            if on
+        ),
+        axis=1,
+    )
+    dq = data["dq"]
+    dq_link = ""
+    dq_dir = run_dir / "dq"
+    if (dq_dir / "summary.html").exists():
+        dq_link += "<a href='dq/summary.html'>data-quality summary</a>"
+    if (dq_dir / "data_docs" / "index.html").exists():
+        dq_link += " · <a href='dq/data_docs/index.html'>Great Expectations Data Docs</a>"
+    if not dq.empty:
+        dq = dq.assign(
+            result=dq.apply(
+                lambda r: "pass" if r["success"] else ("FAIL" if r["blocking"] else "warn"), axis=1
+            )
+        )
+    changes = history_changes(data)
+    run = data["run"]
+    status = f"{run[3]}" + (f" ({run[4]})" if run[4] else "")
+    sections = [
+        f"<section><h2>Headline</h2><p class='headline'>At {t:g} tok/s the fleet sustains "
+        f"<b>{html.escape(headline_text)}</b> streams.</p>"
+        f"<p class='note'>Code and prose are alternative workloads, not a simultaneous mixed "
+        f"load. Capacity is the largest tested concurrency whose median stream decodes at ≥ "
+        f"{t:g} tok/s with every smaller level passing."
+        + (f" Extrapolated replicas: {html.escape(extrapolated)}." if extrapolated else "")
+        + "</p><div id='chart-headline'></div></section>",
+        "<section><h2>Capacity per deployment</h2>"
+        + _table(
+            cap,
+            {
+                "deployment": "deployment",
+                "workload": "workload",
+                "capacity_streams": "capacity (streams)",
+                "capacity_interpolated": "interpolated",
+                "bracket": "bracket",
+                "interval": "90 % interval",
+                "n_valid_trials": "valid trials",
+                "flags": "flags",
+            },
+            "no capacity rows",
+        )
+        + "</section>",
+        "<section><h2>Decode rate</h2><div id='chart-rates'></div></section>",
+        "<section><h2>Responsiveness</h2><div id='chart-ttft'></div></section>",
+        "<section><h2>Throughput</h2><div id='chart-throughput'></div></section>",
+        "<section><h2>Invalid trials</h2><p class='note'>These trials never feed a capacity "
+        "number.</p>"
+        + _table(
+            data["invalid"],
+            {
+                "deployment": "deployment",
+                "workload": "workload",
+                "concurrency": "streams",
+                "trial": "trial",
+                "invalid_reasons": "why",
+            },
+            "Every counted trial is valid.",
+        )
+        + "</section>",
+        "<section><h2>Data quality</h2>"
+        + (f"<p>{dq_link}</p>" if dq_link else "")
+        + (
+            _table(
+                dq,
+                {
+                    "suite": "suite",
+                    "expectation": "expectation",
+                    "result": "result",
+                    "unexpected_count": "offending rows",
+                },
+                "",
+            )
+            if not dq.empty
+            else "<p class='muted'>This run has not been validated (`sparkcap validate`).</p>"
+        )
+        + "</section>",
+        "<section><h2>History</h2><div id='chart-history'></div>"
+        + _table(
+            changes,
+            {
+                "deployment": "deployment",
+                "workload": "workload",
+                "previous": "previous night",
+                "current": "this night",
+                "change": "change",
+            },
+            "No capacity changed since the previous night.",
+        )
+        + "</section>",
+        f"<section class='note'>Run {html.escape(run_id)} · started {run[1]} · status "
+        f"{html.escape(status)} · sparkcap {html.escape(str(run[5] or __version__))} · "
+        f"charts as PNG and SVG in <a href='charts/'>charts/</a></section>",
+    ]
+    page = PAGE.format(
+        title=f"Interactive capacity — run {html.escape(run_id)}",
+        subtitle=f"Median stream ≥ {t:g} generated tokens/s · from the sparkcap warehouse marts",
+        vega_bundle=vlc.javascript_bundle(vl_version=vl_version_for_vl_convert()),  # type: ignore[call-arg]
+        sections="\n".join(sections),
+        charts_json=json.dumps(specs, default=str).replace("</", "<\\/"),
+    )
+    result.index.write_text(page, encoding="utf-8")
+    if update_latest:
+        latest = root / "latest"
+        tmp = root / ".latest-tmp"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        shutil.copytree(run_dir, tmp)
+        if latest.exists():
+            shutil.rmtree(latest)
+        os.replace(tmp, latest)
+        result.latest = latest / "index.html"
+    return result
