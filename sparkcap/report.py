@@ -39,7 +39,14 @@ class ReportError(RuntimeError):
 
 
 def _df(con: Any, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
-    frame: pd.DataFrame = con.execute(sql, params or []).df()
+    """Query → DataFrame via Arrow; DECIMAL/HUGEINT sums become floats (Vega needs JSON)."""
+    import pyarrow as pa
+
+    table = con.sql(sql, params=params or []).to_arrow_table()
+    fields = [
+        pa.field(f.name, pa.float64()) if pa.types.is_decimal(f.type) else f for f in table.schema
+    ]
+    frame: pd.DataFrame = table.cast(pa.schema(fields)).to_pandas()
     return frame
 
 

@@ -46,10 +46,10 @@ final as (
     select
         deployment, workload, concurrency,
         count(*) filter (where trial > 0) as n_trials,
-        count(*) filter (where trial > 0 and failures = 0 and not saturated) as n_valid_trials,
-        median(median_tok_s) filter (where trial > 0 and failures = 0 and not saturated)
+        count(*) filter (where trial > 0 and failures = 0 and not saturated and not queued) as n_valid_trials,
+        median(median_tok_s) filter (where trial > 0 and failures = 0 and not saturated and not queued)
             as median_decode_tok_s,
-        min(min_tok_s) filter (where trial > 0 and failures = 0 and not saturated)
+        min(min_tok_s) filter (where trial > 0 and failures = 0 and not saturated and not queued)
             as min_decode_tok_s,
         median(median_ttft_s) filter (where trial > 0) as median_ttft_s,
         coalesce(sum(failures) filter (where trial > 0), 0) as failures,

@@ -201,7 +201,7 @@ def frames(db_path: Path, run_id: str) -> dict[str, pd.DataFrame]:
     with open_warehouse(db_path, read_only=True) as con:
         out = {}
         for name, sql in (("requests", REQUESTS_SQL), ("waves", WAVES_SQL), ("levels", LEVELS_SQL)):
-            out[name] = con.execute(sql, {"run_id": run_id}).df()
+            out[name] = con.sql(sql, params={"run_id": run_id}).to_arrow_table().to_pandas()
     return out
 
 

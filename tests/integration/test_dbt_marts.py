@@ -11,24 +11,17 @@ import pytest
 
 from sparkcap.build import build
 from sparkcap.config import SweepPlan, SweepRequest
-from sparkcap.fleet import load_fleet
-from sparkcap.runner import DEMO_PROFILE, run_fleet, run_sweeps
+from sparkcap.runner import run_sweeps
 from sparkcap.sim.fleet import TWIN, expected_fleet_capacity
 from sparkcap.sim.server import SimServer
 from tests.integration.helpers import dep, fast_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
-def twin_night(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    db = tmp_path_factory.mktemp("twin") / "twin.duckdb"
-    fleet = load_fleet(ROOT / "fleets" / "twin.yaml").with_profile(**DEMO_PROFILE)
-    result = asyncio.run(run_fleet(fleet, db))
-    build(db)
-    return db, result.run_id
+def night(twin_night: dict[str, object]) -> tuple[Path, str]:
+    return Path(str(twin_night["db"])), str(twin_night["run_id"])
 
 
 def q(db: Path, sql: str, params: list[object] | None = None) -> list[tuple[object, ...]]:
@@ -36,8 +29,8 @@ def q(db: Path, sql: str, params: list[object] | None = None) -> list[tuple[obje
         return con.execute(sql, params or []).fetchall()
 
 
-def test_twin_capacities_match_the_study(twin_night: tuple[Path, str]) -> None:
-    db, run_id = twin_night
+def test_twin_capacities_match_the_study(night: tuple[Path, str]) -> None:
+    db, run_id = night
     rows = q(
         db,
         "select deployment, workload, capacity_streams, is_lower_bound, n_valid_trials "
@@ -51,8 +44,8 @@ def test_twin_capacities_match_the_study(twin_night: tuple[Path, str]) -> None:
     assert all(not lb and n > 0 for *_, lb, n in rows)
 
 
-def test_twin_fleet_sums(twin_night: tuple[Path, str]) -> None:
-    db, run_id = twin_night
+def test_twin_fleet_sums(night: tuple[Path, str]) -> None:
+    db, run_id = night
     rows = q(
         db,
         "select workload, capacity_streams, n_deployments, n_replicas, is_extrapolated, "
@@ -70,8 +63,8 @@ def test_twin_fleet_sums(twin_night: tuple[Path, str]) -> None:
         assert "not a mixed load" in kind
 
 
-def test_glm_code_at_four_streams(twin_night: tuple[Path, str]) -> None:
-    db, run_id = twin_night
+def test_glm_code_at_four_streams(night: tuple[Path, str]) -> None:
+    db, run_id = night
     (median, ci_low, ci_high, passes) = q(
         db,
         "select median_decode_tok_s, ci_low_tok_s, ci_high_tok_s, passes_threshold "
@@ -83,8 +76,8 @@ def test_glm_code_at_four_streams(twin_night: tuple[Path, str]) -> None:
     assert ci_low <= median <= ci_high
 
 
-def test_trials_and_aggregate_throughput(twin_night: tuple[Path, str]) -> None:
-    db, run_id = twin_night
+def test_trials_and_aggregate_throughput(night: tuple[Path, str]) -> None:
+    db, run_id = night
     warm = q(
         db,
         "select count(*), bool_or(is_valid) from marts.fct_trials where run_id = ? and trial = 0",
@@ -107,8 +100,8 @@ def test_trials_and_aggregate_throughput(twin_night: tuple[Path, str]) -> None:
     assert all(a != pytest.approx(b, rel=1e-6) for a, b in rows)
 
 
-def test_marts_contract_columns(twin_night: tuple[Path, str]) -> None:
-    db, _ = twin_night
+def test_marts_contract_columns(night: tuple[Path, str]) -> None:
+    db, _ = night
     contract = {
         "fct_stream_rates": "request_id, run_id, deployment, workload, concurrency, trial, status, "
         "completion_tokens, decode_tok_s, ttft_s",
@@ -129,9 +122,9 @@ def test_marts_contract_columns(twin_night: tuple[Path, str]) -> None:
 
 
 def test_incremental_build_processes_only_the_new_night(
-    twin_night: tuple[Path, str], tmp_path: Path
+    night: tuple[Path, str], tmp_path: Path
 ) -> None:
-    src, night1 = twin_night
+    src, night1 = night
     db = tmp_path / "copy.duckdb"
     shutil.copy(src, db)
     # mark night 1's stored results: an incremental build must not recompute them

@@ -1,0 +1,207 @@
+"""The nightly flow under Prefect: with the test harness, and scheduled by a real server."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.integration.helpers import faulty
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _nightly():  # type: ignore[no-untyped-def]
+    from sparkcap.cli import load_nightly_flow
+
+    return load_nightly_flow()
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    os.environ.setdefault("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect")))
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def _artifacts(flow_run_id: object) -> dict[str, str]:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+
+    async def go() -> dict[str, str]:
+        async with get_client() as client:
+            arts = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(
+                    flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])
+                )
+            )
+        return {str(a.key): str(a.data) for a in arts}
+
+    import asyncio
+
+    return asyncio.run(go())
+
+
+def test_flow_runs_the_whole_night(harness: None, tmp_path: Path) -> None:
+    flow = _nightly()
+    db, reports = tmp_path / "n.duckdb", tmp_path / "reports"
+    state = flow(
+        fleet=str(ROOT / "fleets" / "twin.yaml"),
+        db=str(db),
+        profile="smoke",
+        reports=str(reports),
+        return_state=True,
+    )
+    assert state.is_completed(), state.message
+    result = state.result()
+    assert Path(result["report"]).exists()
+    arts = _artifacts(state.state_details.flow_run_id)
+    assert "capacity" in arts and "| deployment | workload |" in arts["capacity"]
+    assert arts.get("report", "").startswith("file://")
+
+
+def test_flow_records_data_quality_failure_and_still_publishes(
+    harness: None, tmp_path: Path
+) -> None:
+    from sparkcap.sim.server import SimServer
+
+    with SimServer([faulty("bad", every=2, omit_usage=True)]) as sim:
+        fleet = {
+            "name": "bad",
+            "workloads": {"code": {"levels": [1, 2], "trials": 1, "max_tokens": 8}},
+            "deployments": [{"name": "bad", "model": "bad", "endpoint": sim.endpoint}],
+        }
+        path = tmp_path / "bad.yaml"
+        path.write_text(yaml.safe_dump(fleet))
+        flow = _nightly()
+        reports = tmp_path / "reports"
+        state = flow(
+            fleet=str(path),
+            db=str(tmp_path / "b.duckdb"),
+            profile="full",
+            reports=str(reports),
+            return_state=True,
+        )
+    assert state.is_failed()
+    assert "data quality failed" in (state.message or "")
+    assert (reports / "latest" / "index.html").exists()
+    arts = _artifacts(state.state_details.flow_run_id)
+    assert "completion_length_present" in arts.get("data-quality", "")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> None:
+    port = _free_port()
+    api = f"http://127.0.0.1:{port}/api"
+    env = {
+        **os.environ,
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "PREFECT_API_URL": api,
+        "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2",
+        "PREFECT_WORKER_QUERY_SECONDS": "2",
+        "PREFECT_WORKER_PREFETCH_SECONDS": "5",
+        "SPARKCAP_HOME": str(tmp_path / "home"),
+        "DO_NOT_TRACK": "1",
+    }
+    env.pop("PREFECT_API_KEY", None)
+    prefect = str(Path(sys.executable).parent / "prefect")
+    log = (tmp_path / "server.log").open("wb")
+    server = subprocess.Popen(
+        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    worker = None
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{api}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        else:
+            pytest.fail("prefect server did not start: " + (tmp_path / "server.log").read_text())
+
+        def run(*args: str) -> str:
+            p = subprocess.run(
+                [prefect, *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=180
+            )
+            assert p.returncode == 0, p.stdout + p.stderr
+            return p.stdout
+
+        run("work-pool", "create", "sparkcap-process", "--type", "process")
+        params = {
+            "fleet": "fleets/twin.yaml",
+            "profile": "smoke",
+            "db": str(tmp_path / "sched.duckdb"),
+            "reports": str(tmp_path / "reports"),
+        }
+        run(
+            "--no-prompt",
+            "deploy",
+            "--name",
+            "nightly-twin",
+            "--interval",
+            "5",
+            "--params",
+            json.dumps(params),
+        )
+        worker = subprocess.Popen(
+            [prefect, "worker", "start", "--pool", "sparkcap-process"],
+            cwd=ROOT,
+            env=env,
+            stdout=(tmp_path / "worker.log").open("wb"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + 300
+        states: list[str] = []
+        while time.monotonic() < deadline:
+            r = httpx.post(f"{api}/flow_runs/filter", json={"limit": 20}, timeout=10)
+            runs = r.json()
+            states = [fr["state"]["type"] for fr in runs if fr.get("state")]
+            if "COMPLETED" in states:
+                break
+            if "FAILED" in states or "CRASHED" in states:
+                pytest.fail(
+                    f"scheduled run failed: {states}\n"
+                    + (tmp_path / "worker.log").read_text()[-3000:]
+                )
+            time.sleep(2)
+        else:
+            pytest.fail(
+                f"no scheduled run completed: {states}\n"
+                + (tmp_path / "worker.log").read_text()[-3000:]
+            )
+        assert (tmp_path / "reports" / "latest" / "index.html").exists()
+    finally:
+        for proc in (worker, server):
+            if proc is not None and proc.poll() is None:
+                os.killpg(proc.pid, 15)
+                try:
+                    proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, 9)
+        log.close()
