@@ -150,7 +150,7 @@ def headline_chart(data: dict[str, Any]) -> Any:
             x=alt.X("streams:Q", title=f"concurrent streams with median ≥ {t:g} tok/s"),
             color=alt.Color("label:N", title="deployment"),
             opacity=alt.condition("datum.replicas > 1", alt.value(0.65), alt.value(1.0)),
-            order=alt.Order("deployment:N"),
+            order=alt.Order("deployment:O"),
             tooltip=["deployment", "workload", "capacity_streams", "replicas", "streams"],
         )
     )

@@ -42,19 +42,23 @@ trials as (
     from req
     group by all
 ),
+counted as (
+    select *, trial > 0 and failures = 0 and not saturated and not queued as is_valid
+    from trials
+),
 final as (
     select
         deployment, workload, concurrency,
         count(*) filter (where trial > 0) as n_trials,
-        count(*) filter (where trial > 0 and failures = 0 and not saturated and not queued) as n_valid_trials,
-        median(median_tok_s) filter (where trial > 0 and failures = 0 and not saturated and not queued)
+        count(*) filter (where is_valid) as n_valid_trials,
+        median(median_tok_s) filter (where is_valid)
             as median_decode_tok_s,
-        min(min_tok_s) filter (where trial > 0 and failures = 0 and not saturated and not queued)
+        min(min_tok_s) filter (where is_valid)
             as min_decode_tok_s,
         median(median_ttft_s) filter (where trial > 0) as median_ttft_s,
         coalesce(sum(failures) filter (where trial > 0), 0) as failures,
         coalesce(bool_or(queued) filter (where trial > 0), false) as queued
-    from trials
+    from counted
     group by all
 )
 select * from final order by deployment, workload, concurrency

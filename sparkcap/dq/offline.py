@@ -42,6 +42,21 @@ CDN_MAP: dict[str, str] = {
 _RESOURCE = re.compile(r'((?:src|href)\s*=\s*["\'])(https?://[^"\']+)(["\'])')
 
 
+_IMG_REMOTE = re.compile(r'(<img\b[^>]*?)\bsrc\s*=\s*"https?://[^"]*"', re.S)
+_CSS_REMOTE = re.compile(r"""url\(\s*['"]?https?://[^)'"]*['"]?\s*\)""")
+_TAG = re.compile(r"<(?:script|link)\b[^>]*>", re.S)
+_CORS_ATTRS = re.compile(
+    r"""\s(?:crossorigin|integrity)(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s>]+))?""", re.S
+)
+
+
+def _strip_cors(new_tag: str, old_tag: str) -> str:
+    """A rewritten tag loses ``crossorigin``/``integrity``: from file:// they block loading."""
+    if new_tag == old_tag:
+        return new_tag
+    return _CORS_ATTRS.sub("", new_tag)
+
+
 class OfflineError(RuntimeError):
     """A page still loads something from the network."""
 
@@ -65,7 +80,14 @@ def make_offline(site_dir: Path) -> list[Path]:
                 return m.group(0)
             return f"{m.group(1)}{rel}/{local}{m.group(3)}"
 
-        new = _RESOURCE.sub(swap, text)
+        new = _TAG.sub(lambda m: _strip_cors(_RESOURCE.sub(swap, m.group(0)), m.group(0)), text)
+        # GX's logo <img> is fetched from a remote bucket with the context id in its query
+        # string (a tracking pixel): point it at the logo shipped in the site instead
+        logo = os.path.relpath(
+            site_dir / "static" / "images" / "logo-long-vector.svg", page.parent
+        ).replace(os.sep, "/")
+        new = _IMG_REMOTE.sub(lambda m: f'{m.group(1)}src="{logo}"', new)
+        new = _CSS_REMOTE.sub("none", new)
         if new != text:
             page.write_text(new, encoding="utf-8")
             changed.append(page)
@@ -73,12 +95,13 @@ def make_offline(site_dir: Path) -> list[Path]:
 
 
 def remote_resources(page: Path) -> list[str]:
-    """Scripts and stylesheets a page would still fetch from the network."""
+    """Scripts, stylesheets, images and CSS urls a page would still fetch from the network."""
     text = page.read_text(encoding="utf-8")
     out = []
-    for m in re.finditer(r"<(script|link)\b[^>]*>", text):
+    for m in re.finditer(r"<(script|link|img)\b[^>]*>", text, re.S):
         tag = m.group(0)
         src = re.search(r'(?:src|href)\s*=\s*["\'](https?://[^"\']+)', tag)
-        if src and (m.group(1) == "script" or "stylesheet" in tag):
+        if src and (m.group(1) in ("script", "img") or "stylesheet" in tag):
             out.append(src.group(1))
+    out += [m.group(0) for m in _CSS_REMOTE.finditer(text)]
     return out
