@@ -86,7 +86,7 @@ def make_offline(site_dir: Path) -> list[Path]:
         logo = os.path.relpath(
             site_dir / "static" / "images" / "logo-long-vector.svg", page.parent
         ).replace(os.sep, "/")
-        new = _IMG_REMOTE.sub(lambda m: f'{m.group(1)}src="{logo}"', new)
+        new = _IMG_REMOTE.sub(lambda m, logo=logo: f'{m.group(1)}src="{logo}"', new)
         new = _CSS_REMOTE.sub("none", new)
         if new != text:
             page.write_text(new, encoding="utf-8")
