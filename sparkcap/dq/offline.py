@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 
@@ -61,6 +62,13 @@ class OfflineError(RuntimeError):
     """A page still loads something from the network."""
 
 
+def _local_img(src: str) -> Callable[[re.Match[str]], str]:
+    def repl(m: re.Match[str]) -> str:
+        return f'{m.group(1)}src="{src}"'
+
+    return repl
+
+
 def make_offline(site_dir: Path) -> list[Path]:
     """Rewrite every HTML page under ``site_dir``; return the pages changed."""
     target = site_dir / "static" / "vendor"
@@ -86,7 +94,7 @@ def make_offline(site_dir: Path) -> list[Path]:
         logo = os.path.relpath(
             site_dir / "static" / "images" / "logo-long-vector.svg", page.parent
         ).replace(os.sep, "/")
-        new = _IMG_REMOTE.sub(lambda m, logo=logo: f'{m.group(1)}src="{logo}"', new)
+        new = _IMG_REMOTE.sub(_local_img(logo), new)
         new = _CSS_REMOTE.sub("none", new)
         if new != text:
             page.write_text(new, encoding="utf-8")
