@@ -24,7 +24,7 @@ class DataQualityFailed(RuntimeError):
 
 
 @task(name="sweep", retries=0)
-def sweep_task(fleet_path: str, db: str, profile: str) -> str:
+def sweep_task(fleet_path: str, db: str, profile: str) -> dict[str, Any]:
     fleet = pipeline.fleet_for(fleet_path, profile)
     logger = get_run_logger()
 
@@ -40,7 +40,10 @@ def sweep_task(fleet_path: str, db: str, profile: str) -> str:
                 wave.trial,
             )
 
-    return pipeline.sweep(fleet, Path(db), progress).run_id
+    result = pipeline.sweep(fleet, Path(db), progress)
+    if result.status != "complete":
+        logger.error("run %s is %s: %s", result.run_id, result.status, result.reason)
+    return {"run_id": result.run_id, "status": result.status, "reason": result.reason}
 
 
 @task(name="stage", retries=3, retry_delay_seconds=5)
@@ -82,7 +85,8 @@ def nightly_fleet_sweep(
     db_path = str(Path(db or settings.db_path).resolve())
     reports_dir = str(Path(reports or settings.reports_dir).resolve())
     threshold = pipeline.fleet_for(fleet, profile).threshold_tok_s
-    run_id = sweep_task(fleet, db_path, profile)
+    swept = sweep_task(fleet, db_path, profile)
+    run_id = swept["run_id"]
     stage_task(db_path)
     dq_state = validate_task(db_path, run_id, reports_dir, return_state=True)
     build_task(db_path, threshold)
@@ -94,6 +98,11 @@ def nightly_fleet_sweep(
     )
     create_link_artifact(key="report", link=Path(index).as_uri(), link_text=f"report {run_id}")
     result = {"run_id": run_id, "report": index, "db": db_path}
+    if swept["status"] != "complete":
+        return Failed(
+            message=f"run {run_id} is incomplete: {swept['reason']}; finished waves "
+            f"are staged and reported at {index}"
+        )
     if dq_state.is_failed():
         return Failed(message=f"data quality failed for {run_id}; report published at {index}")
     return result

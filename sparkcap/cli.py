@@ -200,6 +200,9 @@ def sweep(
     out.print(f"run id: {result.run_id}", highlight=False)
     print_levels(path, result.run_id)
     out.print(f"database: {path}", highlight=False)
+    if result.status != "complete":
+        err.print(f"error: run {result.run_id} is incomplete: {result.reason}", highlight=False)
+        raise typer.Exit(1)
 
 
 def _safe_name(model: str) -> str:
@@ -312,6 +315,12 @@ def run(
     print_levels(path, result["run_id"])
     out.print(f"database: {path}", highlight=False)
     out.print(f"report: {result['report']}", highlight=False)
+    if result.get("run_status", "complete") != "complete":
+        err.print(
+            f"error: run {result['run_id']} is incomplete: {result['run_reason']}",
+            highlight=False,
+        )
+        raise typer.Exit(1)
     if result.get("dq_success") is False:
         err.print(f"error: data-quality failed: {', '.join(result['dq_failed'])}", highlight=False)
         raise typer.Exit(1)

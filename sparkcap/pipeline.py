@@ -31,6 +31,7 @@ def fleet_for(fleet_path: str | Path, profile: str = "full", **overrides: Any) -
 
 
 def sweep(fleet: Fleet, db_path: Path, progress: ProgressFn | None = None) -> RunResult:
+    """Sweep the fleet; a deployment whose server died leaves the run ``incomplete``."""
     return asyncio.run(run_fleet(fleet, db_path, progress=progress))
 
 
@@ -128,4 +129,6 @@ def run_pipeline(
         "report": str(index),
         "dq_success": dq.success,
         "dq_failed": dq.failed,
+        "run_status": result.status,
+        "run_reason": result.reason,
     }

@@ -21,7 +21,14 @@ from sparkcap import spool
 from sparkcap.config import Deployment, SweepRequest
 from sparkcap.fleet import Fleet
 from sparkcap.loadgen.records import WaveRecord
-from sparkcap.loadgen.sweep import make_client, new_run_id, plan_waves, request_headers, run_sweep
+from sparkcap.loadgen.sweep import (
+    EndpointDown,
+    make_client,
+    new_run_id,
+    plan_waves,
+    request_headers,
+    run_sweep,
+)
 from sparkcap.metrics_scrape import scrape_into
 from sparkcap.warehouse import WarehouseBusy, run_end_to, run_start_to
 
@@ -39,9 +46,10 @@ async def preflight(deployment: Deployment) -> None:
         try:
             r = await client.get(url, headers=request_headers(deployment))
         except httpx.ConnectError as exc:
+            detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             raise PreflightError(
                 f"endpoint unreachable: {deployment.endpoint} ({deployment.name}): "
-                f"{type(exc).__name__}"
+                f"{type(exc).__name__}" + (f" ({detail})" if detail else "")
             ) from None
         except httpx.HTTPError as exc:
             raise PreflightError(
@@ -116,18 +124,25 @@ async def run_sweeps(
         if progress is not None:
             progress(wave, done, total)
 
+    down: dict[str, str] = {}
+
     async def one(req: SweepRequest) -> None:
         dep = req.deployment
+        if dep.name in down:
+            return  # the server is gone: its remaining sweeps would only record failures
         before, after = scrape_into(dep)
-        await run_sweep(
-            dep,
-            req.workload,
-            req.plan,
-            run_id,
-            on_wave=on_wave,
-            before_wave=before,
-            after_wave=after,
-        )
+        try:
+            await run_sweep(
+                dep,
+                req.workload,
+                req.plan,
+                run_id,
+                on_wave=on_wave,
+                before_wave=before,
+                after_wave=after,
+            )
+        except EndpointDown as exc:
+            down[dep.name] = str(exc)
 
     try:
         if parallel_deployments:
@@ -150,7 +165,10 @@ async def run_sweeps(
             asyncio.to_thread(run_end_to, db_path, run_id, "incomplete", result.reason)
         )
         raise
-    run_end_to(db_path, run_id, "complete")
+    if down:
+        result.status = "incomplete"
+        result.reason = "; ".join(down.values())[:1000]
+    run_end_to(db_path, run_id, result.status, result.reason)
     return result
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+import os
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -136,9 +137,11 @@ def _is_lock_error(exc: Exception) -> bool:
 
 
 def connect(
-    db_path: Path | str, *, read_only: bool = False, busy_wait_s: float = BUSY_WAIT_S
+    db_path: Path | str, *, read_only: bool = False, busy_wait_s: float | None = None
 ) -> duckdb.DuckDBPyConnection:
     """Open the warehouse, waiting a bounded time for another writer to let go."""
+    if busy_wait_s is None:
+        busy_wait_s = float(os.environ.get("SPARKCAP_BUSY_WAIT_S", BUSY_WAIT_S))
     path = Path(db_path)
     if read_only and not path.exists():
         raise FileNotFoundError(f"no warehouse at {path} (run a sweep first)")
@@ -163,7 +166,7 @@ def connect(
 
 @contextlib.contextmanager
 def open_warehouse(
-    db_path: Path | str, *, read_only: bool = False, busy_wait_s: float = BUSY_WAIT_S
+    db_path: Path | str, *, read_only: bool = False, busy_wait_s: float | None = None
 ) -> Iterator[duckdb.DuckDBPyConnection]:
     con = connect(db_path, read_only=read_only, busy_wait_s=busy_wait_s)
     try:

@@ -29,6 +29,24 @@ WaveCallback = Callable[[WaveRecord], Awaitable[None] | None]
 ProgressCallback = Callable[[WaveRecord, int, int], None]
 
 
+class EndpointDown(RuntimeError):
+    """Every stream of a wave failed to connect: the server is gone, later waves would only
+    record the same failure."""
+
+
+_CONNECT_FAILURES = ("ConnectError", "connection lost", "RemoteProtocolError", "ReadError")
+
+
+def endpoint_down(wave: WaveRecord) -> bool:
+    reqs = wave.requests
+    return bool(reqs) and all(
+        r.first_token_ns is None
+        and r.http_status is None
+        and any(k in (r.error or "") for k in _CONNECT_FAILURES)
+        for r in reqs
+    )
+
+
 def new_run_id() -> str:
     """Sortable by start time, unique across machines: ``20261129T142500Z-3f9a1c``."""
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
@@ -137,4 +155,9 @@ async def run_sweep(
                     await res
             if progress is not None:
                 progress(wave, n, len(items))
+            if endpoint_down(wave):
+                raise EndpointDown(
+                    f"{deployment.name} stopped answering at {workload} c={item.concurrency} "
+                    f"trial {item.trial}: {wave.requests[0].error}"
+                )
     return waves

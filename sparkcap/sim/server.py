@@ -312,21 +312,34 @@ async def _complete(
 class SimServer:
     """The simulator on 127.0.0.1, in a background thread with its own event loop."""
 
-    def __init__(self, profiles: Iterable[SimProfile], port: int = 0) -> None:
+    def __init__(
+        self,
+        profiles: Iterable[SimProfile],
+        port: int = 0,
+        ssl_certfile: Path | None = None,
+        ssl_keyfile: Path | None = None,
+    ) -> None:
         self.app = create_app(profiles)
+        self.scheme = "https" if ssl_certfile else "http"
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self._sock.bind(("127.0.0.1", port))
         self.port: int = self._sock.getsockname()[1]
         config = uvicorn.Config(
-            self.app, log_level="critical", lifespan="off", access_log=False, timeout_keep_alive=120
+            self.app,
+            log_level="critical",
+            lifespan="off",
+            access_log=False,
+            timeout_keep_alive=120,
+            ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
+            ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None,
         )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     @property
     def endpoint(self) -> str:

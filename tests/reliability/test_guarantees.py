@@ -1,0 +1,407 @@
+"""What sparkcap promises when things go wrong (README, "What sparkcap promises")."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from sparkcap import spool
+from sparkcap.config import SweepPlan, SweepRequest
+from sparkcap.fleet import FleetError, load_fleet
+from sparkcap.runner import PreflightError, run_sweeps
+from sparkcap.sim.server import SimServer
+from tests.integration.helpers import dep, fast_profile
+
+pytestmark = [pytest.mark.reliability, pytest.mark.integration]
+
+CANARY = "sk-canary-7f3a9c1e5b2d4f60"
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sparkcap.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def one_sweep(
+    endpoint: str,
+    db: Path,
+    model: str = "m",
+    levels: tuple[int, ...] = (1, 2),
+    max_tokens: int = 12,
+    **dep_kw: object,
+) -> object:
+    req = SweepRequest(
+        deployment=dep(endpoint, model, **dep_kw),
+        workload="code",
+        plan=SweepPlan(levels=levels, trials=1, max_tokens=max_tokens),
+    )
+    return asyncio.run(run_sweeps([req], db))
+
+
+def test_stepping_the_wall_clock_changes_no_duration(db_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    real = time.time_ns
+    calls = {"n": 0}
+
+    def jumpy() -> int:
+        calls["n"] += 1
+        return real() + (-1 if calls["n"] % 2 else 1) * 3600 * 10**9  # ±1 h on every read
+
+    with SimServer([fast_profile("m")]) as sim:
+        monkeypatch.setattr(time, "time_ns", jumpy)
+        result = one_sweep(sim.endpoint, db_path)
+        monkeypatch.undo()
+    for w in result.waves:  # type: ignore[attr-defined]
+        for r in w.requests:
+            assert 0 <= r.sent_ns < r.first_token_ns <= r.last_token_ns < r.end_ns
+            assert r.end_ns < 30 * 10**9  # offsets are monotonic, never an hour
+            assert 0 < r.ttft_s < 5 and 10 < r.decode_tok_s < 1000
+
+
+def test_second_writer_gets_database_is_busy_and_nothing_is_lost(
+    db_path: Path, tmp_path: Path
+) -> None:
+    with SimServer([fast_profile("m")]) as sim:
+        one_sweep(sim.endpoint, db_path)
+        holder = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                f"import duckdb, time; c = duckdb.connect({str(db_path)!r}); print('held', "
+                "flush=True); time.sleep(60)",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+            p = cli(
+                "sweep",
+                "--endpoint",
+                sim.endpoint,
+                "--model",
+                "m",
+                "--workload",
+                "code",
+                "--levels",
+                "1",
+                "--trials",
+                "1",
+                "--max-tokens",
+                "8",
+                "--db",
+                str(db_path),
+                env={"SPARKCAP_BUSY_WAIT_S": "1", "SPARKCAP_HOME": str(tmp_path / "h")},
+            )
+            assert p.returncode == 1
+            assert p.stderr.strip().splitlines() == [
+                f"error: database is busy: {db_path} is held by another process (waited 1 s)"
+            ]
+        finally:
+            holder.kill()
+            holder.wait()
+            assert holder.stdout is not None
+            holder.stdout.close()
+    # once the writer is gone, readers work and the earlier run is intact
+    q = cli("sql", "select count(*) as n from raw.waves", "--db", str(db_path), "--format", "csv")
+    assert q.returncode == 0 and q.stdout.splitlines() == ["n", "4"]
+
+
+def test_spooled_waves_are_recovered_by_the_next_run(db_path: Path) -> None:
+    """A wave whose staging never happened (crash, kill -9, busy database) is not lost."""
+    from sparkcap.loadgen.sweep import new_run_id, run_sweep
+
+    with SimServer([fast_profile("m")]) as sim:
+        d = dep(sim.endpoint, "m")
+        lost_run = new_run_id()
+        waves = asyncio.run(
+            run_sweep(d, "code", SweepPlan(levels=(2,), trials=1, max_tokens=8), lost_run)
+        )
+        for w in waves:
+            spool.write_wave(w)  # written, never staged: the process "died" here
+        assert len(spool.pending()) == 2
+        one_sweep(sim.endpoint, db_path)  # the next run stages them first
+    assert spool.pending() == []
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        n = con.execute(
+            "select count(*) from raw.requests where run_id = ?", [lost_run]
+        ).fetchall()[0][0]
+    assert n == 4
+
+
+def test_kill_9_during_staging_leaves_whole_waves(tmp_path: Path) -> None:
+    db = tmp_path / "k.duckdb"
+    script = tmp_path / "stage_forever.py"
+    script.write_text(f"""
+import sys, numpy as np
+sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / "benchmarks")!r})
+from warehouse_build import night_waves
+from sparkcap.warehouse import open_warehouse, stage_tables
+with open_warehouse({str(db)!r}) as con:
+    print("staging", flush=True)
+    for wid, t in night_waves("r-kill", 8, 200, np.random.default_rng(0)):
+        stage_tables(con, [wid], t)
+""")
+    proc = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "SPARKCAP_HOME": str(tmp_path / "h")},
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "staging"
+    time.sleep(1.5)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    with duckdb.connect(str(db)) as con:  # recovers from its WAL without manual steps
+        n_waves, bad = con.execute("""
+            with r as (select wave_id, count(*) n, sum(n_chunks) chunks from raw.requests
+                       group by 1),
+                 c as (select q.wave_id, count(*) n from raw.chunks ch
+                       join raw.requests q using (request_id) group by 1)
+            select count(*), count(*) filter (where r.n is distinct from w.n_requests
+                                              or c.n is distinct from r.chunks)
+            from raw.waves w left join r using (wave_id) left join c using (wave_id)
+        """).fetchall()[0]
+    assert n_waves > 0 and bad == 0
+
+
+def test_canary_api_key_appears_nowhere(db_path: Path, tmp_path: Path) -> None:
+    log_file = tmp_path / "debug.log"
+    handler = logging.FileHandler(log_file)
+    root = logging.getLogger()
+    old = root.level
+    root.setLevel(logging.DEBUG)
+    root.addHandler(handler)
+    os.environ["SPARKCAP_CANARY_KEY"] = CANARY
+    try:
+        with SimServer([fast_profile("m")]) as sim:
+            one_sweep(sim.endpoint, db_path, api_key_env="SPARKCAP_CANARY_KEY")
+            with pytest.raises(PreflightError) as err:
+                one_sweep(sim.endpoint, db_path, model="nope", api_key_env="SPARKCAP_CANARY_KEY")
+        from sparkcap.build import build
+        from sparkcap.dq.validate import run_validation
+        from sparkcap.report import render_report
+
+        run_validation(db_path, docs_dir=tmp_path / "dq")
+        build(db_path)
+        report = render_report(db_path, None, tmp_path / "reports", export_images=False)
+    finally:
+        root.removeHandler(handler)
+        handler.close()
+        root.setLevel(old)
+        del os.environ["SPARKCAP_CANARY_KEY"]
+    assert CANARY not in str(err.value) and CANARY not in repr(err.value)
+    assert log_file.stat().st_size > 0  # DEBUG logging really happened (httpx, httpcore)
+    places = [
+        db_path,
+        log_file,
+        *tmp_path.rglob("*.html"),
+        report.index,
+        *(Path(os.environ["SPARKCAP_HOME"]).rglob("*") if "SPARKCAP_HOME" in os.environ else []),
+    ]
+    for place in places:
+        if place.is_file():
+            assert CANARY.encode() not in place.read_bytes(), place
+
+
+def test_self_signed_certificate_fails_unless_ca_configured(db_path: Path, tmp_path: Path) -> None:
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(cert),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    with SimServer([fast_profile("m")], ssl_certfile=cert, ssl_keyfile=key) as sim:
+        https = sim.endpoint
+        with pytest.raises(PreflightError, match=r"certificate verify failed"):
+            one_sweep(https, db_path)
+        result = one_sweep(https, db_path, ca_bundle=cert)
+    assert all(r.status.value == "ok" for w in result.waves for r in w.requests)  # type: ignore[attr-defined]
+
+
+def test_redirects_are_not_followed(db_path: Path) -> None:
+    from tests.reliability.rawserver import RawServer
+
+    def script(ordinal: int):  # type: ignore[no-untyped-def]
+        yield b""
+
+    class Redirect(RawServer):
+        async def _handle(self, reader, writer):  # type: ignore[no-untyped-def]
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(
+                b"HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.1:9/x\r\n"
+                b"Content-Length: 0\r\n\r\n"
+            )
+            await writer.drain()
+            writer.close()
+
+    with Redirect(script) as srv:
+        result = one_sweep(srv.endpoint, db_path, levels=(1,))
+    (r,) = [r for w in result.waves for r in w.requests][:1]  # type: ignore[attr-defined]
+    assert r.status.value == "server_error" and r.http_status == 307
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        (
+            "name: x\nworkloads: {code: {}}\ndeployments:\n  - {name: a, model: m, endpoint: "
+            "'http://h/v1', nodez: 2}\n",
+            ":4: deployments.0.nodez: unknown key",
+        ),
+        (
+            "name: x\nworkloads:\n  code: {levels: [1, -2]}\ndeployments:\n  - {name: a, model: m, "
+            "endpoint: 'http://h/v1'}\n",
+            ":3: workloads.code",
+        ),
+        (
+            "name: x\nworkloads: {code: {trials: many}}\ndeployments:\n  - {name: a, model: m, "
+            "endpoint: 'http://h/v1'}\n",
+            ":2: workloads.code.trials",
+        ),
+        (
+            "name: x\nworkloads: {code: {}}\ndeployments:\n  - {name: a, model: m}\n",
+            "give exactly one of 'endpoint' or 'launch'",
+        ),
+        ("name: [unclosed\n", "invalid YAML"),
+    ],
+)
+def test_malformed_fleet_files_give_one_line_with_location(
+    text: str, needle: str, tmp_path: Path
+) -> None:
+    f = tmp_path / "fleet.yaml"
+    f.write_text(text)
+    with pytest.raises(FleetError) as err:
+        load_fleet(f)
+    assert needle in str(err.value) and str(f) in str(err.value)
+    db = tmp_path / "x.duckdb"
+    p = cli("run", "--fleet", str(f), "--db", str(db), "--no-prefect")
+    assert p.returncode != 0
+    assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("error:")
+    assert not db.exists()
+
+
+def test_server_dying_mid_sweep_leaves_an_incomplete_but_usable_run(
+    db_path: Path, tmp_path: Path
+) -> None:
+    from sparkcap.build import build
+    from sparkcap.loadgen.sweep import new_run_id
+
+    sim = SimServer([fast_profile("m")]).start()
+    killed = {"done": False}
+
+    def progress(wave, done, total):  # type: ignore[no-untyped-def]
+        if done == 2 and not killed["done"]:
+            sim.stop()  # the server dies after the second wave
+            killed["done"] = True
+
+    req = SweepRequest(
+        deployment=dep(sim.endpoint, "m"),
+        workload="code",
+        plan=SweepPlan(levels=(1, 2, 4), trials=1, max_tokens=8),
+    )
+    result = asyncio.run(run_sweeps([req], db_path, progress=progress))
+    assert result.status == "incomplete" and "stopped answering" in (result.reason or "")
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        status, reason = con.execute("select status, status_reason from raw.runs").fetchall()[0]
+        n_waves = con.execute("select count(*) from raw.waves").fetchall()[0][0]
+    assert status == "incomplete" and "stopped answering" in reason
+    assert n_waves == 3  # two finished waves and the one that found the server gone
+    build(db_path)  # the finished waves are reportable
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        ok = con.execute("select count(*) from marts.fct_trials where is_valid").fetchall()[0][0]
+    assert ok == 1  # level 1's trial (the warm-ups never count)
+    # the next night runs normally
+    with SimServer([fast_profile("m")]) as sim2:
+        req2 = req.model_copy(update={"deployment": dep(sim2.endpoint, "m")})
+        assert asyncio.run(run_sweeps([req2], db_path)).status == "complete"
+    assert new_run_id() != result.run_id
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6, 7, 8])
+def test_multi_token_chunks_counted_by_usage_and_rate_matches_server_log(
+    k: int, db_path: Path
+) -> None:
+    import httpx
+
+    from sparkcap.sim.server import SimProcess
+
+    profile = {
+        "model": "m",
+        "step_s1": 0.02,
+        "batch_slowdown": 0.0,
+        "fixed_chunk_tokens": k,
+        "prefill_tok_s": 100000,
+    }
+    tokens = 40 * k + 1  # 40 decode steps (~0.8 s) whatever k: timing jitter stays small
+    with SimProcess({"profiles": [profile]}) as sim:
+        result = one_sweep(sim.endpoint, db_path, levels=(3,), max_tokens=tokens)
+        log = {e["request_id"]: e for e in httpx.get(sim.base_url + "/sim/log").json()}
+    for w in result.waves:  # type: ignore[attr-defined]
+        for r in w.requests:
+            s = log[r.request_id]
+            assert r.completion_tokens == s["completion_tokens"] == tokens
+            assert r.n_chunks == s["n_chunks"] == 41  # the first token, then 40 chunks of k
+            assert r.decode_tok_s == pytest.approx(s["decode_tok_s"], rel=0.01)
+
+
+def test_restaging_and_rebuilding_leave_identical_marts(db_path: Path) -> None:
+    from sparkcap.build import build
+    from sparkcap.warehouse import open_warehouse, stage_wave
+
+    marts = ("fct_stream_rates", "fct_trials", "fct_levels", "fct_capacity", "fct_fleet_capacity")
+
+    def snapshot() -> dict[str, object]:
+        out: dict[str, object] = {}
+        with duckdb.connect(str(db_path), read_only=True) as con:
+            for t in (*marts, "raw.waves", "raw.requests", "raw.chunks"):
+                name = t if "." in t else f"marts.{t}"
+                cols = [
+                    c[0]
+                    for c in con.execute(f"describe {name}").fetchall()
+                    if c[0] not in ("run_watermark", "staged_at")
+                ]
+                rows = con.execute(f"select {', '.join(cols)} from {name} order by all").fetchall()
+                out[t] = rows
+        return out
+
+    with SimServer([fast_profile("m")]) as sim:
+        result = one_sweep(sim.endpoint, db_path, levels=(1, 2))
+    build(db_path)
+    before = snapshot()
+    with open_warehouse(db_path) as con:  # a retried staging task stages every wave again
+        for w in result.waves:  # type: ignore[attr-defined]
+            stage_wave(con, w)
+    build(db_path)  # incremental: the run's watermark moved, so it is rebuilt
+    assert snapshot() == before
