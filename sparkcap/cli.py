@@ -212,6 +212,70 @@ def _safe_name(model: str) -> str:
 
 
 @app.command()
+def probe(
+    name: Annotated[str, typer.Argument(help="prefill-interference or prompt-cache")],
+    endpoint: Annotated[str, typer.Option(help="OpenAI-compatible base URL")],
+    model: Annotated[str, typer.Option(help="model name the server serves")],
+    deployment: Annotated[str | None, typer.Option(help="deployment name (default: model)")] = None,
+    prompt_tokens: Annotated[
+        int, typer.Option(help="long prompt / document length in tokens")
+    ] = 4000,
+    background_streams: Annotated[int, typer.Option(help="decode streams held")] = 4,
+    background_tokens: Annotated[int, typer.Option(help="their output length")] = 400,
+    probe_interval: Annotated[float, typer.Option(help="seconds between probe requests")] = 0.5,
+    warm_requests: Annotated[int, typer.Option(help="warm repeats (prompt-cache)")] = 3,
+    api_key_env: Annotated[str, typer.Option(help="variable holding the API key")] = (
+        "OPENAI_API_KEY"
+    ),
+    extra_body: Annotated[str | None, typer.Option(help="JSON merged into each request")] = None,
+    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
+) -> None:
+    """Measure what long prefills and prompt caches do to responsiveness."""
+    from sparkcap.runner import run_probe
+
+    if name not in ("prefill-interference", "prompt-cache"):
+        raise typer.BadParameter("must be prefill-interference or prompt-cache", param_hint="NAME")
+    try:
+        extra = json.loads(extra_body) if extra_body else {}
+    except ValueError as exc:
+        raise CLIError(f"--extra-body is not JSON: {exc}") from None
+    dep = Deployment(
+        name=deployment or _safe_name(model),
+        endpoint=endpoint,
+        model=model,
+        api_key_env=api_key_env,
+        extra_body=extra,
+    )
+    options: dict[str, Any]
+    if name == "prefill-interference":
+        options = {
+            "background_streams": background_streams,
+            "background_tokens": background_tokens,
+            "long_prompt_tokens": prompt_tokens,
+            "probe_interval_s": probe_interval,
+        }
+    else:
+        options = {"document_tokens": prompt_tokens, "warm_requests": warm_requests}
+    path = _db(db)
+    result = asyncio.run(run_probe(dep, name, path, **options))
+    wave = result.waves[0]
+    out.print(f"run id: {result.run_id}", highlight=False)
+    for r in wave.requests:
+        if r.role in ("background",):
+            continue
+        ttft = "—" if r.ttft_s is None else f"{r.ttft_s:.2f} s"
+        out.print(
+            f"{r.role:8} sent {(r.sent_ns or 0) / 1e9:6.2f} s  TTFT {ttft:>9}  prompt "
+            f"{r.prompt_tokens} tok, cached {r.cached_prompt_tokens}  {r.status.value}",
+            highlight=False,
+        )
+    out.print(
+        f"database: {path} (run `sparkcap build`, then see marts.fct_{name.replace('-', '_')})",
+        highlight=False,
+    )
+
+
+@app.command()
 def sql(
     query: Annotated[str, typer.Argument(help="SQL to run read-only")],
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,

@@ -107,6 +107,41 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
             "order by r.started_at",
             [run_id],
         )
+        has_probes = con.execute(
+            "select count(*) from information_schema.tables "
+            "where table_schema = 'marts' and table_name = 'fct_prefill_interference'"
+        ).fetchall()[0][0]
+        latest_probe = (
+            "qualify row_number() over (partition by p.deployment order by r.started_at desc) = 1"
+        )
+        data["prefill"] = (
+            _df(
+                con,
+                "select p.*, r.started_at from marts.fct_prefill_interference p "
+                f"join raw.runs r using (run_id) {latest_probe} order by p.deployment",
+            )
+            if has_probes
+            else pd.DataFrame()
+        )
+        data["cache"] = (
+            _df(
+                con,
+                "select p.*, r.started_at from marts.fct_prompt_cache p "
+                f"join raw.runs r using (run_id) {latest_probe} order by p.deployment",
+            )
+            if has_probes
+            else pd.DataFrame()
+        )
+        data["timeline"] = (
+            _df(
+                con,
+                "select t.* from marts.fct_probe_timeline t where t.wave_id in "
+                "(select wave_id from marts.fct_prefill_interference p join raw.runs r "
+                f"using (run_id) {latest_probe})",
+            )
+            if has_probes
+            else pd.DataFrame()
+        )
         has_dq = con.execute(
             "select count(*) from information_schema.tables "
             "where table_schema = 'raw' and table_name = 'dq_results'"
@@ -293,6 +328,83 @@ def history_chart(data: dict[str, Any]) -> Any:
     )
 
 
+def prefill_chart(data: dict[str, Any]) -> Any:
+    tl = data["timeline"]
+    shade = tl.groupby("deployment", as_index=False)[["prefill_start_s", "prefill_end_s"]].first()
+    base = alt.Chart(tl).encode(x=alt.X("t_s:Q", title="seconds since the probe started"))
+    band = (
+        alt.Chart(shade)
+        .mark_rect(opacity=0.15, color="#cf222e")
+        .encode(x="prefill_start_s:Q", x2="prefill_end_s:Q")
+    )
+    rate = (
+        base.transform_filter("datum.series == 'background decode'")
+        .mark_line(point=True)
+        .encode(
+            y=alt.Y("value:Q", title="background decode tok/s per stream"),
+            tooltip=["t_s", alt.Tooltip("value:Q", format=".1f")],
+        )
+    )
+    return (
+        alt.layer(band, rate)
+        .properties(width=300, height=180)
+        .facet(column=alt.Column("deployment:N", title=None), data=tl)
+        .properties(
+            title=alt.TitleParams(
+                "Decode rate of the other streams while a long prompt is prefilled",
+                subtitle="Shaded: from the long prompt's send to its first token (the prefill).",
+            )
+        )
+    )
+
+
+def probe_ttft_chart(data: dict[str, Any]) -> Any:
+    tl = data["timeline"]
+    pts = tl[tl["series"] == "probe TTFT"]
+    return (
+        alt.Chart(pts)
+        .mark_circle(size=60)
+        .encode(
+            x=alt.X("t_s:Q", title="probe sent at (s)"),
+            y=alt.Y("value:Q", title="probe time to first token (s)"),
+            tooltip=["t_s", alt.Tooltip("value:Q", format=".2f")],
+        )
+        .properties(width=300, height=160)
+        .facet(column=alt.Column("deployment:N", title=None))
+        .properties(title="Short requests arriving during the prefill wait for it")
+    )
+
+
+def cache_chart(data: dict[str, Any]) -> Any:
+    c = data["cache"].melt(
+        id_vars=["deployment"],
+        value_vars=["cold_ttft_s", "warm_ttft_s", "control_ttft_s"],
+        var_name="case",
+        value_name="ttft_s",
+    )
+    c["case"] = c["case"].map(
+        {
+            "cold_ttft_s": "cold",
+            "warm_ttft_s": "warm (cached)",
+            "control_ttft_s": "control (other document)",
+        }
+    )
+    return (
+        alt.Chart(c)
+        .mark_bar()
+        .encode(
+            x=alt.X(
+                "case:N", title=None, sort=["cold", "warm (cached)", "control (other document)"]
+            ),
+            y=alt.Y("ttft_s:Q", title="time to first token (s)"),
+            color=alt.Color("case:N", legend=None),
+            column=alt.Column("deployment:N", title=None),
+            tooltip=["deployment", "case", alt.Tooltip("ttft_s:Q", format=".3f")],
+        )
+        .properties(width=200, height=160, title="Prompt cache: the same long document")
+    )
+
+
 def history_changes(data: dict[str, Any]) -> pd.DataFrame:
     h = data["history"].sort_values("started_at")
     rows = []
@@ -391,6 +503,41 @@ def render_report(
         "throughput": throughput_chart(data),
         "history": history_chart(data),
     }
+    probe_sections: list[str] = []
+    if not data["prefill"].empty and not data["timeline"].empty:
+        charts["prefill"] = prefill_chart(data)
+        charts["probe_ttft"] = probe_ttft_chart(data)
+        lines = []
+        for r in data["prefill"].itertuples():
+            lines.append(
+                f"<li><b>{html.escape(str(r.deployment))}</b>: one "
+                f"{int(r.long_prompt_tokens):,}-token uncached prompt took {r.long_ttft_s:.1f} s "
+                f"to prefill ({r.prefill_tok_s:,.0f} tok/s). Meanwhile each of the "
+                f"{int(r.n_background)} decoding streams fell from {r.before_tok_s:.1f} to "
+                f"{r.during_tok_s:.1f} tok/s, losing {r.decode_lost_s:.1f} s of decode, and new "
+                f"short requests waited {r.during_probe_ttft_s or 0:.1f} s for their first "
+                f"token (up to {r.max_probe_ttft_s:.1f} s; {r.baseline_probe_ttft_s or 0:.2f} s "
+                f"before).</li>"
+            )
+        probe_sections.append(
+            "<section><h2>Long prefills</h2><p>Budget decode concurrency and long-context "
+            "prefill separately:</p><ul>" + "".join(lines) + "</ul>"
+            "<div id='chart-prefill'></div><div id='chart-probe_ttft'></div></section>"
+        )
+    if not data["cache"].empty:
+        charts["cache"] = cache_chart(data)
+        lines = [
+            f"<li><b>{html.escape(str(r.deployment))}</b>: a cached "
+            f"{int(r.document_tokens or 0):,}-token document cut TTFT from {r.cold_ttft_s:.2f} s "
+            f"to {r.warm_ttft_s:.3f} s ({r.warm_cached_tokens or 0:,.0f} tokens reused); a "
+            f"different document of the same size took {r.control_ttft_s:.2f} s.</li>"
+            for r in data["cache"].itertuples()
+        ]
+        probe_sections.append(
+            "<section><h2>Prompt reuse</h2><p>Route repeated long documents to the replica "
+            "that has them cached:</p><ul>" + "".join(lines) + "</ul>"
+            "<div id='chart-cache'></div></section>"
+        )
     result = ReportResult(run_id=run_id, index=run_dir / "index.html", latest=None)
     specs = {}
     for name, chart in charts.items():
@@ -482,6 +629,7 @@ def render_report(
         "<section><h2>Decode rate</h2><div id='chart-rates'></div></section>",
         "<section><h2>Responsiveness</h2><div id='chart-ttft'></div></section>",
         "<section><h2>Throughput</h2><div id='chart-throughput'></div></section>",
+        *probe_sections,
         "<section><h2>Invalid trials</h2><p class='note'>These trials never feed a capacity "
         "number.</p>"
         + _table(

@@ -199,3 +199,40 @@ async def run_fleet(
             progress=progress,
             parallel_deployments=fleet.parallel_deployments,
         )
+
+
+async def run_probe(
+    deployment: Deployment,
+    probe: str,
+    db_path: Path,
+    *,
+    run_id: str | None = None,
+    **options: Any,
+) -> RunResult:
+    """Run one responsiveness probe as its own run, staged like a sweep's waves."""
+    from sparkcap.loadgen.probes import PROBES
+
+    if probe not in PROBES:
+        raise ValueError(f"unknown probe {probe!r} (choose from {', '.join(PROBES)})")
+    await preflight(deployment)
+    await asyncio.to_thread(spool.stage_spool, db_path)
+    run_id = run_id or new_run_id()
+    config = {"probe": probe, "options": options, "deployment": deployment.model_dump(mode="json")}
+    run_start_to(db_path, run_id, config, time.time_ns(), [deployment])
+    result = RunResult(run_id=run_id, db_path=db_path)
+    try:
+        before, after = scrape_into(deployment)
+        wave = await PROBES[probe](deployment, run_id, **options)
+        await asyncio.to_thread(spool.write_wave, wave)
+        await asyncio.to_thread(spool.stage_spool, db_path, None, run_id)
+        result.waves.append(wave)
+    except BaseException as exc:
+        result.status = "incomplete"
+        result.reason = f"{type(exc).__name__}: {exc}"[:500]
+        await asyncio.shield(
+            asyncio.to_thread(run_end_to, db_path, run_id, "incomplete", result.reason)
+        )
+        raise
+    del before, after
+    run_end_to(db_path, run_id, "complete")
+    return result

@@ -63,7 +63,8 @@ create table if not exists raw.waves (
     queued                 boolean,     -- some stream waited for another to finish
     queued_reason          varchar,
     n_requests             integer not null,
-    staged_at              timestamptz         -- when this wave was (re)staged
+    staged_at              timestamptz,        -- when this wave was (re)staged
+    probe                  varchar             -- NULL for sweeps; else the probe's name
 );
 
 create table if not exists raw.requests (
@@ -90,7 +91,8 @@ create table if not exists raw.requests (
     error                 varchar,
     retry_after           varchar,
     saw_done              boolean not null,
-    n_chunks              integer not null
+    n_chunks              integer not null,
+    role                  varchar      -- probes: what the request was for
 );
 
 create table if not exists raw.chunks (
@@ -291,6 +293,7 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "queued_reason": _col([wave.queued_reason], pa.string()),
             "n_requests": _col([len(reqs)], pa.int32()),
             "staged_at": _col([datetime.now(UTC)], pa.timestamp("us", tz="UTC")),
+            "probe": _col([wave.extra.get("probe")], pa.string()),
         }
     )
     requests = pa.table(
@@ -319,6 +322,7 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "retry_after": _col([r.retry_after for r in reqs], pa.string()),
             "saw_done": _col([r.saw_done for r in reqs], pa.bool_()),
             "n_chunks": _col([r.n_chunks for r in reqs], pa.int32()),
+            "role": _col([r.role for r in reqs], pa.string()),
         }
     )
     counts = np.fromiter((len(r.chunks) for r in reqs), dtype=np.int64, count=len(reqs))

@@ -97,7 +97,7 @@ select
         as failure_rate
 from raw.waves as w
 left join raw.requests as r on r.wave_id = w.wave_id
-where w.run_id = $run_id
+where w.run_id = $run_id and w.probe is null
 group by all
 order by w.wave_id
 """
@@ -108,7 +108,7 @@ select
     deployment, workload, concurrency,
     bool_or(trial = 0) as has_warmup
 from raw.waves
-where run_id = $run_id
+where run_id = $run_id and probe is null
 group by all
 order by level_key
 """
@@ -243,7 +243,9 @@ def run_validation(
     params = cfg.params()
     data = frames(db_path, run_id)
     if data["waves"].empty:
-        raise LookupError(f"run {run_id} has no waves in {db_path}")
+        raise LookupError(
+            f"run {run_id} has no sweep waves in {db_path} (probes are not validated)"
+        )
 
     gx_root = get_settings().work_dir / "gx"
     context = _gx_context(gx_root)

@@ -26,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sparkcap.sim.engine import Engine, SimProfile, SimRequest
+from sparkcap.sim.engine import Engine, SimProfile, SimRequest, count_prompt_tokens
 
 
 class _Cut(Exception):
@@ -110,6 +110,17 @@ def create_app(profiles: Iterable[SimProfile]) -> Starlette:
             headers={"Cache-Control": "no-cache", "X-Request-Id": rid},
         )
 
+    async def tokenize(request: Request) -> Response:
+        """llama.cpp's shape: ``{"content": text}`` → ``{"tokens": [...]}``."""
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "body is not JSON")
+        text = body.get("content") if isinstance(body, dict) else None
+        if not isinstance(text, str):
+            return _error(400, "content must be a string")
+        return JSONResponse({"tokens": list(range(count_prompt_tokens(text)))})
+
     async def models(_: Request) -> Response:
         return JSONResponse(
             {"object": "list", "data": [{"id": m, "object": "model"} for m in engines]}
@@ -169,6 +180,7 @@ def create_app(profiles: Iterable[SimProfile]) -> Starlette:
         routes=[
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/models", models),
+            Route("/tokenize", tokenize, methods=["POST"]),
             Route("/health", health),
             Route("/metrics", metrics),
             Route("/sim/log", sim_log),

@@ -50,6 +50,7 @@ final as (
     from requests as r
     inner join waves as w on w.wave_id = r.wave_id
     inner join watermarks as m on m.run_id = r.run_id
+    where w.probe is null  -- probes have their own marts
 )
 
 select * from final

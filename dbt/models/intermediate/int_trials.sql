@@ -10,6 +10,7 @@ with streams as (
 
 waves as (
     select * from {{ ref('stg_waves') }}
+    where probe is null
 ),
 
 dq_failures as (

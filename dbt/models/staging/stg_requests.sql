@@ -24,7 +24,8 @@ final as (
         cast(status as varchar) as status,
         cast(http_status as integer) as http_status,
         cast(error as varchar) as error,
-        cast(n_chunks as integer) as n_chunks
+        cast(n_chunks as integer) as n_chunks,
+        cast(role as varchar) as request_role
     from source
 )
 

@@ -24,7 +24,8 @@ final as (
         coalesce(cast(queued as boolean), false) as queued,
         cast(queued_reason as varchar) as queued_reason,
         cast(n_requests as integer) as n_requests,
-        cast(staged_at as timestamptz) as staged_at
+        cast(staged_at as timestamptz) as staged_at,
+        cast(probe as varchar) as probe
     from source
 )
 

@@ -1,0 +1,279 @@
+"""The study's responsiveness probes: what long prefills and prompt caches do to a deployment.
+
+Both probes record ordinary requests and chunks against one wave anchor, so the warehouse and
+dbt treat them like sweeps; ``raw.waves.probe`` names the probe and ``raw.requests.role`` says
+what each request was for. Long prompts are built to a target token count with the server's
+own tokenizer where it has one (``/tokenize`` on llama.cpp and vLLM), otherwise estimated at
+four characters per token, and the actual ``prompt_tokens`` from usage is what gets stored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import secrets
+import time
+from typing import Any
+
+import httpx
+
+from sparkcap.config import Deployment
+from sparkcap.loadgen.client import stream_request
+from sparkcap.loadgen.records import RequestRecord, WaveRecord
+from sparkcap.loadgen.sweep import make_client, request_headers
+from sparkcap.loadgen.wave import LoopMonitor, build_body, effective_concurrency, peak_concurrency
+from sparkcap.loadgen.workloads import StreamSpec, build_streams
+
+WORDS = [
+    "river",
+    "harbour",
+    "lantern",
+    "granite",
+    "meadow",
+    "orchard",
+    "copper",
+    "willow",
+    "thunder",
+    "saffron",
+    "glacier",
+    "compass",
+    "velvet",
+    "ember",
+    "prairie",
+    "beacon",
+    "cobalt",
+    "maple",
+    "falcon",
+    "quarry",
+    "harvest",
+    "tundra",
+    "marble",
+    "cascade",
+    "juniper",
+    "horizon",
+    "anchor",
+    "pepper",
+    "lagoon",
+    "summit",
+]
+CHARS_PER_TOKEN_GUESS = 4
+
+
+def _base_url(dep: Deployment) -> str:
+    base = str(dep.endpoint).rstrip("/")
+    return base[: -len("/v1")] if base.endswith("/v1") else base
+
+
+async def count_tokens(client: httpx.AsyncClient, dep: Deployment, text: str) -> int | None:
+    """The server's token count for ``text``, or ``None`` if it offers no tokenizer."""
+    url = _base_url(dep) + "/tokenize"
+    for body in ({"content": text}, {"model": dep.model, "prompt": text}):
+        try:
+            r = await client.post(url, json=body, headers=request_headers(dep))
+        except httpx.HTTPError:
+            return None
+        if r.status_code != 200:
+            continue
+        try:
+            data = r.json()
+        except ValueError:
+            return None
+        if isinstance(data.get("count"), int):
+            return int(data["count"])
+        if isinstance(data.get("tokens"), list):
+            return len(data["tokens"])
+    return None
+
+
+async def document(
+    client: httpx.AsyncClient, dep: Deployment, target_tokens: int, seed: str
+) -> tuple[str, int | None]:
+    """Distinct filler text of about ``target_tokens`` tokens (server-counted if possible)."""
+    rng = random.Random(seed)
+    words = [rng.choice(WORDS) for _ in range(max(8, target_tokens))]
+
+    def text() -> str:
+        return f"[document {seed}] " + " ".join(words)
+
+    counted = await count_tokens(client, dep, text())
+    if counted is None:  # no tokenizer: size by characters, usage will tell the truth
+        while len(text()) < target_tokens * CHARS_PER_TOKEN_GUESS:
+            words.append(rng.choice(WORDS))
+        return text(), None
+    for _ in range(4):
+        if abs(counted - target_tokens) <= max(16, target_tokens // 100):
+            break
+        keep = max(8, int(len(words) * target_tokens / max(counted, 1)))
+        while len(words) < keep:
+            words.append(rng.choice(WORDS))
+        del words[keep:]
+        counted = await count_tokens(client, dep, text()) or counted
+    return text(), counted
+
+
+def _spec(prompt_id: str, text: str, max_tokens: int, temperature: float = 0.0) -> StreamSpec:
+    return StreamSpec(
+        prompt_id=prompt_id,
+        messages=({"role": "user", "content": text},),
+        max_tokens=max_tokens,
+        temperature=temperature,
+    )
+
+
+class _Probe:
+    """Shared bookkeeping: one anchor, requests appended as they are sent."""
+
+    def __init__(
+        self, dep: Deployment, run_id: str, probe: str, workload: str, concurrency: int
+    ) -> None:
+        self.dep = dep
+        self.wave = WaveRecord(
+            wave_id=f"{run_id}/{dep.name}/{probe}/c{concurrency:04d}/t1",
+            run_id=run_id,
+            deployment=dep.name,
+            model=dep.model,
+            endpoint=str(dep.endpoint),
+            workload=workload,
+            concurrency=concurrency,
+            trial=1,
+            started_at_ns=time.time_ns(),
+            anchor_perf_ns=time.perf_counter_ns(),
+        )
+        self.wave.extra["probe"] = probe
+        self.headers = request_headers(dep)
+
+    async def send(self, client: httpx.AsyncClient, spec: StreamSpec, role: str) -> RequestRecord:
+        i = len(self.wave.requests)
+        rec = RequestRecord(
+            request_id=f"{self.wave.wave_id}/s{i:03d}",
+            stream_index=i,
+            prompt_id=spec.prompt_id,
+            requested_tokens=spec.max_tokens,
+            required_tokens=spec.max_tokens,
+            temperature=spec.temperature,
+        )
+        rec.role = role
+        self.wave.requests.append(rec)
+        body = build_body(spec, self.dep.model, self.dep.continuous_usage, self.dep.extra_body)
+        return await stream_request(
+            client,
+            self.dep.chat_url,
+            body,
+            {**self.headers, "X-Request-Id": rec.request_id},
+            rec,
+            self.wave.anchor_perf_ns,
+            self.dep.timeouts.total_s,
+        )
+
+    def finish(self, monitor: LoopMonitor) -> WaveRecord:
+        w = self.wave
+        w.duration_s = (time.perf_counter_ns() - w.anchor_perf_ns) / 1e9
+        w.loop_lag_p99_ms = monitor.lag_p99_ms
+        w.client_cpu_pct = monitor.cpu_pct
+        w.effective_concurrency = effective_concurrency(w.requests)
+        w.peak_concurrency = peak_concurrency(w.requests)
+        return w
+
+
+async def prefill_interference(
+    dep: Deployment,
+    run_id: str,
+    *,
+    background_streams: int = 4,
+    background_tokens: int = 400,
+    long_prompt_tokens: int = 4000,
+    settle_s: float = 2.0,
+    probe_interval_s: float = 0.5,
+    probe_tokens: int = 4,
+    tail_s: float = 2.0,
+) -> WaveRecord:
+    """Hold N decode streams; once steady, inject one long uncached prompt; meanwhile send
+    short probe requests at a fixed interval. Roles: ``background``, ``long``, ``probe``."""
+    p = _Probe(dep, run_id, "prefill-interference", "code", background_streams)
+    monitor = LoopMonitor()
+    async with make_client(dep, background_streams + 64) as client:
+        doc, _ = await document(client, dep, long_prompt_tokens, secrets.token_hex(6))
+        specs = build_streams(
+            "code", background_streams, f"{run_id[-6:]}-pi", max_tokens=background_tokens
+        )
+        monitor.start()
+        background = [asyncio.create_task(p.send(client, s, "background")) for s in specs]
+        probes: list[asyncio.Task[RequestRecord]] = []
+        stop_probes = asyncio.Event()
+
+        async def prober() -> None:
+            k = 0
+            while not stop_probes.is_set():
+                probes.append(
+                    asyncio.create_task(
+                        p.send(
+                            client,
+                            _spec(
+                                f"probe-{k}",
+                                f"[probe {secrets.token_hex(4)}] Say hi.",
+                                probe_tokens,
+                            ),
+                            "probe",
+                        )
+                    )
+                )
+                k += 1
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop_probes.wait(), probe_interval_s)
+
+        prober_task = asyncio.create_task(prober())
+        await asyncio.sleep(settle_s)
+        long_rec = await p.send(
+            client, _spec("long-prompt", doc + "\nSummarise in one line.", 4), "long"
+        )
+        await asyncio.sleep(tail_s)
+        stop_probes.set()
+        await prober_task
+        await asyncio.gather(*background, *probes)
+        await monitor.stop()
+    p.wave.extra["long_prompt_chars"] = len(doc)
+    del long_rec
+    return p.finish(monitor)
+
+
+async def prompt_cache(
+    dep: Deployment,
+    run_id: str,
+    *,
+    document_tokens: int = 4000,
+    warm_requests: int = 3,
+    answer_tokens: int = 4,
+) -> WaveRecord:
+    """Send a long document cold, then with other questions (warm), then a distinct document
+    of the same size (control). Roles: ``cold``, ``warm``, ``control``."""
+    p = _Probe(dep, run_id, "prompt-cache", "prose", 1)
+    monitor = LoopMonitor()
+    async with make_client(dep, 4) as client:
+        doc, _ = await document(client, dep, document_tokens, secrets.token_hex(6))
+        other, _ = await document(client, dep, document_tokens, secrets.token_hex(6))
+        monitor.start()
+        await p.send(
+            client,
+            _spec("doc-q0", doc + "\nQuestion 0: what is this about?", answer_tokens),
+            "cold",
+        )
+        for k in range(1, warm_requests + 1):
+            await p.send(
+                client,
+                _spec(f"doc-q{k}", doc + f"\nQuestion {k}: name one word.", answer_tokens),
+                "warm",
+            )
+        await p.send(
+            client,
+            _spec("control-q0", other + "\nQuestion 0: what is this about?", answer_tokens),
+            "control",
+        )
+        await monitor.stop()
+    return p.finish(monitor)
+
+
+PROBES: dict[str, Any] = {
+    "prefill-interference": prefill_interference,
+    "prompt-cache": prompt_cache,
+}

@@ -1,0 +1,128 @@
+"""The study's responsiveness probes against the simulator (whose prefill stall and prefix
+cache are part of its model) and against a real llama-server."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from sparkcap.build import build
+from sparkcap.config import Deployment
+from sparkcap.runner import run_probe
+from sparkcap.sim.engine import SimProfile
+from sparkcap.sim.server import SimServer
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def q(db: Path, sql: str) -> list[tuple[object, ...]]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def test_probes_against_the_simulator(db_path: Path) -> None:
+    prof = SimProfile(
+        model="m",
+        step_s1=0.03,
+        batch_slowdown=0.1,
+        prefill_tok_s=4000,
+        prefill_chunk=2048,
+        acceptance_noise="low",
+    )
+    with SimServer([prof]) as sim:
+        dep = Deployment(
+            name="sim",
+            endpoint=sim.endpoint,
+            model="m",  # type: ignore[arg-type]
+            extra_body={"ignore_eos": True},
+        )
+        asyncio.run(
+            run_probe(
+                dep,
+                "prefill-interference",
+                db_path,
+                background_streams=3,
+                background_tokens=200,
+                long_prompt_tokens=8000,
+                settle_s=1.0,
+            )
+        )
+        asyncio.run(run_probe(dep, "prompt-cache", db_path, document_tokens=8000))
+    build(db_path)
+    (tokens, ttft, prefill, dip, lost, base, during) = q(
+        db_path,
+        """
+        select long_prompt_tokens, long_ttft_s, prefill_tok_s, dip_ratio, decode_lost_s,
+               baseline_probe_ttft_s, during_probe_ttft_s from marts.fct_prefill_interference
+    """,
+    )[0]
+    assert abs(tokens - 8000) <= 80  # built to the target with the server's tokenizer
+    assert 1.5 < ttft < 4.0 and 2000 < prefill < 5000  # 8000 tokens at ~4000 tok/s
+    assert dip < 0.5 and lost > 0.5  # the other streams slowed down a lot
+    assert during > 5 * base  # new short requests waited behind the prefill
+    (cold, warm, control, cached) = q(
+        db_path,
+        """
+        select cold_ttft_s, warm_ttft_s, control_ttft_s, warm_cached_tokens
+        from marts.fct_prompt_cache
+    """,
+    )[0]
+    assert warm < cold / 5 and control > cold / 2 and cached > 7000
+    # probe waves never become sweep trials
+    assert q(db_path, "select count(*) from marts.fct_trials")[0][0] == 0
+
+
+@pytest.fixture(scope="module")
+def long_context_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from sparkcap.localserver import start_local_server
+
+    s = start_local_server(slots=2, context=16384, log_dir=tmp_path_factory.mktemp("logs"))
+    try:
+        yield s
+    finally:
+        s.stop()
+
+
+@pytest.mark.real_server
+def test_probes_against_llama_server(long_context_server: object, db_path: Path) -> None:
+    dep = Deployment(
+        name="gemma",
+        endpoint=long_context_server.endpoint,  # type: ignore[attr-defined]
+        model="gemma-3-270m",
+        extra_body={"ignore_eos": True},
+    )
+    asyncio.run(run_probe(dep, "prompt-cache", db_path, document_tokens=2000))
+    asyncio.run(
+        run_probe(
+            dep,
+            "prefill-interference",
+            db_path,
+            background_streams=1,
+            background_tokens=300,
+            long_prompt_tokens=3000,
+            settle_s=1.0,
+            probe_interval_s=0.5,
+        )
+    )
+    build(db_path)
+    (doc, cold, warm, cached) = q(
+        db_path,
+        """
+        select document_tokens, cold_ttft_s, warm_ttft_s, warm_cached_tokens
+        from marts.fct_prompt_cache
+    """,
+    )[0]
+    assert abs(doc - 2000) < 100 and cached > 1500 and warm < cold / 2
+    (tokens, ttft, before, during) = q(
+        db_path,
+        """
+        select long_prompt_tokens, long_ttft_s, before_tok_s, during_tok_s
+        from marts.fct_prefill_interference
+    """,
+    )[0]
+    assert abs(tokens - 3000) < 100 and ttft > 0.5
+    assert during < before  # the background stream slowed while the prompt was prefilled
