@@ -46,6 +46,12 @@ def sweep_task(fleet_path: str, db: str, profile: str) -> dict[str, Any]:
     return {"run_id": result.run_id, "status": result.status, "reason": result.reason}
 
 
+@task(name="probes", retries=0)
+def probes_task(fleet_path: str, db: str, profile: str, run_id: str) -> list[str]:
+    """Prefill-interference and prompt-cache probes the fleet file asks for (never retried)."""
+    return pipeline.probes(pipeline.fleet_for(fleet_path, profile), Path(db), run_id)
+
+
 @task(name="stage", retries=3, retry_delay_seconds=5)
 def stage_task(db: str) -> int:
     return pipeline.stage_pending(Path(db))
@@ -87,6 +93,7 @@ def nightly_fleet_sweep(
     threshold = pipeline.fleet_for(fleet, profile).threshold_tok_s
     swept = sweep_task(fleet, db_path, profile)
     run_id = swept["run_id"]
+    probes_task(fleet, db_path, profile, run_id)
     stage_task(db_path)
     dq_state = validate_task(db_path, run_id, reports_dir, return_state=True)
     build_task(db_path, threshold)

@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    HttpUrl,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from sparkcap.config import Deployment, SweepPlan, SweepRequest, Timeouts, WorkloadName
 
@@ -64,6 +72,27 @@ class FleetDeployment(_Strict):
     plans: dict[WorkloadName, SweepPlan] = Field(
         default_factory=dict, description="per-workload plan overriding the fleet's"
     )
+    probes: dict[Literal["prefill-interference", "prompt-cache"], dict[str, Any]] = Field(
+        default_factory=dict,
+        description="responsiveness probes to run after the sweeps, with their options",
+    )
+
+    @field_validator("probes")
+    @classmethod
+    def _probe_options(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        import inspect
+
+        from sparkcap.loadgen.probes import PROBES
+
+        for name, options in v.items():
+            allowed = set(inspect.signature(PROBES[name]).parameters) - {"dep", "run_id"}
+            unknown = sorted(set(options) - allowed)
+            if unknown:
+                raise ValueError(
+                    f"unknown option(s) for {name}: {', '.join(unknown)} "
+                    f"(allowed: {', '.join(sorted(allowed))})"
+                )
+        return v
 
     @model_validator(mode="after")
     def _endpoint_or_launch(self) -> FleetDeployment:

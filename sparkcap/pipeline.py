@@ -27,12 +27,25 @@ def fleet_for(fleet_path: str | Path, profile: str = "full", **overrides: Any) -
         raise ValueError(f"unknown profile {profile!r} (choose from {', '.join(PROFILES)})")
     fleet = load_fleet(fleet_path)
     changes = {**PROFILES[profile], **{k: v for k, v in overrides.items() if v is not None}}
-    return fleet.with_profile(**changes) if changes else fleet
+    fleet = fleet.with_profile(**changes) if changes else fleet
+    if profile == "smoke":  # the smallest night: no probes
+        fleet = fleet.model_copy(
+            update={
+                "deployments": tuple(d.model_copy(update={"probes": {}}) for d in fleet.deployments)
+            }
+        )
+    return fleet
 
 
 def sweep(fleet: Fleet, db_path: Path, progress: ProgressFn | None = None) -> RunResult:
     """Sweep the fleet; a deployment whose server died leaves the run ``incomplete``."""
     return asyncio.run(run_fleet(fleet, db_path, progress=progress))
+
+
+def probes(fleet: Fleet, db_path: Path, run_id: str) -> list[str]:
+    from sparkcap.runner import run_fleet_probes
+
+    return asyncio.run(run_fleet_probes(fleet, db_path, run_id))
 
 
 def stage_pending(db_path: Path) -> int:
@@ -120,6 +133,7 @@ def run_pipeline(
 ) -> dict[str, Any]:
     """The whole night without Prefect: the same steps, in the same order."""
     result = sweep(fleet, db_path, progress)
+    probes(fleet, db_path, result.run_id)
     stage_pending(db_path)
     dq = validate(db_path, result.run_id, reports_dir)
     build(db_path, fleet.threshold_tok_s)

@@ -207,9 +207,11 @@ async def run_probe(
     db_path: Path,
     *,
     run_id: str | None = None,
+    record_run: bool = True,
     **options: Any,
 ) -> RunResult:
-    """Run one responsiveness probe as its own run, staged like a sweep's waves."""
+    """Run one responsiveness probe, staged like a sweep's waves: as its own run, or
+    (``record_run=False``) inside an existing run such as a nightly sweep's."""
     from sparkcap.loadgen.probes import PROBES
 
     if probe not in PROBES:
@@ -218,7 +220,8 @@ async def run_probe(
     await asyncio.to_thread(spool.stage_spool, db_path)
     run_id = run_id or new_run_id()
     config = {"probe": probe, "options": options, "deployment": deployment.model_dump(mode="json")}
-    run_start_to(db_path, run_id, config, time.time_ns(), [deployment])
+    if record_run:
+        run_start_to(db_path, run_id, config, time.time_ns(), [deployment])
     result = RunResult(run_id=run_id, db_path=db_path)
     try:
         before, after = scrape_into(deployment)
@@ -229,10 +232,28 @@ async def run_probe(
     except BaseException as exc:
         result.status = "incomplete"
         result.reason = f"{type(exc).__name__}: {exc}"[:500]
-        await asyncio.shield(
-            asyncio.to_thread(run_end_to, db_path, run_id, "incomplete", result.reason)
-        )
+        if record_run:
+            await asyncio.shield(
+                asyncio.to_thread(run_end_to, db_path, run_id, "incomplete", result.reason)
+            )
         raise
     del before, after
-    run_end_to(db_path, run_id, "complete")
+    if record_run:
+        run_end_to(db_path, run_id, "complete")
     return result
+
+
+async def run_fleet_probes(fleet: Fleet, db_path: Path, run_id: str) -> list[str]:
+    """The probes the fleet file asks for, recorded inside the night's run."""
+    from sparkcap.localserver import launched
+
+    done: list[str] = []
+    if not any(d.probes for d in fleet.deployments):
+        return done
+    with launched(fleet) as endpoints:
+        for d in fleet.deployments:
+            for name, options in d.probes.items():
+                dep = d.resolve(endpoints.get(d.name))
+                await run_probe(dep, name, db_path, run_id=run_id, record_run=False, **options)
+                done.append(f"{d.name}:{name}")
+    return done

@@ -12,7 +12,7 @@ from tests.integration.chromium import chromium, render
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-CHARTS = ("headline", "rates", "ttft", "throughput", "history")
+CHARTS = ("headline", "rates", "ttft", "throughput", "history", "prefill", "probe_ttft", "cache")
 
 
 def test_report_files(twin_night: dict[str, object]) -> None:
@@ -30,6 +30,9 @@ def test_report_files(twin_night: dict[str, object]) -> None:
     assert remote_resources(index) == []
     assert "≈ 28 code" in html and "≈ 11 prose" in html
     assert "not a simultaneous mixed load" in html
+    # the probes from fleets/twin.yaml, stated as computed figures
+    assert "16,0" in html and "took" in html and "losing" in html and "waited" in html
+    assert "a cached 12,0" in html and "cut TTFT from" in html
     assert "dq/summary.html" in html and "dq/data_docs/index.html" in html
 
 
