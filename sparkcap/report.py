@@ -164,6 +164,15 @@ def _threshold(data: dict[str, Any]) -> float:
     return float(data["capacity"]["threshold_tok_s"].iloc[0])
 
 
+def _concurrency_axis() -> Any:
+    """Concurrency levels double (1, 2, 4, ...): a log-2 axis spaces them evenly."""
+    return alt.X("concurrency:Q", title="concurrent streams", scale=alt.Scale(type="log", base=2))
+
+
+def _workload_color() -> Any:
+    return alt.Color("workload:N", scale=WORKLOAD_COLORS)
+
+
 def headline_chart(data: dict[str, Any]) -> Any:
     cap = data["capacity"].copy()
     cap["streams"] = cap["capacity_streams"] * cap["replicas"]
@@ -215,8 +224,8 @@ def rate_chart(data: dict[str, Any]) -> Any:
     lv["is_capacity"] = lv["concurrency"] == lv["capacity_streams"]
     t = _threshold(data)
     base = alt.Chart(lv).encode(
-        x=alt.X("concurrency:Q", title="concurrent streams", scale=alt.Scale(type="log", base=2)),
-        color=alt.Color("workload:N", scale=WORKLOAD_COLORS),
+        x=_concurrency_axis(),
+        color=_workload_color(),
     )
     band = base.mark_area(opacity=0.15).encode(
         y=alt.Y("min_decode_tok_s:Q", title="decode rate per stream (tok/s)"),
@@ -261,11 +270,8 @@ def ttft_chart(data: dict[str, Any]) -> Any:
         alt.Chart(lv)
         .mark_line(point=True)
         .encode(
-            x=alt.X(
-                "concurrency:Q", title="concurrent streams", scale=alt.Scale(type="log", base=2)
-            ),
+            x=_concurrency_axis(),
             y=alt.Y("median_ttft_s:Q", title="median time to first token (s)"),
-            color=alt.Color("workload:N", scale=WORKLOAD_COLORS),
             tooltip=["workload", "concurrency", alt.Tooltip("median_ttft_s:Q", format=".2f")],
         )
         .properties(width=260, height=180)
@@ -292,11 +298,8 @@ def throughput_chart(data: dict[str, Any]) -> Any:
         alt.Chart(lv)
         .mark_line(point=True)
         .encode(
-            x=alt.X(
-                "concurrency:Q", title="concurrent streams", scale=alt.Scale(type="log", base=2)
-            ),
+            x=_concurrency_axis(),
             y=alt.Y("tok_s:Q", title="tokens per second"),
-            color=alt.Color("workload:N", scale=WORKLOAD_COLORS),
             strokeDash=alt.StrokeDash("measure:N", title=None),
             tooltip=["workload", "measure", "concurrency", alt.Tooltip("tok_s:Q", format=".1f")],
         )
