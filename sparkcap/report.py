@@ -271,6 +271,7 @@ def ttft_chart(data: dict[str, Any]) -> Any:
         .mark_line(point=True)
         .encode(
             x=_concurrency_axis(),
+            color=_workload_color(),
             y=alt.Y("median_ttft_s:Q", title="median time to first token (s)"),
             tooltip=["workload", "concurrency", alt.Tooltip("median_ttft_s:Q", format=".2f")],
         )
@@ -299,6 +300,7 @@ def throughput_chart(data: dict[str, Any]) -> Any:
         .mark_line(point=True)
         .encode(
             x=_concurrency_axis(),
+            color=_workload_color(),
             y=alt.Y("tok_s:Q", title="tokens per second"),
             strokeDash=alt.StrokeDash("measure:N", title=None),
             tooltip=["workload", "measure", "concurrency", alt.Tooltip("tok_s:Q", format=".1f")],
