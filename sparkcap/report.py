@@ -335,12 +335,13 @@ def history_chart(data: dict[str, Any]) -> Any:
 
 def prefill_chart(data: dict[str, Any]) -> Any:
     tl = data["timeline"]
-    shade = tl.groupby("deployment", as_index=False)[["prefill_start_s", "prefill_end_s"]].first()
-    base = alt.Chart(tl).encode(x=alt.X("t_s:Q", title="seconds since the probe started"))
+    # layers carry no data of their own: the facet splits the one dataset by deployment, so
+    # each panel shows its own line and shades its own prefill window
+    base = alt.Chart().encode(x=alt.X("t_s:Q", title="seconds since the probe started"))
     band = (
-        alt.Chart(shade)
+        alt.Chart()
         .mark_rect(opacity=0.15, color="#cf222e")
-        .encode(x="prefill_start_s:Q", x2="prefill_end_s:Q")
+        .encode(x="min(prefill_start_s):Q", x2="min(prefill_end_s):Q")
     )
     rate = (
         base.transform_filter("datum.series == 'background decode'")
@@ -351,9 +352,9 @@ def prefill_chart(data: dict[str, Any]) -> Any:
         )
     )
     return (
-        alt.layer(band, rate)
+        alt.layer(band, rate, data=tl)
         .properties(width=300, height=180)
-        .facet(column=alt.Column("deployment:N", title=None), data=tl)
+        .facet(column=alt.Column("deployment:N", title=None))
         .properties(
             title=alt.TitleParams(
                 "Decode rate of the other streams while a long prompt is prefilled",
