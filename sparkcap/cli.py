@@ -138,6 +138,21 @@ def print_levels(db: Path, run_id: str) -> None:
         out.print(f"capacity at {THRESHOLD_TOK_S:g} tok/s — {dep}/{wl}: {text}", highlight=False)
 
 
+def print_fleet(db: Path, run_id: str) -> None:
+    """The headline from the marts (the numbers the report shows)."""
+    from sparkcap.warehouse import open_warehouse
+
+    with open_warehouse(db, read_only=True) as con:
+        rows = con.execute(
+            "select workload, capacity_streams, threshold_tok_s, extrapolated_deployments "
+            "from marts.fct_fleet_capacity where run_id = ? order by workload",
+            [run_id],
+        ).fetchall()
+    for wl, cap, t, extra in rows:
+        note = f" (replicas extrapolated: {extra})" if extra else ""
+        out.print(f"fleet capacity at {t:g} tok/s — {wl}: {cap} streams{note}", highlight=False)
+
+
 @app.command()
 def sweep(
     endpoint: Annotated[
@@ -377,6 +392,7 @@ def run(
             raise typer.Exit(1)
     out.print(f"run id: {result['run_id']}", highlight=False)
     print_levels(path, result["run_id"])
+    print_fleet(path, result["run_id"])
     out.print(f"database: {path}", highlight=False)
     out.print(f"report: {result['report']}", highlight=False)
     if result.get("run_status", "complete") != "complete":
