@@ -20,9 +20,11 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 demo: $(STAMP)
+	@mkdir -p "$(PREFECT_HOME)"
 	$(VENV)/bin/sparkcap demo
 
 test: $(STAMP)
+	@mkdir -p "$(PREFECT_HOME)"
 	$(VENV)/bin/ruff check sparkcap flows tests benchmarks
 	$(VENV)/bin/ruff format --check sparkcap flows tests benchmarks
 	$(VENV)/bin/mypy

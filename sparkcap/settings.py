@@ -45,6 +45,8 @@ def prepare_prefect_env() -> None:
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    # Prefect creates its home without parents and fails on a fresh clone
+    Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 
 
 def read_secret(env_var: str | None) -> SecretStr | None:

@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
+if os.environ.get("PREFECT_HOME"):  # Prefect will not create missing parent folders
+    Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
 
 
