@@ -228,7 +228,9 @@ def _safe_name(model: str) -> str:
 
 @app.command()
 def probe(
-    name: Annotated[str, typer.Argument(help="prefill-interference or prompt-cache")],
+    name: Annotated[
+        str, typer.Argument(help="prefill-interference, prompt-cache, output-length or mixed")
+    ],
     endpoint: Annotated[str, typer.Option(help="OpenAI-compatible base URL")],
     model: Annotated[str, typer.Option(help="model name the server serves")],
     deployment: Annotated[str | None, typer.Option(help="deployment name (default: model)")] = None,
@@ -239,6 +241,12 @@ def probe(
     background_tokens: Annotated[int, typer.Option(help="their output length")] = 400,
     probe_interval: Annotated[float, typer.Option(help="seconds between probe requests")] = 0.5,
     warm_requests: Annotated[int, typer.Option(help="warm repeats (prompt-cache)")] = 3,
+    concurrency: Annotated[int, typer.Option(help="streams (output-length, mixed)")] = 8,
+    lengths: Annotated[str, typer.Option(help="output lengths (output-length)")] = "400,1000",
+    workload: Annotated[str, typer.Option(help="code or prose (output-length)")] = "prose",
+    code_share: Annotated[float, typer.Option(help="share of code streams (mixed)")] = 0.5,
+    trials: Annotated[int, typer.Option(help="counted waves (output-length, mixed)")] = 2,
+    max_tokens: Annotated[int | None, typer.Option(help="output length (mixed)")] = None,
     api_key_env: Annotated[str, typer.Option(help="variable holding the API key")] = (
         "OPENAI_API_KEY"
     ),
@@ -248,8 +256,9 @@ def probe(
     """Measure what long prefills and prompt caches do to responsiveness."""
     from sparkcap.runner import run_probe
 
-    if name not in ("prefill-interference", "prompt-cache"):
-        raise typer.BadParameter("must be prefill-interference or prompt-cache", param_hint="NAME")
+    names = ("prefill-interference", "prompt-cache", "output-length", "mixed")
+    if name not in names:
+        raise typer.BadParameter(f"must be one of {', '.join(names)}", param_hint="NAME")
     try:
         extra = json.loads(extra_body) if extra_body else {}
     except ValueError as exc:
@@ -269,14 +278,33 @@ def probe(
             "long_prompt_tokens": prompt_tokens,
             "probe_interval_s": probe_interval,
         }
-    else:
+    elif name == "prompt-cache":
         options = {"document_tokens": prompt_tokens, "warm_requests": warm_requests}
+    elif name == "output-length":
+        try:
+            lens = tuple(int(x) for x in lengths.split(",") if x.strip())
+        except ValueError:
+            raise typer.BadParameter("comma-separated integers", param_hint="--lengths") from None
+        if workload not in ("code", "prose"):
+            raise typer.BadParameter("must be code or prose", param_hint="--workload")
+        options = {
+            "concurrency": concurrency,
+            "lengths": lens,
+            "workload": workload,
+            "trials": trials,
+        }
+    else:
+        options = {
+            "concurrency": concurrency,
+            "code_share": code_share,
+            "trials": trials,
+            "max_tokens": max_tokens,
+        }
     path = _db(db)
     result = asyncio.run(run_probe(dep, name, path, **options))
-    wave = result.waves[0]
     out.print(f"run id: {result.run_id}", highlight=False)
-    for r in wave.requests:
-        if r.role in ("background",):
+    for r in [r for w in result.waves[:1] for r in w.requests]:
+        if r.role in ("background", "code", "prose"):
             continue
         ttft = "—" if r.ttft_s is None else f"{r.ttft_s:.2f} s"
         out.print(

@@ -72,7 +72,9 @@ class FleetDeployment(_Strict):
     plans: dict[WorkloadName, SweepPlan] = Field(
         default_factory=dict, description="per-workload plan overriding the fleet's"
     )
-    probes: dict[Literal["prefill-interference", "prompt-cache"], dict[str, Any]] = Field(
+    probes: dict[
+        Literal["prefill-interference", "prompt-cache", "output-length", "mixed"], dict[str, Any]
+    ] = Field(
         default_factory=dict,
         description="responsiveness probes to run after the sweeps, with their options",
     )

@@ -142,6 +142,27 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
             if has_probes
             else pd.DataFrame()
         )
+        latest_run = (
+            "qualify dense_rank() over (partition by p.deployment order by r.started_at desc) = 1"
+        )
+        data["output_length"] = (
+            _df(
+                con,
+                "select p.* from marts.fct_output_length p join raw.runs r using (run_id) "
+                f"{latest_run} order by p.deployment, p.requested_tokens",
+            )
+            if has_probes
+            else pd.DataFrame()
+        )
+        data["mixed"] = (
+            _df(
+                con,
+                "select p.* from marts.fct_mixed_load p join raw.runs r using (run_id) "
+                f"{latest_run} order by p.deployment, p.stream_workload",
+            )
+            if has_probes
+            else pd.DataFrame()
+        )
         has_dq = con.execute(
             "select count(*) from information_schema.tables "
             "where table_schema = 'raw' and table_name = 'dq_results'"
@@ -411,6 +432,33 @@ def cache_chart(data: dict[str, Any]) -> Any:
     )
 
 
+def output_length_chart(data: dict[str, Any]) -> Any:
+    ol = data["output_length"].copy()
+    ol["series"] = (
+        ol["deployment"]
+        + " / "
+        + ol["workload"]
+        + " @ "
+        + ol["concurrency"].astype(str)
+        + " streams"
+    )
+    return (
+        alt.Chart(ol)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("requested_tokens:Q", title="output length (tokens)"),
+            y=alt.Y("median_decode_tok_s:Q", title="median decode rate (tok/s)"),
+            color=alt.Color("series:N", title=None),
+            tooltip=[
+                "series",
+                "requested_tokens",
+                alt.Tooltip("median_decode_tok_s:Q", format=".1f"),
+            ],
+        )
+        .properties(width=420, height=200, title="Decode rate vs output length")
+    )
+
+
 def history_changes(data: dict[str, Any]) -> pd.DataFrame:
     h = data["history"].sort_values("started_at")
     rows = []
@@ -543,6 +591,32 @@ def render_report(
             "<section><h2>Prompt reuse</h2><p>Route repeated long documents to the replica "
             "that has them cached:</p><ul>" + "".join(lines) + "</ul>"
             "<div id='chart-cache'></div></section>"
+        )
+    if not data["output_length"].empty:
+        charts["output_length"] = output_length_chart(data)
+        probe_sections.append(
+            "<section><h2>Output length</h2><p>Longer outputs decode slower at the same "
+            "concurrency (context grows): capacity depends on the length budget.</p>"
+            "<div id='chart-output_length'></div></section>"
+        )
+    if not data["mixed"].empty:
+        probe_sections.append(
+            "<section><h2>Mixed load</h2><p>Code and prose streams in one wave, beside each "
+            "workload alone at the same concurrency (the fleet headline sums alternatives, "
+            "not this).</p>"
+            + _table(
+                data["mixed"],
+                {
+                    "deployment": "deployment",
+                    "concurrency": "streams",
+                    "stream_workload": "workload",
+                    "n_streams": "of which",
+                    "median_decode_tok_s": "median tok/s (mixed)",
+                    "alone_median_decode_tok_s": "median tok/s (alone)",
+                },
+                "",
+            )
+            + "</section>"
         )
     result = ReportResult(run_id=run_id, index=run_dir / "index.html", latest=None)
     specs = {}

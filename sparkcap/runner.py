@@ -225,10 +225,11 @@ async def run_probe(
     result = RunResult(run_id=run_id, db_path=db_path)
     try:
         before, after = scrape_into(deployment)
-        wave = await PROBES[probe](deployment, run_id, **options)
-        await asyncio.to_thread(spool.write_wave, wave)
-        await asyncio.to_thread(spool.stage_spool, db_path, None, run_id)
-        result.waves.append(wave)
+        produced = await PROBES[probe](deployment, run_id, **options)
+        for wave in produced if isinstance(produced, list) else [produced]:
+            await asyncio.to_thread(spool.write_wave, wave)
+            await asyncio.to_thread(spool.stage_spool, db_path, None, run_id)
+            result.waves.append(wave)
     except BaseException as exc:
         result.status = "incomplete"
         result.reason = f"{type(exc).__name__}: {exc}"[:500]

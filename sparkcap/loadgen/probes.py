@@ -277,3 +277,97 @@ PROBES: dict[str, Any] = {
     "prefill-interference": prefill_interference,
     "prompt-cache": prompt_cache,
 }
+
+
+async def _synchronized(
+    dep: Deployment,
+    run_id: str,
+    probe: str,
+    workload: str,
+    specs: list[StreamSpec],
+    label: str,
+    trial: int,
+) -> WaveRecord:
+    """One synchronized wave of ``specs`` (the sweep's machinery), tagged as a probe."""
+    from sparkcap.loadgen.wave import run_wave
+
+    wave = WaveRecord(
+        wave_id=f"{run_id}/{dep.name}/{probe}/{label}/c{len(specs):04d}/t{trial}",
+        run_id=run_id,
+        deployment=dep.name,
+        model=dep.model,
+        endpoint=str(dep.endpoint),
+        workload=workload,
+        concurrency=len(specs),
+        trial=trial,
+        started_at_ns=time.time_ns(),
+        anchor_perf_ns=time.perf_counter_ns(),
+    )
+    wave.extra["probe"] = probe
+    async with make_client(dep, len(specs)) as client:
+        await run_wave(
+            client,
+            wave=wave,
+            url=dep.chat_url,
+            specs=specs,
+            headers=request_headers(dep),
+            extra_body=dep.extra_body,
+            continuous_usage=dep.continuous_usage,
+            total_timeout_s=dep.timeouts.total_s,
+        )
+    for r, s in zip(wave.requests, specs, strict=True):
+        r.role = s.prompt_id.split("-")[0]  # the workload of each stream
+    return wave
+
+
+async def output_length(
+    dep: Deployment,
+    run_id: str,
+    *,
+    concurrency: int = 8,
+    lengths: tuple[int, ...] = (400, 1000),
+    workload: str = "prose",
+    trials: int = 2,
+) -> list[WaveRecord]:
+    """The same concurrency at several output lengths (the study: GLM, 8 streams, 400 → 1000
+    tokens, 19.8 → 17.3 tok/s). One warm-up wave first, never counted."""
+    waves = []
+    for trial in range(0, trials + 1):
+        for length in lengths:
+            if trial == 0 and length != lengths[0]:
+                continue
+            specs = build_streams(
+                workload, concurrency, f"{run_id[-6:]}-ol{length}-t{trial}", max_tokens=length
+            )
+            waves.append(
+                await _synchronized(
+                    dep, run_id, "output-length", workload, specs, f"L{length:05d}", trial
+                )
+            )
+    return waves
+
+
+async def mixed(
+    dep: Deployment,
+    run_id: str,
+    *,
+    concurrency: int = 8,
+    code_share: float = 0.5,
+    trials: int = 2,
+    max_tokens: int | None = None,
+) -> list[WaveRecord]:
+    """Code and prose streams in one synchronized wave: a mixed load, to set beside the sum
+    of the alternative workloads' capacities (which the study says is not a mixed result)."""
+    n_code = max(1, min(concurrency - 1, round(concurrency * code_share)))
+    waves = []
+    for trial in range(0, trials + 1):
+        tag = f"{run_id[-6:]}-mx-t{trial}"
+        specs = build_streams("code", n_code, tag, max_tokens=max_tokens) + build_streams(
+            "prose", concurrency - n_code, tag, max_tokens=max_tokens
+        )
+        waves.append(await _synchronized(dep, run_id, "mixed", "mixed", specs, "mix", trial))
+    return waves
+
+
+PROBES["output-length"] = output_length
+PROBES["mixed"] = mixed

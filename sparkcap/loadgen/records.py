@@ -74,7 +74,7 @@ class RequestRecord:
     error: str | None = None
     retry_after: str | None = None
     saw_done: bool = False
-    role: str | None = None  # probes: background, long, probe, cold, warm, control
+    role: str | None = None  # probes: background, long, probe, cold, warm, control, code, prose
     chunks: ChunkColumns = field(default_factory=ChunkColumns)
 
     @property

@@ -126,3 +126,41 @@ def test_probes_against_llama_server(long_context_server: object, db_path: Path)
     )[0]
     assert abs(tokens - 3000) < 100 and ttft > 0.5
     assert during < before  # the background stream slowed while the prompt was prefilled
+
+
+def test_output_length_and_mixed_probes(db_path: Path) -> None:
+    # context slows decode here, so longer outputs must be slower (the study's GLM comparison)
+    prof = SimProfile(
+        model="m",
+        step_s1=0.01,
+        batch_slowdown=0.05,
+        context_slowdown=2.0,
+        prefill_tok_s=100_000,
+        acceptance_noise="low",
+    )
+    with SimServer([prof]) as sim:
+        dep = Deployment(
+            name="sim",
+            endpoint=sim.endpoint,
+            model="m",  # type: ignore[arg-type]
+            extra_body={"ignore_eos": True},
+        )
+        asyncio.run(
+            run_probe(dep, "output-length", db_path, concurrency=4, lengths=(20, 150), trials=1)
+        )
+        asyncio.run(run_probe(dep, "mixed", db_path, concurrency=4, trials=1, max_tokens=20))
+    build(db_path)
+    rows = q(
+        db_path,
+        "select requested_tokens, n_valid_trials, median_decode_tok_s "
+        "from marts.fct_output_length order by requested_tokens",
+    )
+    assert [(r[0], r[1]) for r in rows] == [(20, 1), (150, 1)]
+    assert rows[1][2] < rows[0][2] * 0.9
+    mixed = q(
+        db_path,
+        "select stream_workload, n_streams, n_valid_trials, median_decode_tok_s "
+        "from marts.fct_mixed_load order by 1",
+    )
+    assert [(m[0], m[1], m[2]) for m in mixed] == [("code", 2, 1), ("prose", 2, 1)]
+    assert mixed[0][3] > mixed[1][3]  # code accepts more drafts than prose in the same wave

@@ -24,6 +24,8 @@ final as (
         w.workload,
         w.concurrency,
         w.trial,
+        w.probe,
+        r.request_role,
         r.stream_index,
         r.prompt_id,
         r.status,
@@ -50,7 +52,6 @@ final as (
     from requests as r
     inner join waves as w on w.wave_id = r.wave_id
     inner join watermarks as m on m.run_id = r.run_id
-    where w.probe is null  -- probes have their own marts
 )
 
 select * from final

@@ -16,6 +16,7 @@ final as (
         workload,
         concurrency,
         trial,
+        probe,
         stream_index,
         prompt_id,
         status,
