@@ -52,6 +52,11 @@ def probes_task(fleet_path: str, db: str, profile: str, run_id: str) -> list[str
     return pipeline.probes(pipeline.fleet_for(fleet_path, profile), Path(db), run_id)
 
 
+@task(name="link-check", retries=0)
+def link_task(fleet_path: str, db: str, profile: str, run_id: str) -> int:
+    return pipeline.link_check(pipeline.fleet_for(fleet_path, profile), Path(db), run_id)
+
+
 @task(name="stage", retries=3, retry_delay_seconds=5)
 def stage_task(db: str) -> int:
     return pipeline.stage_pending(Path(db))
@@ -94,6 +99,7 @@ def nightly_fleet_sweep(
     swept = sweep_task(fleet, db_path, profile)
     run_id = swept["run_id"]
     probes_task(fleet, db_path, profile, run_id)
+    link_task(fleet, db_path, profile, run_id)
     stage_task(db_path)
     dq_state = validate_task(db_path, run_id, reports_dir, return_state=True)
     build_task(db_path, threshold)

@@ -318,6 +318,58 @@ def probe(
     )
 
 
+@app.command("link-check")
+def link_check(
+    fleet: Annotated[Path, typer.Option(help="fleet file with deployments' links")],
+    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
+) -> None:
+    """Run each declared link's probe command and record achieved vs nominal Gb/s."""
+    from sparkcap.fleet import load_fleet
+    from sparkcap.runner import run_link_check
+
+    fl = load_fleet(fleet)
+    run_id, results = run_link_check(fl, _db(db))
+    out.print(f"run id: {run_id}", highlight=False)
+    for r in results:
+        got = "—" if r.achieved_gbps is None else f"{r.achieved_gbps:.2f} Gb/s"
+        state = {True: "ok", False: "UNHEALTHY", None: "FAILED"}[r.healthy]
+        out.print(
+            f"{r.deployment}/{r.spec.name}: {got} of {r.spec.nominal_gbps:g} nominal — "
+            f"{state}" + (f" ({r.error})" if r.error else ""),
+            highlight=False,
+        )
+    if any(r.healthy is not True for r in results):
+        raise typer.Exit(1)
+
+
+@app.command("compare")
+def compare_cmd(
+    run_a: Annotated[str, typer.Argument(help="the earlier run")],
+    run_b: Annotated[str, typer.Argument(help="the later run")],
+    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
+) -> None:
+    """Before/after: change in median rate, aggregate throughput, prefill, capacity, links."""
+    from sparkcap.compare import compare
+
+    frames = compare(_db(db), run_a, run_b)
+    for name, frame in frames.items():
+        table = Table(title=f"{name.replace('_', ' ')}: {run_a} → {run_b}")
+        for c in frame.columns:
+            table.add_column(c)
+        for row in frame.itertuples(index=False):
+            table.add_row(
+                *(
+                    "—"
+                    if v is None or (isinstance(v, float) and v != v)
+                    else f"{v:.1f}"
+                    if isinstance(v, float)
+                    else str(v)
+                    for v in row
+                )
+            )
+        out.print(table)
+
+
 @app.command()
 def sql(
     query: Annotated[str, typer.Argument(help="SQL to run read-only")],

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from sparkcap.config import Deployment, SweepPlan, SweepRequest, Timeouts, WorkloadName
+from sparkcap.links import LinkSpec
 
 
 class FleetError(ValueError):
@@ -77,6 +78,10 @@ class FleetDeployment(_Strict):
     ] = Field(
         default_factory=dict,
         description="responsiveness probes to run after the sweeps, with their options",
+    )
+
+    links: tuple[LinkSpec, ...] = Field(
+        (), description="interconnect links to check, each with its probe command"
     )
 
     @field_validator("probes")
@@ -142,6 +147,9 @@ class Fleet(_Strict):
     )
     workloads: dict[WorkloadName, SweepPlan] = Field(min_length=1)
     deployments: tuple[FleetDeployment, ...] = Field(min_length=1)
+    link_min_share: float = Field(
+        0.8, gt=0, le=1, description="a link below this share of nominal Gb/s is unhealthy"
+    )
 
     @model_validator(mode="after")
     def _unique_names(self) -> Fleet:

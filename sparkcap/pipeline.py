@@ -48,6 +48,12 @@ def probes(fleet: Fleet, db_path: Path, run_id: str) -> list[str]:
     return asyncio.run(run_fleet_probes(fleet, db_path, run_id))
 
 
+def link_check(fleet: Fleet, db_path: Path, run_id: str) -> int:
+    from sparkcap.runner import run_link_check
+
+    return len(run_link_check(fleet, db_path, run_id)[1])
+
+
 def stage_pending(db_path: Path) -> int:
     from sparkcap.spool import stage_spool
 
@@ -134,6 +140,7 @@ def run_pipeline(
     """The whole night without Prefect: the same steps, in the same order."""
     result = sweep(fleet, db_path, progress)
     probes(fleet, db_path, result.run_id)
+    link_check(fleet, db_path, result.run_id)
     stage_pending(db_path)
     dq = validate(db_path, result.run_id, reports_dir)
     build(db_path, fleet.threshold_tok_s)

@@ -163,6 +163,17 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
             if has_probes
             else pd.DataFrame()
         )
+        data["links"] = (
+            _df(
+                con,
+                "select deployment, link, node_a, node_b, nominal_gbps, achieved_gbps, "
+                "share_of_nominal, healthy, error from marts.fct_link_health "
+                "where run_id = ? order by deployment, link",
+                [run_id],
+            )
+            if has_probes
+            else pd.DataFrame()
+        )
         has_dq = con.execute(
             "select count(*) from information_schema.tables "
             "where table_schema = 'raw' and table_name = 'dq_results'"
@@ -613,6 +624,28 @@ def render_report(
                     "n_streams": "of which",
                     "median_decode_tok_s": "median tok/s (mixed)",
                     "alone_median_decode_tok_s": "median tok/s (alone)",
+                },
+                "",
+            )
+            + "</section>"
+        )
+    if not data["links"].empty:
+        links = data["links"].assign(
+            state=data["links"]["healthy"].map({True: "ok", False: "UNHEALTHY"})
+        )
+        probe_sections.append(
+            "<section><h2>Link health</h2>"
+            + _table(
+                links,
+                {
+                    "deployment": "deployment",
+                    "link": "link",
+                    "node_a": "from",
+                    "node_b": "to",
+                    "nominal_gbps": "nominal Gb/s",
+                    "achieved_gbps": "achieved Gb/s",
+                    "state": "state",
+                    "error": "error",
                 },
                 "",
             )

@@ -258,3 +258,18 @@ async def run_fleet_probes(fleet: Fleet, db_path: Path, run_id: str) -> list[str
                 await run_probe(dep, name, db_path, run_id=run_id, record_run=False, **options)
                 done.append(f"{d.name}:{name}")
     return done
+
+
+def run_link_check(fleet: Fleet, db_path: Path, run_id: str | None = None) -> tuple[str, list[Any]]:
+    """Check every declared link; inside a night's run, or as a run of its own."""
+    from sparkcap.links import check_links
+
+    links = {d.name: (list(d.links), fleet.link_min_share) for d in fleet.deployments if d.links}
+    own_run = run_id is None
+    run_id = run_id or new_run_id()
+    if own_run:
+        run_start_to(db_path, run_id, {"link_check": fleet.model_dump(mode="json")}, time.time_ns())
+    results = check_links(links, db_path, run_id)
+    if own_run:
+        run_end_to(db_path, run_id, "complete")
+    return run_id, results

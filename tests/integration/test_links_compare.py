@@ -1,0 +1,109 @@
+"""Link health with a real iperf3 on loopback, and the before/after comparison."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from sparkcap.build import build
+from sparkcap.compare import compare
+from sparkcap.config import SweepPlan, SweepRequest
+from sparkcap.fleet import load_fleet
+from sparkcap.runner import run_link_check, run_sweeps
+from sparkcap.sim.server import SimServer
+from tests.integration.helpers import dep, fast_profile
+
+pytestmark = pytest.mark.integration
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 not installed (.ci/run does)")
+def test_link_check_with_real_iperf3(tmp_path: Path, db_path: Path) -> None:
+    port = free_port()
+    server = subprocess.Popen(
+        ["iperf3", "-s", "-1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(0.5)
+        fleet = {
+            "name": "links",
+            "workloads": {"code": {"levels": [1]}},
+            "link_min_share": 0.8,
+            "deployments": [
+                {
+                    "name": "ring",
+                    "model": "m",
+                    "endpoint": "http://127.0.0.1:9/v1",
+                    "links": [
+                        {
+                            "name": "lo",
+                            "a": "n1",
+                            "b": "n2",
+                            "nominal_gbps": 1.0,
+                            "command": f"iperf3 -J -c 127.0.0.1 -p {port} -t 1",
+                        },
+                        # nominal far above what loopback gives: must be flagged
+                        {
+                            "name": "fast",
+                            "nominal_gbps": 1_000_000.0,
+                            "format": "plain",
+                            "command": "echo gbps=12.5",
+                        },
+                        {"name": "broken", "nominal_gbps": 200.0, "command": "false"},
+                    ],
+                }
+            ],
+        }
+        path = tmp_path / "links.yaml"
+        path.write_text(yaml.safe_dump(fleet))
+        run_id, results = run_link_check(load_fleet(path), db_path)
+    finally:
+        server.kill()
+        server.wait()
+    by = {r.spec.name: r for r in results}
+    assert by["lo"].achieved_gbps is not None and by["lo"].achieved_gbps > 1.0
+    assert by["lo"].healthy is True
+    assert by["fast"].achieved_gbps == 12.5 and by["fast"].healthy is False
+    assert by["broken"].achieved_gbps is None and by["broken"].error
+    build(db_path)
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        rows = con.execute(
+            "select link, healthy from marts.fct_link_health where run_id = ? order by link",
+            [run_id],
+        ).fetchall()
+    assert rows == [("broken", False), ("fast", False), ("lo", True)]
+
+
+def test_compare_two_runs(db_path: Path) -> None:
+    runs = []
+    for step in (0.02, 0.03):  # the second night is slower
+        with SimServer([fast_profile("m", step_s1=step)]) as sim:
+            req = SweepRequest(
+                deployment=dep(sim.endpoint, "m"),
+                workload="code",
+                plan=SweepPlan(levels=(1, 2), trials=1, max_tokens=30),
+            )
+            runs.append(asyncio.run(run_sweeps([req], db_path)).run_id)
+    build(db_path)
+    out = compare(db_path, runs[0], runs[1])
+    levels = out["levels"]
+    assert list(levels["concurrency"]) == [1, 2]
+    assert (levels["median_change_pct"] < -15).all()
+    assert list(out["capacity"]["capacity_change"]) == [0]
+    with pytest.raises(LookupError, match="no such run"):
+        compare(db_path, runs[0], "nope")
