@@ -174,6 +174,13 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
             if has_probes
             else pd.DataFrame()
         )
+        prev = con.execute(
+            "select c.run_id from marts.fct_capacity c join raw.runs r using (run_id) "
+            "where r.started_at < (select started_at from raw.runs where run_id = ?) "
+            "order by r.started_at desc limit 1",
+            [run_id],
+        ).fetchall()
+        data["previous_run"] = str(prev[0][0]) if prev else None
         has_dq = con.execute(
             "select count(*) from information_schema.tables "
             "where table_schema = 'raw' and table_name = 'dq_results'"
@@ -648,6 +655,51 @@ def render_report(
                     "error": "error",
                 },
                 "",
+            )
+            + "</section>"
+        )
+    if data["previous_run"]:
+        from sparkcap.compare import compare
+
+        diff = compare(Path(db_path), data["previous_run"], run_id)
+        lv = diff["levels"].dropna(subset=["median_change_pct"])
+        probe_sections.append(
+            f"<section><h2>Compared with the previous run ({html.escape(data['previous_run'])})"
+            "</h2><p class='note'>Same as <code>sparkcap compare</code>.</p>"
+            + _table(
+                diff["capacity"],
+                {
+                    "deployment": "deployment",
+                    "workload": "workload",
+                    "a_capacity": "before",
+                    "b_capacity": "now",
+                    "capacity_change": "change",
+                },
+                "",
+            )
+            + _table(
+                lv,
+                {
+                    "deployment": "deployment",
+                    "workload": "workload",
+                    "concurrency": "streams",
+                    "a_median_tok_s": "median before",
+                    "b_median_tok_s": "median now",
+                    "median_change_pct": "change %",
+                    "aggregate_change_pct": "aggregate change %",
+                },
+                "",
+            )
+            + _table(
+                diff["prefill_links"],
+                {
+                    "deployment": "deployment",
+                    "a_prefill_tok_s": "prefill tok/s before",
+                    "b_prefill_tok_s": "now",
+                    "b_worst_link_gbps": "worst link Gb/s now",
+                    "b_links_healthy": "links healthy",
+                },
+                "No prefill probe or link check in both runs.",
             )
             + "</section>"
         )

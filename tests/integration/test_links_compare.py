@@ -107,3 +107,22 @@ def test_compare_two_runs(db_path: Path) -> None:
     assert list(out["capacity"]["capacity_change"]) == [0]
     with pytest.raises(LookupError, match="no such run"):
         compare(db_path, runs[0], "nope")
+
+
+def test_report_compares_with_the_previous_run(db_path: Path, tmp_path: Path) -> None:
+    from sparkcap.report import render_report
+
+    runs = []
+    for step in (0.02, 0.03):
+        with SimServer([fast_profile("m", step_s1=step)]) as sim:
+            req = SweepRequest(
+                deployment=dep(sim.endpoint, "m"),
+                workload="code",
+                plan=SweepPlan(levels=(1, 2), trials=1, max_tokens=20),
+            )
+            runs.append(asyncio.run(run_sweeps([req], db_path)).run_id)
+    build(db_path)
+    page = render_report(db_path, runs[1], tmp_path / "r", export_images=False).index.read_text()
+    assert f"Compared with the previous run ({runs[0]})" in page
+    first = render_report(db_path, runs[0], tmp_path / "r", export_images=False).index.read_text()
+    assert "Compared with the previous run" not in first
