@@ -1,6 +1,6 @@
-"""The study's responsiveness probes: what long prefills and prompt caches do to a deployment.
+"""The study's probes: long prefills, prompt caches, output length and mixed load.
 
-Both probes record ordinary requests and chunks against one wave anchor, so the warehouse and
+Every probe records ordinary requests and chunks against a wave anchor, so the warehouse and
 dbt treat them like sweeps; ``raw.waves.probe`` names the probe and ``raw.requests.role`` says
 what each request was for. Long prompts are built to a target token count with the server's
 own tokenizer where it has one (``/tokenize`` on llama.cpp and vLLM), otherwise estimated at
