@@ -28,7 +28,7 @@ with req as (
         (r.first_token_ns - r.sent_ns) / 1e9 as ttft_s
     from raw.waves w
     join raw.requests r on r.wave_id = w.wave_id
-    where w.run_id = $run_id
+    where w.run_id = $run_id and w.probe is null  -- probes have their own marts
 ),
 trials as (
     select

@@ -154,3 +154,24 @@ def test_incremental_build_processes_only_the_new_night(
         q(db, "select count(*) from intermediate.int_levels where median_decode_tok_s = -1")[0][0]
         == 0
     )
+
+
+def test_cli_summary_agrees_with_the_marts_despite_probe_waves(night: tuple[Path, str]) -> None:
+    """The night's run also holds probe waves (twin.yaml asks for two): never mix them in."""
+    from sparkcap.summary import capacity, level_rows
+
+    db, run_id = night
+    assert (
+        q(db, "select count(*) from raw.waves where run_id = ? and probe is not null", [run_id])[0][
+            0
+        ]
+        == 2
+    )
+    rows = level_rows(db, run_id)
+    for d in TWIN:
+        for wl, expected in (
+            ("code", d.expected_code_capacity),
+            ("prose", d.expected_prose_capacity),
+        ):
+            mine = [r for r in rows if r.deployment == d.name and r.workload == wl]
+            assert capacity(mine) == expected, (d.name, wl)
