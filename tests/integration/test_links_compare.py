@@ -91,7 +91,7 @@ def test_link_check_with_real_iperf3(tmp_path: Path, db_path: Path) -> None:
 
 def test_compare_two_runs(db_path: Path) -> None:
     runs = []
-    for step in (0.02, 0.03):  # the second night is slower
+    for step in (0.02, 0.05):  # the second night is much slower (−60 % by the model)
         with SimServer([fast_profile("m", step_s1=step)]) as sim:
             req = SweepRequest(
                 deployment=dep(sim.endpoint, "m"),
@@ -103,7 +103,7 @@ def test_compare_two_runs(db_path: Path) -> None:
     out = compare(db_path, runs[0], runs[1])
     levels = out["levels"]
     assert list(levels["concurrency"]) == [1, 2]
-    assert (levels["median_change_pct"] < -15).all()
+    assert (levels["median_change_pct"] < -25).all(), levels
     assert list(out["capacity"]["capacity_change"]) == [0]
     with pytest.raises(LookupError, match="no such run"):
         compare(db_path, runs[0], "nope")
