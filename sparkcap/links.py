@@ -24,7 +24,7 @@ from typing import Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from sparkcap.warehouse import _insert, open_warehouse
+from sparkcap.warehouse import replace_run_rows
 
 LINK_SCHEMA_SQL = """
 create table if not exists raw.link_tests (
@@ -165,16 +165,7 @@ def store(db_path: Path, run_id: str, results: list[LinkResult]) -> None:
             "measured_at": pa.array([now] * len(results), pa.timestamp("us", tz="UTC")),
         }
     )
-    with open_warehouse(db_path) as con:
-        con.execute(LINK_SCHEMA_SQL)
-        con.execute("begin transaction")
-        try:
-            con.execute("delete from raw.link_tests where run_id = ?", [run_id])
-            _insert(con, "raw.link_tests", table)
-            con.execute("commit")
-        except BaseException:
-            con.execute("rollback")
-            raise
+    replace_run_rows(db_path, "raw.link_tests", LINK_SCHEMA_SQL, run_id, table)
 
 
 def check_links(

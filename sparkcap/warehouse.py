@@ -402,6 +402,22 @@ def _insert(con: duckdb.DuckDBPyConnection, target: str, table: pa.Table) -> Non
     con.execute(f"insert into {target} ({cols}) select {cols} from stage_arrow")
 
 
+def replace_run_rows(
+    db_path: Path | str, table_name: str, create_sql: str, run_id: str, rows: pa.Table
+) -> None:
+    """Replace one run's rows of a results table in one transaction (re-running replaces)."""
+    with open_warehouse(db_path) as con:
+        con.execute(create_sql)
+        con.execute("begin transaction")
+        try:
+            con.execute(f"delete from {table_name} where run_id = ?", [run_id])
+            _insert(con, table_name, rows)
+            con.execute("commit")
+        except BaseException:
+            con.execute("rollback")
+            raise
+
+
 def metrics_table(wave: WaveRecord) -> pa.Table:
     rows = wave.server_metrics
     return pa.table(

@@ -26,7 +26,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from sparkcap.settings import get_settings
-from sparkcap.warehouse import _insert, open_warehouse
+from sparkcap.warehouse import open_warehouse, replace_run_rows
 
 EXPECTATIONS_DIR = Path(__file__).resolve().parents[2] / "expectations"
 SUITES = ("requests", "waves", "levels")
@@ -459,13 +459,4 @@ def store_results(db_path: Path, run_id: str, outcomes: list[ExpectationOutcome]
             "validated_at": pa.array(rows["validated_at"], pa.timestamp("us", tz="UTC")),
         }
     )
-    with open_warehouse(db_path) as con:
-        con.execute(DQ_SCHEMA_SQL)
-        con.execute("begin transaction")
-        try:
-            con.execute("delete from raw.dq_results where run_id = ?", [run_id])
-            _insert(con, "raw.dq_results", table)
-            con.execute("commit")
-        except BaseException:
-            con.execute("rollback")
-            raise
+    replace_run_rows(db_path, "raw.dq_results", DQ_SCHEMA_SQL, run_id, table)
