@@ -10,6 +10,7 @@ client measured.
 from __future__ import annotations
 
 import asyncio
+import hmac
 import json
 import os
 import socket
@@ -42,10 +43,19 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return JSONResponse(body, status_code=status, headers=headers)
 
 
-def create_app(profiles: Iterable[SimProfile]) -> Starlette:
+def create_app(profiles: Iterable[SimProfile], required_api_key: str | None = None) -> Starlette:
+    """``required_api_key`` makes the chat route answer 401 without ``Bearer <key>``, so a test
+    can prove a key really travelled before checking that it was stored nowhere."""
     engines: dict[str, Engine] = {p.model: Engine(p) for p in profiles}
 
+    def unauthorized(request: Request) -> bool:
+        return required_api_key is not None and not hmac.compare_digest(
+            request.headers.get("authorization", ""), f"Bearer {required_api_key}"
+        )
+
     async def chat(request: Request) -> Response:
+        if unauthorized(request):
+            return _error(401, "missing or wrong API key")
         try:
             body = await request.json()
         except ValueError:
@@ -121,7 +131,9 @@ def create_app(profiles: Iterable[SimProfile]) -> Starlette:
             return _error(400, "content must be a string")
         return JSONResponse({"tokens": list(range(count_prompt_tokens(text)))})
 
-    async def models(_: Request) -> Response:
+    async def models(request: Request) -> Response:
+        if unauthorized(request):
+            return _error(401, "missing or wrong API key")
         return JSONResponse(
             {"object": "list", "data": [{"id": m, "object": "model"} for m in engines]}
         )
@@ -330,8 +342,9 @@ class SimServer:
         port: int = 0,
         ssl_certfile: Path | None = None,
         ssl_keyfile: Path | None = None,
+        required_api_key: str | None = None,
     ) -> None:
-        self.app = create_app(profiles)
+        self.app = create_app(profiles, required_api_key)
         self.scheme = "https" if ssl_certfile else "http"
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -211,3 +211,84 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
                     os.killpg(proc.pid, 9)
         log.close()
         worker_log.close()
+
+
+def test_canary_api_key_reaches_no_prefect_record(harness: None, tmp_path: Path) -> None:
+    """Secrets stay out of what Prefect keeps: artifacts, run logs, state messages, its database
+    and result storage, for a good night and for a night that fails on a wrong key."""
+    import asyncio
+
+    import prefect.settings
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogWorker
+
+    from sparkcap.sim.server import SimServer
+    from tests.integration.helpers import fast_profile
+
+    good, wrong = "sk-canary-good-51c0e2d7a9", "sk-canary-wrong-83b6f4a1c2"
+    os.environ["SPARKCAP_CANARY_GOOD"], os.environ["SPARKCAP_CANARY_WRONG"] = good, wrong
+    states = []
+    try:
+        with SimServer([fast_profile("m")], required_api_key=good) as sim:
+            for var in ("SPARKCAP_CANARY_GOOD", "SPARKCAP_CANARY_WRONG"):
+                fleet = {
+                    "name": "canary",
+                    "workloads": {"code": {"levels": [1, 2], "trials": 1, "max_tokens": 8}},
+                    "deployments": [
+                        {"name": "m", "model": "m", "endpoint": sim.endpoint, "api_key_env": var}
+                    ],
+                }
+                path = tmp_path / f"{var}.yaml"
+                path.write_text(yaml.safe_dump(fleet))
+                states.append(
+                    _nightly()(
+                        fleet=str(path),
+                        db=str(tmp_path / "c.duckdb"),
+                        profile="full",
+                        reports=str(tmp_path / "reports"),
+                        return_state=True,
+                    )
+                )
+    finally:
+        del os.environ["SPARKCAP_CANARY_GOOD"], os.environ["SPARKCAP_CANARY_WRONG"]
+    ok, refused = states
+    assert ok.is_completed(), ok.message  # the right key was sent: the simulator demands it
+    assert refused.is_failed() and "refused the credentials" in (refused.message or "")
+    APILogWorker.drain_all(timeout=10)  # run logs reach the API in batches
+
+    async def records() -> list[str]:
+        out: list[str] = []
+        async with get_client() as client:
+            for state in states:
+                run_id = state.state_details.flow_run_id
+                logs = await client.read_logs(
+                    log_filter=LogFilter(flow_run_id=LogFilterFlowRunId(any_=[run_id]))
+                )
+                out += [log.message for log in logs]
+                run = await client.read_flow_run(run_id)
+                out += [run.model_dump_json()]
+                for tr in await client.read_task_runs():
+                    out += [tr.model_dump_json()]
+        return out
+
+    texts = asyncio.run(records())
+    assert any("refused the credentials" in t for t in texts)  # the failure's logs were read
+    assert any("c=2" in t for t in texts)  # and the good night's progress lines
+    arts = _artifacts(ok.state_details.flow_run_id)
+    texts += list(arts.values()) + [str(s.message) for s in states]
+    assert "capacity" in arts
+    for text in texts:
+        assert good not in text and wrong not in text
+    db_url = str(prefect.settings.PREFECT_SERVER_DATABASE_CONNECTION_URL.value())
+    prefect_db = Path(db_url.split(":///", 1)[1])
+    files = [
+        *prefect_db.parent.glob(prefect_db.name + "*"),
+        *Path(os.environ["PREFECT_HOME"]).rglob("*"),
+        *tmp_path.rglob("*"),
+    ]
+    assert prefect_db.exists() and len(files) > 5
+    for f in files:
+        if f.is_file():
+            data = f.read_bytes()
+            assert good.encode() not in data and wrong.encode() not in data, f

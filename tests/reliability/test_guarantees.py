@@ -188,8 +188,13 @@ def test_canary_api_key_appears_nowhere(db_path: Path, tmp_path: Path) -> None:
     root.addHandler(handler)
     os.environ["SPARKCAP_CANARY_KEY"] = CANARY
     try:
-        with SimServer([fast_profile("m")]) as sim:
-            one_sweep(sim.endpoint, db_path, api_key_env="SPARKCAP_CANARY_KEY")
+        with SimServer([fast_profile("m")], required_api_key=CANARY) as sim:
+            sent = one_sweep(sim.endpoint, db_path, api_key_env="SPARKCAP_CANARY_KEY")
+            # the key really travelled (the simulator answers 401 without it) ...
+            statuses = {r.status.value for w in sent.waves for r in w.requests}  # type: ignore[attr-defined]
+            assert statuses == {"ok"}
+            with pytest.raises(PreflightError, match="refused the credentials"):
+                one_sweep(sim.endpoint, db_path)  # ... and without it nothing is measured
             with pytest.raises(PreflightError) as err:
                 one_sweep(sim.endpoint, db_path, model="nope", api_key_env="SPARKCAP_CANARY_KEY")
         from sparkcap.build import build
