@@ -581,6 +581,14 @@ def render_report(
         charts["probe_ttft"] = probe_ttft_chart(data)
         lines = []
         for r in data["prefill"].itertuples():
+            dip = ""
+            if pd.notna(getattr(r, "min_window_tok_s", None)):
+                dip = (
+                    f" In {r.sliding_window_s:g} s windows the rate bottomed at "
+                    f"{r.min_window_tok_s:.1f} tok/s and stayed below {r.dip_share:.0%} of "
+                    f"normal for {'at least ' if r.dip_truncated else ''}"
+                    f"{r.dip_below_share_s:.1f} s."
+                )
             lines.append(
                 f"<li><b>{html.escape(str(r.deployment))}</b>: one "
                 f"{int(r.long_prompt_tokens):,}-token uncached prompt took {r.long_ttft_s:.1f} s "
@@ -589,7 +597,7 @@ def render_report(
                 f"{r.during_tok_s:.1f} tok/s, losing {r.decode_lost_s:.1f} s of decode, and new "
                 f"short requests waited {r.during_probe_ttft_s or 0:.1f} s for their first "
                 f"token (up to {r.max_probe_ttft_s:.1f} s; {r.baseline_probe_ttft_s or 0:.2f} s "
-                f"before).</li>"
+                f"before).{dip}</li>"
             )
         probe_sections.append(
             "<section><h2>Long prefills</h2><p>Budget decode concurrency and long-context "

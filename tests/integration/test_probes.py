@@ -64,6 +64,19 @@ def test_probes_against_the_simulator(db_path: Path) -> None:
     assert 1.5 < ttft < 4.0 and 2000 < prefill < 5000  # 8000 tokens at ~4000 tok/s
     assert dip < 0.5 and lost > 0.5  # the other streams slowed down a lot
     assert during > 5 * base  # new short requests waited behind the prefill
+    (depth, below_s, truncated, before, n_windows) = q(
+        db_path,
+        """
+        select p.dip_depth_ratio, p.dip_below_share_s, p.dip_truncated, p.before_tok_s,
+               (select count(*) from marts.fct_probe_timeline t
+                where t.wave_id = p.wave_id and t.series = 'background decode')
+        from marts.fct_prefill_interference p
+    """,
+    )[0]
+    # the sliding windows see the stall: a deep minimum, lasting about as long as the prefill
+    assert depth < 0.3 and not truncated and before > 5
+    assert 0.5 * ttft < below_s < ttft + 1.5, (below_s, ttft)
+    assert n_windows > 10
     (cold, warm, control, cached) = q(
         db_path,
         """
