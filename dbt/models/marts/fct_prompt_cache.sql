@@ -5,7 +5,7 @@ with req as (
     where probe = 'prompt-cache'
 ),
 
-final as (
+per_wave as (
     select
         run_id,
         wave_id,
@@ -22,9 +22,13 @@ final as (
         count(*) filter (where status <> 'ok') as n_failed
     from req
     group by run_id, wave_id, deployment
+),
+
+final as (
+    select
+        *,
+        warm_ttft_s / nullif(cold_ttft_s, 0) as warm_over_cold
+    from per_wave
 )
 
-select
-    *,
-    warm_ttft_s / nullif(cold_ttft_s, 0) as warm_over_cold
-from final
+select * from final
