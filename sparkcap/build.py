@@ -99,6 +99,41 @@ def run_dbt(
     return BuildResult(success=bool(res.success), failures=failures, n_nodes=n)
 
 
+_POSITIVE_VARS = {"probe_window_s", "probe_step_s", "bootstrap_samples", "queued_ttft_factor"}
+
+
+def known_vars() -> dict[str, Any]:
+    """The dbt vars the project declares, with their defaults (dbt/dbt_project.yml)."""
+    import yaml
+
+    project = yaml.safe_load((DBT_DIR / "dbt_project.yml").read_text())
+    return dict(project.get("vars") or {})
+
+
+def parse_var_overrides(items: list[str]) -> dict[str, float | int]:
+    """``NAME=NUMBER`` pairs for ``sparkcap build --var``; a typo must not silently do nothing,
+    so only declared vars are accepted."""
+    known = known_vars()
+    out: dict[str, float | int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise BuildError(f"--var {item!r}: expected NAME=NUMBER")
+        if name not in known:
+            raise BuildError(f"--var {name}: unknown dbt var (known: {', '.join(sorted(known))})")
+        try:
+            number = float(value)
+        except ValueError:
+            raise BuildError(f"--var {name}: {value!r} is not a number") from None
+        if number != number or number in (float("inf"), float("-inf")) or number < 0:
+            raise BuildError(f"--var {name}: {value!r} must be a finite number >= 0")
+        if number == 0 and name in _POSITIVE_VARS:
+            raise BuildError(f"--var {name}: must be greater than 0")
+        out[name] = int(number) if number.is_integer() else number
+    return out
+
+
 def build(
     db_path: Path,
     *,

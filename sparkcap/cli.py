@@ -508,12 +508,23 @@ def build(
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
     full_refresh: Annotated[bool, typer.Option(help="rebuild every night from scratch")] = False,
     threshold: Annotated[float | None, typer.Option(help="tok/s threshold (default 20)")] = None,
+    var: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--var",
+            help="override a dbt var, NAME=NUMBER (repeatable; e.g. probe_window_s=2, "
+            "dip_share=0.3, bootstrap_samples=500)",
+        ),
+    ] = None,
 ) -> None:
     """Run dbt: stream rates, trial medians, levels, capacities and fleet capacity."""
     from sparkcap.build import build as dbt_build
+    from sparkcap.build import parse_var_overrides
 
-    dbt_vars = {"threshold_tok_s": threshold} if threshold is not None else None
-    result = dbt_build(_db(db), full_refresh=full_refresh, dbt_vars=dbt_vars)
+    dbt_vars: dict[str, Any] = parse_var_overrides(var or [])
+    if threshold is not None:
+        dbt_vars["threshold_tok_s"] = threshold
+    result = dbt_build(_db(db), full_refresh=full_refresh, dbt_vars=dbt_vars or None)
     out.print(f"dbt build ok: {result.n_nodes} models and tests", highlight=False)
 
 

@@ -26,24 +26,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sparkcap.warehouse import replace_run_rows
 
-LINK_SCHEMA_SQL = """
-create table if not exists raw.link_tests (
-    run_id          varchar not null,
-    deployment      varchar not null,
-    link            varchar not null,
-    node_a          varchar,
-    node_b          varchar,
-    nominal_gbps    double,
-    achieved_gbps   double,       -- NULL when the command failed or printed nothing usable
-    share           double,       -- achieved / nominal
-    healthy         boolean,
-    min_share       double,
-    tool            varchar,      -- iperf3-json | ib-bw | plain
-    error           varchar,
-    measured_at     timestamptz not null
-);
-"""
-
 
 class LinkSpec(BaseModel):
     """One link of a deployment, as a fleet file declares it."""
@@ -165,7 +147,7 @@ def store(db_path: Path, run_id: str, results: list[LinkResult]) -> None:
             "measured_at": pa.array([now] * len(results), pa.timestamp("us", tz="UTC")),
         }
     )
-    replace_run_rows(db_path, "raw.link_tests", LINK_SCHEMA_SQL, run_id, table)
+    replace_run_rows(db_path, "raw.link_tests", run_id, table)
 
 
 def check_links(

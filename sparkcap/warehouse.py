@@ -124,6 +124,43 @@ create table if not exists raw.server_metrics (
     labels   varchar not null,
     value    double
 );
+
+-- written by `sparkcap validate` (one run's rows replaced per validation)
+create table if not exists raw.dq_results (
+    run_id              varchar not null,
+    wave_id             varchar,          -- NULL: the expectation's overall result
+    deployment          varchar,
+    workload            varchar,
+    concurrency         integer,
+    trial               integer,
+    suite               varchar not null,
+    expectation         varchar not null, -- sparkcap's id, e.g. code_output_length_exact
+    expectation_type    varchar not null,
+    blocking            boolean not null,
+    success             boolean not null,
+    observed_value      varchar,
+    element_count       bigint,
+    unexpected_count    bigint,
+    sample_ids          varchar,          -- up to 10 offending request / wave ids
+    validated_at        timestamptz not null
+);
+
+-- written by `sparkcap link-check` (one run's rows replaced per check)
+create table if not exists raw.link_tests (
+    run_id          varchar not null,
+    deployment      varchar not null,
+    link            varchar not null,
+    node_a          varchar,
+    node_b          varchar,
+    nominal_gbps    double,
+    achieved_gbps   double,       -- NULL when the command failed or printed nothing usable
+    share           double,       -- achieved / nominal
+    healthy         boolean,
+    min_share       double,
+    tool            varchar,      -- iperf3-json | ib-bw | plain
+    error           varchar,
+    measured_at     timestamptz not null
+);
 """
 
 BUSY_WAIT_S = 10.0
@@ -402,12 +439,10 @@ def _insert(con: duckdb.DuckDBPyConnection, target: str, table: pa.Table) -> Non
     con.execute(f"insert into {target} ({cols}) select {cols} from stage_arrow")
 
 
-def replace_run_rows(
-    db_path: Path | str, table_name: str, create_sql: str, run_id: str, rows: pa.Table
-) -> None:
+def replace_run_rows(db_path: Path | str, table_name: str, run_id: str, rows: pa.Table) -> None:
     """Replace one run's rows of a results table in one transaction (re-running replaces)."""
     with open_warehouse(db_path) as con:
-        con.execute(create_sql)
+        ensure_schema(con)
         con.execute("begin transaction")
         try:
             con.execute(f"delete from {table_name} where run_id = ?", [run_id])

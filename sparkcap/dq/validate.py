@@ -32,26 +32,6 @@ EXPECTATIONS_DIR = Path(__file__).resolve().parents[2] / "expectations"
 SUITES = ("requests", "waves", "levels")
 SAMPLE_IDS = 10
 
-DQ_SCHEMA_SQL = """
-create table if not exists raw.dq_results (
-    run_id              varchar not null,
-    wave_id             varchar,          -- NULL: the expectation's overall result
-    deployment          varchar,
-    workload            varchar,
-    concurrency         integer,
-    trial               integer,
-    suite               varchar not null,
-    expectation         varchar not null, -- sparkcap's id, e.g. code_output_length_exact
-    expectation_type    varchar not null,
-    blocking            boolean not null,
-    success             boolean not null,
-    observed_value      varchar,
-    element_count       bigint,
-    unexpected_count    bigint,
-    sample_ids          varchar,          -- up to 10 offending request / wave ids
-    validated_at        timestamptz not null
-);
-"""
 
 REQUESTS_SQL = """
 with chunk_order as (
@@ -459,4 +439,4 @@ def store_results(db_path: Path, run_id: str, outcomes: list[ExpectationOutcome]
             "validated_at": pa.array(rows["validated_at"], pa.timestamp("us", tz="UTC")),
         }
     )
-    replace_run_rows(db_path, "raw.dq_results", DQ_SCHEMA_SQL, run_id, table)
+    replace_run_rows(db_path, "raw.dq_results", run_id, table)

@@ -79,3 +79,24 @@ def test_body_asks_for_usage_and_merges_extra_body() -> None:
     assert body["ignore_eos"] is True
     assert required_tokens_for(spec, {}) == 50
     assert required_tokens_for(spec, {"min_tokens": 20}) == 20
+
+
+def test_build_var_overrides_accept_declared_numbers_only() -> None:
+    from sparkcap.build import BuildError, known_vars, parse_var_overrides
+
+    assert {"probe_window_s", "dip_share", "threshold_tok_s"} <= set(known_vars())
+    assert parse_var_overrides(["probe_window_s=2", "dip_share=0.3"]) == {
+        "probe_window_s": 2,
+        "dip_share": 0.3,
+    }
+    assert isinstance(parse_var_overrides(["bootstrap_samples=500"])["bootstrap_samples"], int)
+    for bad, why in [
+        ("probe_windows=2", "unknown dbt var"),
+        ("probe_window_s", "expected NAME=NUMBER"),
+        ("dip_share=half", "not a number"),
+        ("dip_share=-1", ">= 0"),
+        ("dip_share=nan", ">= 0"),
+        ("probe_step_s=0", "greater than 0"),
+    ]:
+        with pytest.raises(BuildError, match=why):
+            parse_var_overrides([bad])

@@ -1,10 +1,8 @@
 -- Blocking data-quality failures per wave, from the expectations step (raw.dq_results).
--- Until a validation has run there is no such table, and no wave has failures.
-{% set dq = adapter.get_relation(database=target.database, schema='raw', identifier='dq_results') %}
-{% if dq is not none %}
+-- Until a validation has run the table is empty, and no wave has failures.
 with results as (
-    select * from {{ dq }}
-    where not success and blocking and wave_id is not null
+    select * from {{ ref('stg_dq_results') }}
+    where not is_success and is_blocking and wave_id is not null
 ),
 
 final as (
@@ -16,15 +14,5 @@ final as (
     from results
     group by wave_id
 )
-{% else %}
-with final as (
-    select
-        cast(null as varchar) as wave_id,
-        cast(null as bigint) as n_blocking_failures,
-        cast(null as varchar) as failed_expectations,
-        cast(null as timestamptz) as last_validated_at
-    where false
-)
-{% endif %}
 
 select * from final

@@ -1,6 +1,5 @@
 -- When each run's raw data last changed: its latest (re)staged wave or its latest validation.
 -- Incremental models rebuild exactly the runs whose watermark moved past what they saw.
-{% set dq = adapter.get_relation(database=target.database, schema='raw', identifier='dq_results') %}
 with waves as (
     select * from {{ ref('stg_waves') }}
 ),
@@ -11,18 +10,11 @@ staged as (
     group by run_id
 ),
 
-{% if dq is not none %}
 validated as (
     select run_id, max(validated_at) as validated_watermark
-    from {{ dq }}
+    from {{ ref('stg_dq_results') }}
     group by run_id
 ),
-{% else %}
-validated as (
-    select cast(null as varchar) as run_id, cast(null as timestamptz) as validated_watermark
-    where false
-),
-{% endif %}
 
 final as (
     select
