@@ -38,7 +38,7 @@ class ReportError(RuntimeError):
     """The marts hold nothing to report for the requested run."""
 
 
-def _df(con: Any, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
+def _df(con: Any, sql: str, params: list[Any] | dict[str, Any] | None = None) -> pd.DataFrame:
     """Query → DataFrame via Arrow; DECIMAL/HUGEINT sums become floats (Vega needs JSON)."""
     import pyarrow as pa
 
@@ -79,6 +79,16 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
             [run_id],
         )
         if data["capacity"].empty:
+            kinds = con.execute(
+                "select count(*) filter (where probe is null), count(*) from raw.waves "
+                "where run_id = ?",
+                [run_id],
+            ).fetchall()[0]
+            if kinds[1] > 0 and kinds[0] == 0:
+                raise ReportError(
+                    f"run {run_id} only holds probes, no sweep: the report of the next sweep "
+                    "run shows them (or query marts.fct_prefill_interference / fct_prompt_cache)"
+                )
             raise ReportError(f"run {run_id} has no capacity rows (run `sparkcap build`)")
         data["fleet"] = _df(
             con,
@@ -111,58 +121,40 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
             "select count(*) from information_schema.tables "
             "where table_schema = 'marts' and table_name = 'fct_prefill_interference'"
         ).fetchall()[0][0]
-        latest_probe = (
-            "qualify row_number() over (partition by p.deployment order by r.started_at desc) = 1"
-        )
-        data["prefill"] = (
-            _df(
+        # Probes are the newest of each deployment measured no later than the reported run:
+        # a report of an older night must not show a later night's probes.
+        as_of = "r.started_at <= (select started_at from raw.runs where run_id = $run_id)"
+
+        def newest(table: str, order: str, rank: str = "row_number") -> pd.DataFrame:
+            if not has_probes:
+                return pd.DataFrame()
+            return _df(
                 con,
-                "select p.*, r.started_at from marts.fct_prefill_interference p "
-                f"join raw.runs r using (run_id) {latest_probe} order by p.deployment",
+                f"select p.*, r.started_at from marts.{table} p join raw.runs r using (run_id) "
+                f"where {as_of} qualify {rank}() over (partition by p.deployment "
+                f"order by r.started_at desc) = 1 order by {order}",
+                {"run_id": run_id},
             )
-            if has_probes
-            else pd.DataFrame()
-        )
-        data["cache"] = (
-            _df(
-                con,
-                "select p.*, r.started_at from marts.fct_prompt_cache p "
-                f"join raw.runs r using (run_id) {latest_probe} order by p.deployment",
-            )
-            if has_probes
-            else pd.DataFrame()
-        )
+
+        data["prefill"] = newest("fct_prefill_interference", "p.deployment")
+        data["cache"] = newest("fct_prompt_cache", "p.deployment")
         data["timeline"] = (
             _df(
                 con,
-                "select t.* from marts.fct_probe_timeline t where t.wave_id in "
-                "(select wave_id from marts.fct_prefill_interference p join raw.runs r "
-                f"using (run_id) {latest_probe})",
+                "select t.* from marts.fct_probe_timeline t "
+                "where t.wave_id in (select wave_id from marts.fct_prefill_interference p "
+                f"join raw.runs r using (run_id) where {as_of} qualify row_number() over "
+                "(partition by p.deployment order by r.started_at desc) = 1)",
+                {"run_id": run_id},
             )
             if has_probes
             else pd.DataFrame()
         )
-        latest_run = (
-            "qualify dense_rank() over (partition by p.deployment order by r.started_at desc) = 1"
+        # all waves of the newest run that has these probes (several lengths / trials)
+        data["output_length"] = newest(
+            "fct_output_length", "p.deployment, p.requested_tokens", rank="dense_rank"
         )
-        data["output_length"] = (
-            _df(
-                con,
-                "select p.* from marts.fct_output_length p join raw.runs r using (run_id) "
-                f"{latest_run} order by p.deployment, p.requested_tokens",
-            )
-            if has_probes
-            else pd.DataFrame()
-        )
-        data["mixed"] = (
-            _df(
-                con,
-                "select p.* from marts.fct_mixed_load p join raw.runs r using (run_id) "
-                f"{latest_run} order by p.deployment, p.stream_workload",
-            )
-            if has_probes
-            else pd.DataFrame()
-        )
+        data["mixed"] = newest("fct_mixed_load", "p.deployment, p.stream_workload", "dense_rank")
         data["links"] = (
             _df(
                 con,

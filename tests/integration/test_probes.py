@@ -4,6 +4,7 @@ cache are part of its model) and against a real llama-server."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,8 +12,9 @@ import duckdb
 import pytest
 
 from sparkcap.build import build
-from sparkcap.config import Deployment
-from sparkcap.runner import run_probe
+from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.report import ReportError, render_report
+from sparkcap.runner import run_probe, run_sweeps
 from sparkcap.sim.engine import SimProfile
 from sparkcap.sim.server import SimServer
 
@@ -40,6 +42,10 @@ def test_probes_against_the_simulator(db_path: Path) -> None:
             model="m",  # type: ignore[arg-type]
             extra_body={"ignore_eos": True},
         )
+        night = SweepRequest(
+            deployment=dep, workload="code", plan=SweepPlan(levels=(1,), trials=1, max_tokens=8)
+        )
+        before_probes = asyncio.run(run_sweeps([night], db_path)).run_id
         asyncio.run(
             run_probe(
                 dep,
@@ -51,8 +57,20 @@ def test_probes_against_the_simulator(db_path: Path) -> None:
                 settle_s=1.0,
             )
         )
-        asyncio.run(run_probe(dep, "prompt-cache", db_path, document_tokens=8000))
+        between = asyncio.run(run_sweeps([night], db_path)).run_id
+        cache_run = asyncio.run(
+            run_probe(dep, "prompt-cache", db_path, document_tokens=8000)
+        ).run_id
     build(db_path)
+    # a report shows the newest probes measured no later than its run, never a later night's
+    reports = db_path.parent / "r"
+    first = render_report(db_path, before_probes, reports, export_images=False).index.read_text()
+    second = render_report(db_path, between, reports, export_images=False).index.read_text()
+    assert "Long prefills" not in first and "Prompt reuse" not in first
+    assert "Long prefills" in second and "Prompt reuse" not in second
+    assert re.search(r"In 1 s windows the rate bottomed at [\d.]+ tok/s", second)
+    with pytest.raises(ReportError, match="only holds probes"):
+        render_report(db_path, cache_run, reports, export_images=False)
     (tokens, ttft, prefill, dip, lost, base, during) = q(
         db_path,
         """
@@ -85,8 +103,12 @@ def test_probes_against_the_simulator(db_path: Path) -> None:
     """,
     )[0]
     assert warm < cold / 5 and control > cold / 2 and cached > 7000
-    # probe waves never become sweep trials
-    assert q(db_path, "select count(*) from marts.fct_trials")[0][0] == 0
+    # probe waves never become sweep trials: only the two one-wave sweeps (warm-up + trial) did
+    assert q(db_path, "select count(*) from marts.fct_trials")[0][0] == 4
+    assert (
+        q(db_path, "select count(*) from marts.fct_trials where run_id = '" + cache_run + "'")[0][0]
+        == 0
+    )
 
 
 @pytest.fixture(scope="module")
