@@ -176,6 +176,21 @@ class _Probe:
         return w
 
 
+async def _until_decoding(
+    wave: WaveRecord, tasks: list[asyncio.Task[RequestRecord]], n: int, limit_s: float
+) -> None:
+    """Wait until all ``n`` background streams have their first token (or ended), bounded."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline and not all(t.done() for t in tasks):
+        bg = [r for r in wave.requests if r.role == "background"]
+        if len(bg) >= n and all(r.first_token_ns is not None or r.end_ns is not None for r in bg):
+            break
+        await asyncio.sleep(0.01)
+    wave.extra["background_decoding_after_s"] = round(
+        (time.perf_counter_ns() - wave.anchor_perf_ns) / 1e9, 3
+    )
+
+
 async def prefill_interference(
     dep: Deployment,
     run_id: str,
@@ -223,6 +238,10 @@ async def prefill_interference(
                     await asyncio.wait_for(stop_probes.wait(), probe_interval_s)
 
         prober_task = asyncio.create_task(prober())
+        # "steady" means every background stream is decoding: on a slow or busy server their
+        # own prefill can take longer than settle_s, and a long prompt injected before they
+        # decode leaves no "before" window to compare against
+        await _until_decoding(p.wave, background, background_streams, dep.timeouts.total_s)
         await asyncio.sleep(settle_s)
         long_rec = await p.send(
             client, _spec("long-prompt", doc + "\nSummarise in one line.", 4), "long"
