@@ -366,6 +366,12 @@ def history_chart(data: dict[str, Any]) -> Any:
 
 def prefill_chart(data: dict[str, Any]) -> Any:
     tl = data["timeline"]
+    prefill = data["prefill"]
+    window = (
+        float(prefill["sliding_window_s"].dropna().iloc[0])
+        if "sliding_window_s" in prefill and prefill["sliding_window_s"].notna().any()
+        else 1.0
+    )
     # layers carry no data of their own: the facet splits the one dataset by deployment, so
     # each panel shows its own line and shades its own prefill window
     base = alt.Chart().encode(x=alt.X("t_s:Q", title="seconds since the probe started"))
@@ -389,7 +395,11 @@ def prefill_chart(data: dict[str, Any]) -> Any:
         .properties(
             title=alt.TitleParams(
                 "Decode rate of the other streams while a long prompt is prefilled",
-                subtitle="Shaded: from the long prompt's send to its first token (the prefill).",
+                subtitle=[
+                    "Shaded: from the long prompt's send to its first token (the prefill).",
+                    f"Points: tokens per stream over the last {window:g} s, at each window's "
+                    "middle.",
+                ],
             )
         )
     )
