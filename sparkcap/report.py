@@ -312,19 +312,25 @@ def ttft_chart(data: dict[str, Any]) -> Any:
     )
 
 
+def _long_form(
+    frame: pd.DataFrame, keys: list[str], labels: dict[str, str], name: str, value: str
+) -> pd.DataFrame:
+    """Columns ``labels`` stacked into (``name``, ``value``) rows, renamed for the legend."""
+    out = frame.melt(id_vars=keys, value_vars=list(labels), var_name=name, value_name=value)
+    out[name] = out[name].map(labels)
+    return out
+
+
 def throughput_chart(data: dict[str, Any]) -> Any:
-    lv = data["levels"][
-        ["deployment", "workload", "concurrency", "aggregate_tok_s", "concurrency_x_median_tok_s"]
-    ].melt(
-        id_vars=["deployment", "workload", "concurrency"],
-        var_name="measure",
-        value_name="tok_s",
-    )
-    lv["measure"] = lv["measure"].map(
+    lv = _long_form(
+        data["levels"],
+        ["deployment", "workload", "concurrency"],
         {
             "aggregate_tok_s": "aggregate throughput",
             "concurrency_x_median_tok_s": "concurrency × median rate",
-        }
+        },
+        "measure",
+        "tok_s",
     )
     return (
         alt.Chart(lv)
@@ -423,18 +429,16 @@ def probe_ttft_chart(data: dict[str, Any]) -> Any:
 
 
 def cache_chart(data: dict[str, Any]) -> Any:
-    c = data["cache"].melt(
-        id_vars=["deployment"],
-        value_vars=["cold_ttft_s", "warm_ttft_s", "control_ttft_s"],
-        var_name="case",
-        value_name="ttft_s",
-    )
-    c["case"] = c["case"].map(
+    c = _long_form(
+        data["cache"],
+        ["deployment"],
         {
             "cold_ttft_s": "cold",
             "warm_ttft_s": "warm (cached)",
             "control_ttft_s": "control (other document)",
-        }
+        },
+        "case",
+        "ttft_s",
     )
     return (
         alt.Chart(c)
