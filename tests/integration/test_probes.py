@@ -199,3 +199,32 @@ def test_output_length_and_mixed_probes(db_path: Path) -> None:
     )
     assert [(m[0], m[1], m[2]) for m in mixed] == [("code", 2, 1), ("prose", 2, 1)]
     assert mixed[0][3] > mixed[1][3]  # code accepts more drafts than prose in the same wave
+
+
+def test_long_prompt_waits_until_every_background_stream_decodes() -> None:
+    """On a slow server the background streams' own prefill can outlast settle_s; injecting
+    the long prompt before they decode would leave no 'before' window to compare against."""
+    from sparkcap.loadgen.probes import prefill_interference
+
+    # ~100-token background prompts at 100 tok/s: about a second before they decode
+    prof = SimProfile(model="m", step_s1=0.02, prefill_tok_s=100, prefill_chunk=64)
+    with SimServer([prof]) as sim:
+        dep = Deployment(name="sim", endpoint=sim.endpoint, model="m")  # type: ignore[arg-type]
+        wave = asyncio.run(
+            prefill_interference(
+                dep,
+                "r-slow",
+                background_streams=2,
+                background_tokens=60,
+                long_prompt_tokens=64,
+                settle_s=0.0,
+                probe_interval_s=5.0,
+                tail_s=0.2,
+            )
+        )
+    background = [r for r in wave.requests if r.role == "background"]
+    (long,) = [r for r in wave.requests if r.role == "long"]
+    assert len(background) == 2 and all(r.first_token_ns is not None for r in background)
+    first_tokens = [r.first_token_ns for r in background if r.first_token_ns is not None]
+    assert min(first_tokens) > 0.5e9  # the set-up really was slow to start decoding
+    assert long.sent_ns is not None and long.sent_ns >= max(first_tokens)
