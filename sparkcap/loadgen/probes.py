@@ -186,9 +186,6 @@ async def _until_decoding(
         if len(bg) >= n and all(r.first_token_ns is not None or r.end_ns is not None for r in bg):
             break
         await asyncio.sleep(0.01)
-    wave.extra["background_decoding_after_s"] = round(
-        (time.perf_counter_ns() - wave.anchor_perf_ns) / 1e9, 3
-    )
 
 
 async def prefill_interference(
