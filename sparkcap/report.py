@@ -141,13 +141,10 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
         data["timeline"] = (
             _df(
                 con,
-                "select t.* from marts.fct_probe_timeline t "
-                "where t.wave_id in (select wave_id from marts.fct_prefill_interference p "
-                f"join raw.runs r using (run_id) where {as_of} qualify row_number() over "
-                "(partition by p.deployment order by r.started_at desc) = 1)",
-                {"run_id": run_id},
+                "select * from marts.fct_probe_timeline where list_contains($waves, wave_id)",
+                {"waves": [str(w) for w in data["prefill"]["wave_id"]]},
             )
-            if has_probes
+            if not data["prefill"].empty
             else pd.DataFrame()
         )
         # all waves of the newest run that has these probes (several lengths / trials)
