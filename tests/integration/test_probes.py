@@ -21,6 +21,15 @@ from sparkcap.sim.server import SimServer
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
+def _sim_deployment(sim: SimServer) -> Deployment:
+    return Deployment(
+        name="sim",
+        endpoint=sim.endpoint,
+        model="m",  # type: ignore[arg-type]
+        extra_body={"ignore_eos": True},
+    )
+
+
 def q(db: Path, sql: str) -> list[tuple[object, ...]]:
     with duckdb.connect(str(db), read_only=True) as con:
         return con.execute(sql).fetchall()
@@ -36,12 +45,7 @@ def test_probes_against_the_simulator(db_path: Path) -> None:
         acceptance_noise="low",
     )
     with SimServer([prof]) as sim:
-        dep = Deployment(
-            name="sim",
-            endpoint=sim.endpoint,
-            model="m",  # type: ignore[arg-type]
-            extra_body={"ignore_eos": True},
-        )
+        dep = _sim_deployment(sim)
         night = SweepRequest(
             deployment=dep, workload="code", plan=SweepPlan(levels=(1,), trials=1, max_tokens=8)
         )
@@ -174,12 +178,7 @@ def test_output_length_and_mixed_probes(db_path: Path) -> None:
         acceptance_noise="low",
     )
     with SimServer([prof]) as sim:
-        dep = Deployment(
-            name="sim",
-            endpoint=sim.endpoint,
-            model="m",  # type: ignore[arg-type]
-            extra_body={"ignore_eos": True},
-        )
+        dep = _sim_deployment(sim)
         asyncio.run(
             run_probe(dep, "output-length", db_path, concurrency=4, lengths=(20, 200), trials=2)
         )
@@ -209,7 +208,7 @@ def test_long_prompt_waits_until_every_background_stream_decodes() -> None:
     # ~100-token background prompts at 100 tok/s: about a second before they decode
     prof = SimProfile(model="m", step_s1=0.02, prefill_tok_s=100, prefill_chunk=64)
     with SimServer([prof]) as sim:
-        dep = Deployment(name="sim", endpoint=sim.endpoint, model="m")  # type: ignore[arg-type]
+        dep = _sim_deployment(sim)
         wave = asyncio.run(
             prefill_interference(
                 dep,
