@@ -54,7 +54,7 @@ def night_waves(run_id: str, deployments: int, tokens: int, rng: np.random.Gener
                             "started_at": pa.array(
                                 [datetime.now(UTC)], pa.timestamp("us", tz="UTC")
                             ),
-                            "client_saturated": [False],
+                            "timing_error_bound": [0.0],
                             "queued": [False],
                             "peak_concurrency": pa.array([level], pa.int32()),
                             "effective_concurrency": [float(level)],

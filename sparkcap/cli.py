@@ -58,7 +58,7 @@ def _progress_printer(progress: Progress | None, task: Any) -> Any:
             f"{wave.deployment}/{wave.workload} c={wave.concurrency} {label}: "
             f"{ok}/{len(wave.requests)} ok"
             + (f", median {med:.1f} tok/s" if med is not None else "")
-            + (" [client saturated]" if wave.client_saturated else "")
+            + (f" [re-measuring: {wave.superseded_reason}]" if wave.superseded_reason else "")
         )
         if progress is not None:
             progress.update(task, completed=done, total=total, description=msg)
@@ -165,6 +165,9 @@ def sweep(
     trials: Annotated[int, typer.Option(help="counted trials per level (1..5)")] = 3,
     no_warmup: Annotated[bool, typer.Option("--no-warmup", help="skip warm-up waves")] = False,
     max_tokens: Annotated[int | None, typer.Option(help="override the required length")] = None,
+    max_remeasures: Annotated[
+        int, typer.Option(help="extra attempts for a wave the client's own timing spoiled (0..5)")
+    ] = 2,
     api_key_env: Annotated[str, typer.Option(help="variable holding the API key")] = (
         "OPENAI_API_KEY"
     ),
@@ -208,6 +211,7 @@ def sweep(
             trials=trials,
             warmup=not no_warmup,
             max_tokens=max_tokens,
+            max_remeasures=max_remeasures,
         ),
     )
     path = _db(db)

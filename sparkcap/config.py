@@ -63,6 +63,15 @@ class SweepPlan(Strict):
     trials: int = Field(3, ge=1, le=5)
     warmup: bool = True
     max_tokens: int | None = Field(None, ge=2, description="override the workload's length")
+    # A wave the *client* spoiled (its own stalls or a ragged release) says nothing about the
+    # server, so it is measured again, at most this many extra times; the spoiled wave stays in
+    # raw, marked superseded. Server-side failures are findings and are never re-run.
+    max_remeasures: int = Field(2, ge=0, le=5)
+    # The same tolerances dbt judges with (vars timing_error_tolerance, start_skew_tolerance;
+    # a unit test keeps the defaults equal): relative rate error from loop stalls, and start
+    # skew as a share of the median stream's decode span.
+    timing_tolerance: float = Field(0.005, gt=0, lt=1)
+    skew_tolerance: float = Field(0.05, gt=0, lt=1)
 
     @field_validator("levels", mode="before")
     @classmethod

@@ -120,7 +120,8 @@ async def run_sweeps(
             except WarehouseBusy:
                 result.unstaged.append(str(folder))  # kept in the spool for the next stage
         result.waves.append(wave)
-        done += 1
+        if wave.superseded_reason is None:  # a re-measured item completes with its last attempt
+            done += 1
         if progress is not None:
             progress(wave, done, total)
 

@@ -17,7 +17,8 @@ THRESHOLD_TOK_S = 20.0
 LEVELS_SQL = """
 with req as (
     select
-        w.deployment, w.workload, w.concurrency, w.trial, w.wave_id, w.client_saturated,
+        w.deployment, w.workload, w.concurrency, w.trial, w.wave_id,
+        coalesce(w.client_saturated, false) as client_saturated,
         coalesce(w.queued, false) as queued,
         r.status,
         case
@@ -29,6 +30,7 @@ with req as (
     from raw.waves w
     join raw.requests r on r.wave_id = w.wave_id
     where w.run_id = $run_id and w.probe is null  -- probes have their own marts
+      and w.superseded_reason is null  -- a re-measured wave is replaced by its last attempt
 ),
 trials as (
     select

@@ -55,8 +55,8 @@ create table if not exists raw.waves (
     start_skew_ms          double,
     loop_lag_p99_ms        double,
     client_cpu_pct         double,
-    client_saturated       boolean not null,
-    saturation_reasons     varchar,
+    client_saturated       boolean,     -- legacy (before 0.2): capture-time verdict; now NULL
+    saturation_reasons     varchar,     -- legacy, likewise; the verdict lives in dbt
     duration_s             double,
     effective_concurrency  double,      -- time-weighted streams decoding at once
     peak_concurrency       integer,     -- most streams decoding at one instant
@@ -64,7 +64,11 @@ create table if not exists raw.waves (
     queued_reason          varchar,
     n_requests             integer not null,
     staged_at              timestamptz,        -- when this wave was (re)staged
-    probe                  varchar             -- NULL for sweeps; else the probe's name
+    probe                  varchar,            -- NULL for sweeps; else the probe's name
+    loop_lag_max_ms        double,
+    timing_error_bound     double,      -- largest rate error loop stalls can explain (share)
+    attempt                integer,     -- 1, or n > 1 when it re-measures a spoiled wave
+    superseded_reason      varchar      -- set when a later attempt replaced this wave
 );
 
 create table if not exists raw.requests (
@@ -248,6 +252,13 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
         for column, dtype in columns:
             if (table, column) not in have:
                 con.execute(f'alter table {schema}.{table} add column "{column}" {dtype}')
+    # 0.2 stopped judging saturation at capture time: the legacy column must admit NULL
+    (legacy_not_null,) = con.execute(
+        "select count(*) from information_schema.columns where table_schema = 'raw' "
+        "and table_name = 'waves' and column_name = 'client_saturated' and is_nullable = 'NO'"
+    ).fetchone() or (0,)
+    if legacy_not_null:
+        con.execute("alter table raw.waves alter column client_saturated drop not null")
 
 
 def _ts(ns: int) -> datetime:
@@ -321,8 +332,10 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "start_skew_ms": _col([wave.start_skew_ms], pa.float64()),
             "loop_lag_p99_ms": _col([wave.loop_lag_p99_ms], pa.float64()),
             "client_cpu_pct": _col([wave.client_cpu_pct], pa.float64()),
-            "client_saturated": _col([wave.client_saturated], pa.bool_()),
-            "saturation_reasons": _col(["; ".join(wave.saturation_reasons) or None], pa.string()),
+            "loop_lag_max_ms": _col([wave.loop_lag_max_ms], pa.float64()),
+            "timing_error_bound": _col([wave.timing_error_bound], pa.float64()),
+            "attempt": _col([wave.attempt], pa.int32()),
+            "superseded_reason": _col([wave.superseded_reason], pa.string()),
             "duration_s": _col([wave.duration_s], pa.float64()),
             "effective_concurrency": _col([wave.effective_concurrency], pa.float64()),
             "peak_concurrency": _col([wave.peak_concurrency], pa.int32()),

@@ -125,9 +125,12 @@ class WaveRecord:
     requests: list[RequestRecord] = field(default_factory=list)
     start_skew_ms: float | None = None
     loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
     client_cpu_pct: float | None = None
-    client_saturated: bool = False
-    saturation_reasons: list[str] = field(default_factory=list)
+    # largest relative rate error loop stalls near first/last tokens can explain (wave.py)
+    timing_error_bound: float | None = None
+    attempt: int = 1  # > 1: this wave re-measures one the client spoiled
+    superseded_reason: str | None = None  # set when a later attempt replaces this wave
     duration_s: float | None = None
     effective_concurrency: float | None = None
     peak_concurrency: int = 0

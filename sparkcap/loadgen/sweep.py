@@ -12,6 +12,7 @@ import inspect
 import os
 import secrets
 import ssl
+import statistics
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from datetime import UTC, datetime
 import httpx
 
 from sparkcap.config import Deployment, SweepPlan
-from sparkcap.loadgen.records import WaveRecord
+from sparkcap.loadgen.records import Status, WaveRecord
 from sparkcap.loadgen.wave import run_wave
 from sparkcap.loadgen.workloads import build_streams
 from sparkcap.settings import read_secret
@@ -47,13 +48,53 @@ def endpoint_down(wave: WaveRecord) -> bool:
     )
 
 
+def client_spoiled(wave: WaveRecord, plan: SweepPlan) -> str | None:
+    """Why the client, not the server, made this wave untrustworthy (``None``: it did not).
+
+    Only two causes qualify, both judged relative to the streams' own durations: loop stalls
+    near first/last tokens (``timing_error_bound``) and a ragged release (start skew against
+    the median decode span). dbt applies the same rule with the same tolerances to the stored
+    measurements; this copy only decides whether to measure the wave again.
+    """
+    reasons = []
+    bound = wave.timing_error_bound
+    if bound is not None and bound > plan.timing_tolerance:
+        reasons.append(
+            f"timing error bound {100 * bound:.2f}% > {100 * plan.timing_tolerance:.2f}%"
+        )
+    spans = [
+        r.last_token_ns - r.first_token_ns
+        for r in wave.requests
+        if r.first_token_ns is not None and r.last_token_ns is not None
+    ]
+    if wave.start_skew_ms is not None and spans:
+        median_span_ms = statistics.median(spans) / 1e6
+        if median_span_ms > 0 and wave.start_skew_ms / median_span_ms > plan.skew_tolerance:
+            reasons.append(
+                f"start skew {wave.start_skew_ms:.1f} ms > {100 * plan.skew_tolerance:.0f}% "
+                f"of the median decode span"
+            )
+    return "; ".join(reasons) or None
+
+
+def worth_remeasuring(wave: WaveRecord) -> bool:
+    """Only a counted wave whose every stream succeeded: a failed stream is a finding about the
+    server, and running its wave again would bury it (warm-ups never count anyway)."""
+    return (
+        wave.trial > 0 and bool(wave.requests) and all(r.status == Status.OK for r in wave.requests)
+    )
+
+
 def new_run_id() -> str:
     """Sortable by start time, unique across machines: ``20261129T142500Z-3f9a1c``."""
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ") + "-" + secrets.token_hex(3)
 
 
-def wave_id(run_id: str, deployment: str, workload: str, concurrency: int, trial: int) -> str:
-    return f"{run_id}/{deployment}/{workload}/c{concurrency:04d}/t{trial}"
+def wave_id(
+    run_id: str, deployment: str, workload: str, concurrency: int, trial: int, attempt: int = 1
+) -> str:
+    base = f"{run_id}/{deployment}/{workload}/c{concurrency:04d}/t{trial}"
+    return base if attempt == 1 else f"{base}/a{attempt}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +140,56 @@ def request_headers(deployment: Deployment) -> dict[str, str]:
     return headers
 
 
+async def _one_wave(
+    client: httpx.AsyncClient,
+    deployment: Deployment,
+    workload: str,
+    plan: SweepPlan,
+    run_id: str,
+    item: WavePlanItem,
+    attempt: int,
+    headers: dict[str, str],
+    before_wave: Callable[[WaveRecord], Awaitable[None]] | None,
+    after_wave: Callable[[WaveRecord], Awaitable[None]] | None,
+) -> WaveRecord:
+    # a re-measured wave gets fresh prompts: the spoiled one may have warmed a prefix cache
+    tag = f"{run_id[-6:]}-{deployment.name}-c{item.concurrency}-t{item.trial}"
+    specs = build_streams(
+        workload,
+        item.concurrency,
+        wave_tag=tag if attempt == 1 else f"{tag}-a{attempt}",
+        max_tokens=plan.max_tokens,
+    )
+    wave = WaveRecord(
+        wave_id=wave_id(run_id, deployment.name, workload, item.concurrency, item.trial, attempt),
+        run_id=run_id,
+        deployment=deployment.name,
+        model=deployment.model,
+        endpoint=str(deployment.endpoint),
+        workload=workload,
+        concurrency=item.concurrency,
+        trial=item.trial,
+        started_at_ns=time.time_ns(),
+        anchor_perf_ns=time.perf_counter_ns(),
+        attempt=attempt,
+    )
+    if before_wave is not None:
+        await before_wave(wave)
+    await run_wave(
+        client,
+        wave=wave,
+        url=deployment.chat_url,
+        specs=specs,
+        headers=headers,
+        extra_body=deployment.extra_body,
+        continuous_usage=deployment.continuous_usage,
+        total_timeout_s=deployment.timeouts.total_s,
+    )
+    if after_wave is not None:
+        await after_wave(wave)
+    return wave
+
+
 async def run_sweep(
     deployment: Deployment,
     workload: str,
@@ -115,49 +206,35 @@ async def run_sweep(
     async with make_client(deployment, max(plan.levels)) as client:
         headers = request_headers(deployment)
         for n, item in enumerate(items, start=1):
-            wid = wave_id(run_id, deployment.name, workload, item.concurrency, item.trial)
-            specs = build_streams(
-                workload,
-                item.concurrency,
-                wave_tag=f"{run_id[-6:]}-{deployment.name}-c{item.concurrency}-t{item.trial}",
-                max_tokens=plan.max_tokens,
-            )
-            wave = WaveRecord(
-                wave_id=wid,
-                run_id=run_id,
-                deployment=deployment.name,
-                model=deployment.model,
-                endpoint=str(deployment.endpoint),
-                workload=workload,
-                concurrency=item.concurrency,
-                trial=item.trial,
-                started_at_ns=time.time_ns(),
-                anchor_perf_ns=time.perf_counter_ns(),
-            )
-            if before_wave is not None:
-                await before_wave(wave)
-            await run_wave(
-                client,
-                wave=wave,
-                url=deployment.chat_url,
-                specs=specs,
-                headers=headers,
-                extra_body=deployment.extra_body,
-                continuous_usage=deployment.continuous_usage,
-                total_timeout_s=deployment.timeouts.total_s,
-            )
-            if after_wave is not None:
-                await after_wave(wave)
-            waves.append(wave)
-            if on_wave is not None:
-                res = on_wave(wave)
-                if inspect.isawaitable(res):
-                    await res
-            if progress is not None:
-                progress(wave, n, len(items))
-            if endpoint_down(wave):
-                raise EndpointDown(
-                    f"{deployment.name} stopped answering at {workload} c={item.concurrency} "
-                    f"trial {item.trial}: {wave.requests[0].error}"
+            for attempt in range(1, plan.max_remeasures + 2):
+                wave = await _one_wave(
+                    client,
+                    deployment,
+                    workload,
+                    plan,
+                    run_id,
+                    item,
+                    attempt,
+                    headers,
+                    before_wave,
+                    after_wave,
                 )
+                spoiled = client_spoiled(wave, plan) if worth_remeasuring(wave) else None
+                retry = spoiled is not None and attempt <= plan.max_remeasures
+                if retry:
+                    wave.superseded_reason = f"re-measured (attempt {attempt + 1}): {spoiled}"
+                waves.append(wave)
+                if on_wave is not None:
+                    res = on_wave(wave)
+                    if inspect.isawaitable(res):
+                        await res
+                if progress is not None:
+                    progress(wave, n, len(items))
+                if endpoint_down(wave):
+                    raise EndpointDown(
+                        f"{deployment.name} stopped answering at {workload} "
+                        f"c={item.concurrency} trial {item.trial}: {wave.requests[0].error}"
+                    )
+                if not retry:
+                    break
     return waves

@@ -21,7 +21,7 @@ from sparkcap.dq.offline import remote_resources
 from sparkcap.dq.validate import EXPECTATIONS_DIR, run_validation
 from sparkcap.runner import run_sweeps
 from sparkcap.sim.server import SimServer
-from tests.integration.helpers import dep, fast_profile, faulty
+from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile, faulty
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -42,7 +42,7 @@ def sweep_into(sim: SimServer, db: Path, model: str) -> str:
         SweepRequest(
             deployment=dep(sim.endpoint, model, extra_body={"ignore_eos": True}),
             workload=wl,  # type: ignore[arg-type]
-            plan=SweepPlan(levels=(1, 2, 4), trials=2, max_tokens=16),
+            plan=SweepPlan(levels=(1, 2, 4), trials=2, max_tokens=16, max_remeasures=0),
         )
         for wl in ("code", "prose")
     ]
@@ -175,7 +175,7 @@ def test_validation_after_build_triggers_rebuild_of_that_run(
     )
     (exp_dir / "requests.json").write_text(json.dumps(spec))
     run_id = sweep_into(sim, db_path, "clean")
-    build(db_path)
+    build(db_path, dbt_vars=SHORT_STREAM_VARS)
     before = q(
         db_path,
         "select count(*) filter (where is_valid) from marts.fct_trials where run_id = ?",
@@ -184,7 +184,8 @@ def test_validation_after_build_triggers_rebuild_of_that_run(
     assert before > 0
     result = run_validation(db_path, run_id, docs_dir=tmp_path / "dq", expectations_dir=exp_dir)
     assert not result.success
-    build(db_path)  # incremental: the validation moved the run's watermark
+    # incremental: the validation moved the run's watermark
+    build(db_path, dbt_vars=SHORT_STREAM_VARS)
     after = q(
         db_path,
         "select count(*) filter (where is_valid) from marts.fct_trials where run_id = ?",

@@ -86,10 +86,20 @@ def test_trials_and_aggregate_throughput(night: tuple[Path, str]) -> None:
     assert warm[0] == 3 * 2 * 5 and warm[1] is False
     bad = q(
         db,
-        "select count(*) from marts.fct_trials where run_id = ? and trial > 0 and not is_valid",
+        "select count(*) from marts.fct_trials where run_id = ? and trial > 0 and not is_valid "
+        "and not is_superseded",
         [run_id],
     )[0][0]
     assert bad == 0
+    # a wave the client spoiled (a loaded machine) was measured again: every counted trial
+    # ends in exactly one valid attempt, whatever the attempts before it
+    last = q(
+        db,
+        "select count(*), count(distinct (deployment, workload, concurrency, trial)) "
+        "from marts.fct_trials where run_id = ? and trial > 0 and is_valid",
+        [run_id],
+    )[0]
+    assert last[0] == last[1] == 3 * 2 * 5
     # aggregate throughput is not concurrency x median (the study's point)
     rows = q(
         db,
@@ -136,7 +146,7 @@ def test_incremental_build_processes_only_the_new_night(
         req = SweepRequest(
             deployment=dep(sim.endpoint, "m"),
             workload="code",
-            plan=SweepPlan(levels=(1, 2), trials=1, max_tokens=12),
+            plan=SweepPlan(levels=(1, 2), trials=1, max_tokens=12, max_remeasures=0),
         )
         night2 = asyncio.run(run_sweeps([req], db)).run_id
     build(db)

@@ -96,7 +96,7 @@ def test_compare_two_runs(db_path: Path) -> None:
             req = SweepRequest(
                 deployment=dep(sim.endpoint, "m"),
                 workload="code",
-                plan=SweepPlan(levels=(1, 2), trials=1, max_tokens=30),
+                plan=SweepPlan(levels=(1, 2), trials=1, max_tokens=30, max_remeasures=0),
             )
             runs.append(asyncio.run(run_sweeps([req], db_path)).run_id)
     build(db_path)
@@ -118,7 +118,7 @@ def test_report_compares_with_the_previous_run(db_path: Path, tmp_path: Path) ->
             req = SweepRequest(
                 deployment=dep(sim.endpoint, "m"),
                 workload="code",
-                plan=SweepPlan(levels=(1, 2), trials=1, max_tokens=20),
+                plan=SweepPlan(levels=(1, 2), trials=1, max_tokens=20, max_remeasures=0),
             )
             runs.append(asyncio.run(run_sweeps([req], db_path)).run_id)
     build(db_path)

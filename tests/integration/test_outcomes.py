@@ -48,7 +48,8 @@ def test_clean_wave(sim: SimServer) -> None:
         assert r.decode_tok_s is not None and r.decode_tok_s > 0
     assert w.start_skew_ms is not None and w.start_skew_ms < 100
     assert w.loop_lag_p99_ms is not None and w.client_cpu_pct is not None
-    assert not w.client_saturated
+    assert w.timing_error_bound is not None and w.loop_lag_max_ms is not None
+    assert w.attempt == 1 and w.superseded_reason is None
     assert w.peak_concurrency == 3 and not w.queued
 
 

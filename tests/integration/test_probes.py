@@ -47,7 +47,9 @@ def test_probes_against_the_simulator(db_path: Path) -> None:
     with SimServer([prof]) as sim:
         dep = _sim_deployment(sim)
         night = SweepRequest(
-            deployment=dep, workload="code", plan=SweepPlan(levels=(1,), trials=1, max_tokens=8)
+            deployment=dep,
+            workload="code",
+            plan=SweepPlan(levels=(1,), trials=1, max_tokens=8, max_remeasures=0),
         )
         before_probes = asyncio.run(run_sweeps([night], db_path)).run_id
         asyncio.run(

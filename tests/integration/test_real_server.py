@@ -44,7 +44,7 @@ def swept(server: LocalServer, tmp_path_factory: pytest.TempPathFactory) -> tupl
         parallel_slots=4,
         extra_body={"ignore_eos": True},
     )
-    plan = SweepPlan(levels=(1, 2, 4, 8), trials=1, max_tokens=TOKENS)
+    plan = SweepPlan(levels=(1, 2, 4, 8), trials=1, max_tokens=TOKENS, max_remeasures=0)
     reqs = [SweepRequest(deployment=dep, workload=wl, plan=plan) for wl in ("code", "prose")]
     result = asyncio.run(run_sweeps(reqs, db))
     return db, result.run_id

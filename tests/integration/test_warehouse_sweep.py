@@ -32,7 +32,7 @@ def _run(
     req = SweepRequest(
         deployment=dep(sim.endpoint, model, api_key_env="SPARKCAP_TEST_KEY"),
         workload="prose",
-        plan=SweepPlan(levels=levels, trials=trials, max_tokens=15),
+        plan=SweepPlan(levels=levels, trials=trials, max_tokens=15, max_remeasures=0),
     )
     return asyncio.run(run_sweeps([req], db)).run_id
 
@@ -94,7 +94,10 @@ def test_restaging_a_wave_never_duplicates(sim: SimServer, db_path: Path) -> Non
 
     waves = asyncio.run(
         run_sweep(
-            dep(sim.endpoint, "m"), "prose", SweepPlan(levels=(2,), trials=1, max_tokens=15), run_id
+            dep(sim.endpoint, "m"),
+            "prose",
+            SweepPlan(levels=(2,), trials=1, max_tokens=15, max_remeasures=0),
+            run_id,
         )
     )
     assert sorted(w.wave_id for w in waves) == sorted(wave_ids)
@@ -161,6 +164,8 @@ def test_cli_sweep_then_sql(sim: SimServer, db_path: Path) -> None:
         "1",
         "--max-tokens",
         "12",
+        "--max-remeasures",
+        "0",
         "--db",
         str(db_path),
     )

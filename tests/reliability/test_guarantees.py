@@ -19,7 +19,7 @@ from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.fleet import FleetError, load_fleet
 from sparkcap.runner import PreflightError, run_sweeps
 from sparkcap.sim.server import SimServer
-from tests.integration.helpers import dep, fast_profile
+from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 
@@ -47,7 +47,7 @@ def one_sweep(
     req = SweepRequest(
         deployment=dep(endpoint, model, **dep_kw),
         workload="code",
-        plan=SweepPlan(levels=levels, trials=1, max_tokens=max_tokens),
+        plan=SweepPlan(levels=levels, trials=1, max_tokens=max_tokens, max_remeasures=0),
     )
     return asyncio.run(run_sweeps([req], db))
 
@@ -102,6 +102,8 @@ def test_second_writer_gets_database_is_busy_and_nothing_is_lost(
                 "1",
                 "--max-tokens",
                 "8",
+                "--max-remeasures",
+                "0",
                 "--db",
                 str(db_path),
                 env={"SPARKCAP_BUSY_WAIT_S": "1", "SPARKCAP_HOME": str(tmp_path / "h")},
@@ -128,7 +130,12 @@ def test_spooled_waves_are_recovered_by_the_next_run(db_path: Path) -> None:
         d = dep(sim.endpoint, "m")
         lost_run = new_run_id()
         waves = asyncio.run(
-            run_sweep(d, "code", SweepPlan(levels=(2,), trials=1, max_tokens=8), lost_run)
+            run_sweep(
+                d,
+                "code",
+                SweepPlan(levels=(2,), trials=1, max_tokens=8, max_remeasures=0),
+                lost_run,
+            )
         )
         for w in waves:
             spool.write_wave(w)  # written, never staged: the process "died" here
@@ -334,7 +341,7 @@ def test_server_dying_mid_sweep_leaves_an_incomplete_but_usable_run(
     req = SweepRequest(
         deployment=dep(sim.endpoint, "m"),
         workload="code",
-        plan=SweepPlan(levels=(1, 2, 4), trials=1, max_tokens=8),
+        plan=SweepPlan(levels=(1, 2, 4), trials=1, max_tokens=8, max_remeasures=0),
     )
     result = asyncio.run(run_sweeps([req], db_path, progress=progress))
     assert result.status == "incomplete" and "stopped answering" in (result.reason or "")
@@ -343,7 +350,7 @@ def test_server_dying_mid_sweep_leaves_an_incomplete_but_usable_run(
         n_waves = con.execute("select count(*) from raw.waves").fetchall()[0][0]
     assert status == "incomplete" and "stopped answering" in reason
     assert n_waves == 3  # two finished waves and the one that found the server gone
-    build(db_path)  # the finished waves are reportable
+    build(db_path, dbt_vars=SHORT_STREAM_VARS)  # the finished waves are reportable
     with duckdb.connect(str(db_path), read_only=True) as con:
         ok = con.execute("select count(*) from marts.fct_trials where is_valid").fetchall()[0][0]
     assert ok == 1  # level 1's trial (the warm-ups never count)

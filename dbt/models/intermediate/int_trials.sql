@@ -40,6 +40,9 @@ per_wave as (
         ) as aggregate_tokens,
         min(first_token_ns) filter (where completion_tokens is not null) as earliest_first_ns,
         max(last_token_ns) filter (where completion_tokens is not null) as latest_last_ns,
+        median(last_token_ns - first_token_ns) filter (
+            where first_token_ns is not null and last_token_ns is not null
+        ) / 1e9 as median_decode_span_s,
         median(ttft_s) as median_ttft_s,
         min(ttft_s) as min_ttft_s,
         max(ttft_s) as max_ttft_s,
@@ -61,8 +64,13 @@ joined as (
         w.started_at,
         w.effective_concurrency,
         w.peak_concurrency,
-        w.client_saturated,
-        w.saturation_reasons,
+        w.client_saturated as legacy_client_saturated,
+        w.saturation_reasons as legacy_saturation_reasons,
+        w.timing_error_bound,
+        w.loop_lag_max_ms,
+        w.start_skew_ms,
+        w.attempt,
+        w.superseded_reason,
         w.queued as queued_by_overlap,
         w.queued_reason,
         w.n_requests,
@@ -95,6 +103,15 @@ with_reference as (
 flagged as (
     select
         *,
+        -- client-side verdicts, relative to the streams' own durations (README, "Client
+        -- timing"): loop stalls near first/last tokens, and a ragged release
+        coalesce(timing_error_bound > {{ var('timing_error_tolerance') }}, false)
+            as timing_spoiled,
+        coalesce(
+            start_skew_ms / 1e3 / nullif(median_decode_span_s, 0)
+            > {{ var('start_skew_tolerance') }},
+            false
+        ) as skew_spoiled,
         concurrency > 1 and (max_ttft_s - min_ttft_s) > greatest(
             {{ var('queued_ttft_factor') }} * coalesce(reference_ttft_s, 0),
             {{ var('queued_ttft_min_s') }}
@@ -128,7 +145,15 @@ final as (
         reference_ttft_s,
         effective_concurrency,
         peak_concurrency,
-        client_saturated,
+        coalesce(legacy_client_saturated, false) or timing_spoiled or skew_spoiled
+            as client_saturated,
+        timing_error_bound,
+        loop_lag_max_ms,
+        start_skew_ms,
+        median_decode_span_s,
+        attempt,
+        superseded_reason is not null as is_superseded,
+        superseded_reason,
         spec_acceptance,
         server_generated_tokens,
         queued_by_overlap or queued_by_ttft as queued,
@@ -141,8 +166,20 @@ final as (
                 then n_failed || ' failed stream(s): ' || failure_statuses end,
             case when n_missing_counts > 0
                 then n_missing_counts || ' stream(s) without a completion length' end,
-            case when client_saturated
-                then 'client saturated: ' || coalesce(saturation_reasons, '') end,
+            case when superseded_reason is not null
+                then 'superseded: ' || superseded_reason end,
+            case when timing_spoiled
+                then printf(
+                    'client timing: error bound %.2f%% > %.2f%%',
+                    100 * timing_error_bound, 100 * {{ var('timing_error_tolerance') }}::double
+                ) end,
+            case when skew_spoiled
+                then printf(
+                    'client release: start skew %.1f ms > %.0f%% of the median decode span',
+                    start_skew_ms, 100 * {{ var('start_skew_tolerance') }}::double
+                ) end,
+            case when legacy_client_saturated
+                then 'client saturated: ' || coalesce(legacy_saturation_reasons, '') end,
             case when queued_by_overlap then 'queued: ' || queued_reason end,
             case when queued_by_ttft
                 then 'queued: TTFT spread ' || round(max_ttft_s - min_ttft_s, 2)

@@ -25,7 +25,11 @@ final as (
         cast(queued_reason as varchar) as queued_reason,
         cast(n_requests as integer) as n_requests,
         cast(staged_at as timestamptz) as staged_at,
-        cast(probe as varchar) as probe
+        cast(probe as varchar) as probe,
+        cast(loop_lag_max_ms as double) as loop_lag_max_ms,
+        cast(timing_error_bound as double) as timing_error_bound,
+        coalesce(cast(attempt as integer), 1) as attempt,
+        cast(superseded_reason as varchar) as superseded_reason
     from source
 )
 

@@ -1,0 +1,86 @@
+"""The timing-error bound a wave records, and the re-measure decision made from it."""
+
+from __future__ import annotations
+
+from array import array
+from pathlib import Path
+
+import yaml
+
+from sparkcap.config import SweepPlan
+from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
+from sparkcap.loadgen.sweep import client_spoiled, worth_remeasuring
+from sparkcap.loadgen.wave import LoopMonitor, timing_error_bound
+
+ROOT = Path(__file__).resolve().parents[2]
+MS = 1_000_000
+
+
+def monitor(samples: list[tuple[int, int]]) -> LoopMonitor:
+    """A monitor with (woke at ms, lag ms) samples, as the sampler would have left them."""
+    m = LoopMonitor(interval_s=0.01)
+    m.woke_ns = array("q", [w * MS for w, _ in samples])
+    m.lag_ns = array("q", [lag * MS for _, lag in samples])
+    return m
+
+
+def stream(i: int, first_ms: int, last_ms: int, status: Status = Status.OK) -> RequestRecord:
+    r = RequestRecord(f"w/s{i}", i, f"p{i}", 100, 100, 0.0)
+    r.first_token_ns, r.last_token_ns, r.status = first_ms * MS, last_ms * MS, status
+    r.sent_ns = 0
+    return r
+
+
+def wave(requests: list[RequestRecord], trial: int = 1) -> WaveRecord:
+    w = WaveRecord("w", "r", "d", "m", "http://x/v1", "code", len(requests), trial, 0, 0)
+    w.requests = requests
+    return w
+
+
+def test_a_stall_at_a_first_token_bounds_the_rate_error() -> None:
+    # an 80 ms stall ends at 1 s, when stream 1's first token is read; its span is 2 s
+    m = monitor([(990, 0), (1080, 80), (1090, 0), (2990, 1), (3000, 0)])
+    bound = timing_error_bound([stream(0, 500, 2500), stream(1, 1080, 3080)], m, anchor_ns=0)
+    assert bound == (80 + 0) * MS / (2000 * MS)  # 4 %: only stream 1's first token is late
+
+
+def test_a_stall_in_the_middle_of_the_streams_moves_no_rate() -> None:
+    m = monitor([(1500, 60), (1510, 0)])
+    assert timing_error_bound([stream(0, 500, 2500)], m, anchor_ns=0) == 0.0
+
+
+def test_failed_streams_and_empty_waves_give_no_bound() -> None:
+    m = monitor([(500, 50)])
+    assert timing_error_bound([stream(0, 500, 2500, Status.SHORT)], m, anchor_ns=0) is None
+    assert timing_error_bound([], m, anchor_ns=0) is None
+
+
+def test_a_long_stream_shrugs_off_the_stall_a_short_one_cannot() -> None:
+    m = monitor([(1000, 50)])
+    short = timing_error_bound([stream(0, 1000, 2300)], m, anchor_ns=0)
+    long = timing_error_bound([stream(0, 1000, 51000)], m, anchor_ns=0)
+    assert short is not None and short > 0.03  # 50 ms of a 1.3 s stream
+    assert long is not None and long == 0.001  # 50 ms of a 50 s stream
+
+
+def test_remeasure_only_client_spoiled_counted_waves_with_every_stream_ok() -> None:
+    plan = SweepPlan()
+    w = wave([stream(0, 500, 1500), stream(1, 500, 1500)])
+    w.timing_error_bound, w.start_skew_ms = 0.004, 10.0
+    assert client_spoiled(w, plan) is None
+    w.timing_error_bound = 0.006
+    assert "timing error bound 0.60% > 0.50%" in (client_spoiled(w, plan) or "")
+    w.timing_error_bound, w.start_skew_ms = 0.0, 60.0  # 6 % of a 1 s median span
+    assert "start skew 60.0 ms" in (client_spoiled(w, plan) or "")
+    assert worth_remeasuring(w)
+    assert not worth_remeasuring(wave(w.requests, trial=0))  # warm-ups never count
+    failed = wave([stream(0, 500, 1500), stream(1, 500, 900, Status.SHORT)])
+    assert not worth_remeasuring(failed)  # a server failure is a finding, never re-run
+
+
+def test_capture_time_tolerances_are_dbt_s() -> None:
+    """The sweep decides to re-measure with the tolerances dbt judges with: one number each."""
+    vars_ = yaml.safe_load((ROOT / "dbt" / "dbt_project.yml").read_text())["vars"]
+    plan = SweepPlan()
+    assert plan.timing_tolerance == vars_["timing_error_tolerance"]
+    assert plan.skew_tolerance == vars_["start_skew_tolerance"]
