@@ -273,3 +273,38 @@ def test_older_warehouse_gains_new_columns(db_path: Path) -> None:
         ]
         assert {"staged_at", "queued", "peak_concurrency", "concurrency"} <= set(cols)
         assert con.execute("select wave_id, staged_at from raw.waves").fetchall() == [("w", None)]
+
+
+def test_a_warehouse_from_before_0_2_is_upgraded_in_place(sim: SimServer, db_path: Path) -> None:
+    """0.1 made ``client_saturated`` NOT NULL and had no timing columns: its file keeps its
+    nights and takes new waves, whose capture-time verdict is NULL."""
+    from sparkcap.warehouse import SCHEMA_SQL
+
+    old = SCHEMA_SQL.replace(
+        "client_saturated       boolean,", "client_saturated       boolean not null,"
+    )
+    old = (
+        old[: old.index("    probe                  varchar,")]
+        + "    probe varchar\n);"
+        + (old[old.index("create table if not exists raw.requests") - 2 :])
+    )
+    db_path.parent.mkdir(parents=True)
+    with duckdb.connect(str(db_path)) as con:
+        con.execute(old)
+        con.execute(
+            "insert into raw.waves (wave_id, run_id, deployment, model, endpoint, workload, "
+            "concurrency, trial, started_at, client_saturated, n_requests) values "
+            "('old', 'r0', 'm', 'm', 'http://x/v1', 'code', 1, 1, now(), true, 1)"
+        )
+        assert "timing_error_bound" not in {
+            r[0] for r in con.execute("describe raw.waves").fetchall()
+        }
+    _run(sim, db_path, levels=(1,), trials=1)
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        rows = con.execute(
+            "select wave_id = 'old', client_saturated, timing_error_bound is not null, attempt "
+            "from raw.waves order by wave_id = 'old' desc, wave_id"
+        ).fetchall()
+    assert rows[0] == (True, True, False, None)  # the old night is kept as it was
+    assert all(r[1] is None and r[2] and r[3] == 1 for r in rows[1:] if r[0] is False)
+    assert len(rows) == 3  # the old wave, a warm-up and one trial
