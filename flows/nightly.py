@@ -48,8 +48,12 @@ def sweep_task(fleet_path: str, db: str, profile: str) -> dict[str, Any]:
 
 @task(name="probes", retries=0)
 def probes_task(fleet_path: str, db: str, profile: str, run_id: str) -> list[str]:
-    """Prefill-interference and prompt-cache probes the fleet file asks for (never retried)."""
-    return pipeline.probes(pipeline.fleet_for(fleet_path, profile), Path(db), run_id)
+    """The probes the fleet file asks for (never retried); returns the ones that failed,
+    which are recorded in the warehouse and cost nothing else."""
+    failed = pipeline.probes(pipeline.fleet_for(fleet_path, profile), Path(db), run_id)
+    if failed:
+        get_run_logger().error("probes failed: %s", ", ".join(failed))
+    return failed
 
 
 @task(name="link-check", retries=0)
@@ -111,6 +115,13 @@ def nightly_fleet_sweep(
     )
     create_link_artifact(key="report", link=Path(index).as_uri(), link_text=f"report {run_id}")
     result = {"run_id": run_id, "report": index, "db": db_path}
+    gaps = pipeline.night_gaps(Path(db_path), run_id)
+    if gaps:
+        return Failed(
+            message=f"run {run_id} is incomplete: "
+            + "; ".join(gaps)[:1500]
+            + f"; everything else is staged and reported at {index}"
+        )
     if swept["status"] != "complete":
         return Failed(
             message=f"run {run_id} is incomplete: {swept['reason']}; finished waves "

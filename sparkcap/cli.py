@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -61,9 +62,9 @@ def _progress_printer(progress: Progress | None, task: Any) -> Any:
             + (f" [re-measuring: {wave.superseded_reason}]" if wave.superseded_reason else "")
         )
         if progress is not None:
-            progress.update(task, completed=done, total=total, description=msg)
+            progress.update(task, completed=done, total=total, description=escape(msg))
         else:
-            err.print(f"[{done}/{total}] {msg}", highlight=False)
+            err.print(f"[{done}/{total}] {msg}", highlight=False, markup=False)
 
     return report
 
@@ -144,12 +145,14 @@ def print_fleet(db: Path, run_id: str) -> None:
 
     with open_warehouse(db, read_only=True) as con:
         rows = con.execute(
-            "select workload, capacity_streams, threshold_tok_s, extrapolated_deployments "
-            "from marts.fct_fleet_capacity where run_id = ? order by workload",
+            "select workload, capacity_streams, threshold_tok_s, extrapolated_deployments, "
+            "not_measured_deployments from marts.fct_fleet_capacity where run_id = ? "
+            "order by workload",
             [run_id],
         ).fetchall()
-    for wl, cap, t, extra in rows:
+    for wl, cap, t, extra, missing in rows:
         note = f" (replicas extrapolated: {extra})" if extra else ""
+        note += f" (partial: {missing} not measured)" if missing else ""
         out.print(f"fleet capacity at {t:g} tok/s — {wl}: {cap} streams{note}", highlight=False)
 
 
@@ -479,9 +482,17 @@ def run(
     print_fleet(path, result["run_id"])
     out.print(f"database: {path}", highlight=False)
     out.print(f"report: {result['report']}", highlight=False)
-    if result.get("run_status", "complete") != "complete":
+    gaps = result.get("gaps") or []
+    for gap in gaps:
+        err.print(f"not measured — {gap}", highlight=False)
+    if gaps or result.get("run_status", "complete") != "complete":
         err.print(
-            f"error: run {result['run_id']} is incomplete: {result['run_reason']}",
+            f"error: run {result['run_id']} is incomplete: "
+            + (
+                f"{len(gaps)} part(s) of the night missing (listed above and in the report)"
+                if gaps
+                else str(result["run_reason"])
+            ),
             highlight=False,
         )
         raise typer.Exit(1)

@@ -98,6 +98,21 @@ def report(db_path: Path, run_id: str, reports_dir: Path) -> Path:
     return render_report(db_path, run_id, reports_dir).index
 
 
+def night_gaps(db_path: Path, run_id: str) -> list[str]:
+    """What the night could not measure, as the marts say it: ``deployment step: reason``."""
+    from sparkcap.warehouse import open_warehouse
+
+    with open_warehouse(db_path, read_only=True) as con:
+        rows = con.execute(
+            "select deployment, outcome, reason from marts.fct_step_outcomes "
+            "where run_id = ? and is_failed order by deployment, step",
+            [run_id],
+        ).fetchall()
+    return [
+        f"{d or 'night'} {outcome}: {reason or 'no reason recorded'}" for d, outcome, reason in rows
+    ]
+
+
 def capacity_markdown(db_path: Path, run_id: str) -> str:
     """The capacity table published as a Prefect artifact."""
     from sparkcap.warehouse import open_warehouse
@@ -137,7 +152,12 @@ def capacity_markdown(db_path: Path, run_id: str) -> str:
 def run_pipeline(
     fleet: Fleet, db_path: Path, reports_dir: Path, progress: ProgressFn | None = None
 ) -> dict[str, Any]:
-    """The whole night without Prefect: the same steps, in the same order."""
+    """The whole night without Prefect: the same steps, in the same order.
+
+    A deployment that cannot be measured, or a probe or link check that fails, costs that part
+    of the night only: every other step still runs, the report is published, and the result's
+    ``gaps`` (from ``marts.fct_step_outcomes``) says what is missing and why.
+    """
     result = sweep(fleet, db_path, progress)
     probes(fleet, db_path, result.run_id)
     link_check(fleet, db_path, result.run_id)
@@ -152,4 +172,5 @@ def run_pipeline(
         "dq_failed": dq.failed,
         "run_status": result.status,
         "run_reason": result.reason,
+        "gaps": night_gaps(db_path, result.run_id),
     }

@@ -102,6 +102,12 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
             "order by deployment, workload, concurrency",
             [run_id],
         )
+        data["gaps"] = _df(
+            con,
+            "select deployment, step, outcome, reason from marts.fct_step_outcomes "
+            "where run_id = ? and is_failed order by deployment, step",
+            [run_id],
+        )
         data["invalid"] = _df(
             con,
             "select deployment, workload, concurrency, trial, invalid_reasons "
@@ -776,6 +782,14 @@ def render_report(
             )
         )
     changes = history_changes(data)
+    missing = sorted(
+        {
+            str(x)
+            for r in fleet.itertuples()
+            if isinstance(r.not_measured_deployments, str)
+            for x in r.not_measured_deployments.split(", ")
+        }
+    )
     run = data["run"]
     status = f"{run[3]}" + (f" ({run[4]})" if run[4] else "")
     sections = [
@@ -785,7 +799,32 @@ def render_report(
         f"load. Capacity is the largest tested concurrency whose median stream decodes at ≥ "
         f"{t:g} tok/s with every smaller level passing."
         + (f" Extrapolated replicas: {html.escape(extrapolated)}." if extrapolated else "")
-        + "</p><div id='chart-headline'></div></section>",
+        + "</p>"
+        + (
+            "<p class='bad'><b>Partial night:</b> the sum leaves out "
+            f"{html.escape(', '.join(missing))} (not measured; see below).</p>"
+            if missing
+            else ""
+        )
+        + "<div id='chart-headline'></div></section>",
+        *(
+            [
+                "<section><h2>Not measured tonight</h2><p class='note'>What an imperfect "
+                "fleet cost this night, and why; everything else was measured as usual.</p>"
+                + _table(
+                    data["gaps"].fillna({"deployment": "(night)"}),
+                    {
+                        "deployment": "deployment",
+                        "outcome": "what",
+                        "reason": "why",
+                    },
+                    "",
+                )
+                + "</section>"
+            ]
+            if not data["gaps"].empty
+            else []
+        ),
         "<section><h2>Capacity per deployment</h2>"
         + _table(
             cap,

@@ -30,7 +30,7 @@ from sparkcap.loadgen.sweep import (
     run_sweep,
 )
 from sparkcap.metrics_scrape import scrape_into
-from sparkcap.warehouse import WarehouseBusy, run_end_to, run_start_to
+from sparkcap.warehouse import WarehouseBusy, record_step_to, run_end_to, run_start_to
 
 ProgressFn = Callable[[WaveRecord, int, int], None]
 
@@ -81,6 +81,8 @@ class RunResult:
     status: str = "complete"
     reason: str | None = None
     unstaged: list[str] = field(default_factory=list)
+    # deployment -> why it could not be (fully) measured; also in raw.step_outcomes
+    not_measured: dict[str, str] = field(default_factory=dict)
 
 
 async def run_sweeps(
@@ -92,10 +94,23 @@ async def run_sweeps(
     progress: ProgressFn | None = None,
     parallel_deployments: bool = False,
 ) -> RunResult:
-    """Sweep each request, staging every wave as it ends; returns what was recorded."""
+    """Sweep each request, staging every wave as it ends; returns what was recorded.
+
+    A deployment that fails preflight is left out and recorded as not measured; the others
+    are measured as usual. Only when no deployment can be measured does the run never start
+    (``PreflightError``, nothing written).
+    """
     deployments = {r.deployment.name: r.deployment for r in requests}
+    unreachable: dict[str, str] = {}
     for dep in deployments.values():
-        await preflight(dep)
+        try:
+            await preflight(dep)
+        except PreflightError as exc:
+            unreachable[dep.name] = str(exc)
+    if unreachable and len(unreachable) == len(deployments):
+        first, *rest = unreachable.values()
+        raise PreflightError(first + (f" (and {len(rest)} more)" if rest else ""))
+    requests = [r for r in requests if r.deployment.name not in unreachable]
     # waves a crashed or blocked earlier run left behind are staged before anything new
     await asyncio.to_thread(spool.stage_spool, db_path)
     run_id = run_id or new_run_id()
@@ -107,6 +122,9 @@ async def run_sweeps(
         time.time_ns(),
         list(deployments.values()),
     )
+    for name, why in unreachable.items():
+        await asyncio.to_thread(record_step_to, db_path, run_id, name, "preflight", "failed", why)
+        result.not_measured[name] = why
     total = sum(len(plan_waves(r.plan)) for r in requests)
     done = 0
     stage_lock = asyncio.Lock()
@@ -166,9 +184,19 @@ async def run_sweeps(
             asyncio.to_thread(run_end_to, db_path, run_id, "incomplete", result.reason)
         )
         raise
-    if down:
+    for name in {r.deployment.name for r in requests}:
+        died = down.get(name)
+        await asyncio.to_thread(
+            record_step_to, db_path, run_id, name, "sweep", "failed" if died else "ok", died
+        )
+        if died:
+            result.not_measured[name] = died
+    if result.not_measured:
         result.status = "incomplete"
-        result.reason = "; ".join(down.values())[:1000]
+        result.reason = "; ".join(
+            f"{name} not measured: {why}" if name in unreachable else why
+            for name, why in result.not_measured.items()
+        )[:1000]
     run_end_to(db_path, run_id, result.status, result.reason)
     return result
 
@@ -246,19 +274,32 @@ async def run_probe(
 
 
 async def run_fleet_probes(fleet: Fleet, db_path: Path, run_id: str) -> list[str]:
-    """The probes the fleet file asks for, recorded inside the night's run."""
+    """The probes the fleet file asks for, recorded inside the night's run.
+
+    A probe that fails costs that probe only: its failure is recorded in
+    ``raw.step_outcomes`` and the next probe runs. Returns the probes that failed, as
+    ``deployment:probe``.
+    """
     from sparkcap.localserver import launched
 
-    done: list[str] = []
+    failed: list[str] = []
     if not any(d.probes for d in fleet.deployments):
-        return done
+        return failed
     with launched(fleet) as endpoints:
         for d in fleet.deployments:
             for name, options in d.probes.items():
                 dep = d.resolve(endpoints.get(d.name))
-                await run_probe(dep, name, db_path, run_id=run_id, record_run=False, **options)
-                done.append(f"{d.name}:{name}")
-    return done
+                try:
+                    await run_probe(dep, name, db_path, run_id=run_id, record_run=False, **options)
+                except Exception as exc:  # any failure is this probe's alone
+                    failed.append(f"{d.name}:{name}")
+                    status, reason = "failed", f"{type(exc).__name__}: {exc}".strip()
+                else:
+                    status, reason = "ok", ""
+                await asyncio.to_thread(
+                    record_step_to, db_path, run_id, d.name, f"probe:{name}", status, reason
+                )
+    return failed
 
 
 def run_link_check(fleet: Fleet, db_path: Path, run_id: str | None = None) -> tuple[str, list[Any]]:
@@ -271,6 +312,10 @@ def run_link_check(fleet: Fleet, db_path: Path, run_id: str | None = None) -> tu
     if own_run:
         run_start_to(db_path, run_id, {"link_check": fleet.model_dump(mode="json")}, time.time_ns())
     results = check_links(links, db_path, run_id)
+    for dep in links:
+        errors = [f"{r.spec.name}: {r.error}" for r in results if r.deployment == dep and r.error]
+        status = "failed" if errors else "ok"
+        record_step_to(db_path, run_id, dep, "link-check", status, "; ".join(errors) or None)
     if own_run:
         run_end_to(db_path, run_id, "complete")
     return run_id, results

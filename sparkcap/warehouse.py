@@ -149,6 +149,17 @@ create table if not exists raw.dq_results (
     validated_at        timestamptz not null
 );
 
+-- what each step of a night did per deployment: a night against an imperfect fleet measures
+-- what it can, and says here what is missing and why
+create table if not exists raw.step_outcomes (
+    run_id       varchar not null,
+    deployment   varchar,            -- NULL: a step of the whole night
+    step         varchar not null,   -- preflight | sweep | probe:<name> | link-check
+    status       varchar not null,   -- ok | failed
+    reason       varchar,
+    recorded_at  timestamptz not null
+);
+
 -- written by `sparkcap link-check` (one run's rows replaced per check)
 create table if not exists raw.link_tests (
     run_id          varchar not null,
@@ -498,6 +509,36 @@ def run_start_to(
 ) -> None:
     with open_warehouse(db_path) as con:
         record_run_start(con, run_id, config, started_ns, deployments)
+
+
+def record_step_to(
+    db_path: Path | str,
+    run_id: str,
+    deployment: str | None,
+    step: str,
+    status: str,
+    reason: str | None = None,
+) -> None:
+    """Record (or replace) what one step did for one deployment of a run."""
+    with open_warehouse(db_path) as con:
+        con.execute("begin transaction")
+        con.execute(
+            "delete from raw.step_outcomes where run_id = ? and deployment is not distinct from ? "
+            "and step = ?",
+            [run_id, deployment, step],
+        )
+        con.execute(
+            "insert into raw.step_outcomes values (?, ?, ?, ?, ?, ?)",
+            [
+                run_id,
+                deployment,
+                step,
+                status,
+                (reason or None) and reason[:1000],
+                datetime.now(UTC),
+            ],
+        )
+        con.execute("commit")
 
 
 def run_end_to(db_path: Path | str, run_id: str, status: str, reason: str | None = None) -> None:

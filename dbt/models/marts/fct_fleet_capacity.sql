@@ -8,7 +8,21 @@ deployments as (
     select * from {{ ref('dim_deployments') }}
 ),
 
-final as (
+not_measured as (
+    -- deployments of the run the sum leaves out or only partly covers, with why
+    select
+        run_id,
+        string_agg(distinct deployment, ', ' order by deployment) as deployments,
+        string_agg(
+            distinct deployment || ': ' || coalesce(reason, outcome), '; '
+            order by deployment || ': ' || coalesce(reason, outcome)
+        ) as reasons
+    from {{ ref('fct_step_outcomes') }}
+    where is_failed and step in ('preflight', 'sweep')
+    group by run_id
+),
+
+per_workload as (
     select
         c.run_id,
         c.workload,
@@ -28,6 +42,16 @@ final as (
     from capacity as c
     left join deployments as d on d.run_id = c.run_id and d.deployment = c.deployment
     group by c.run_id, c.workload
+),
+
+final as (
+    select
+        p.*,
+        m.deployments as not_measured_deployments,
+        m.reasons as not_measured_reasons,
+        m.deployments is null as is_complete
+    from per_workload as p
+    left join not_measured as m on m.run_id = p.run_id
 )
 
 select * from final

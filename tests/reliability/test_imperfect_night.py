@@ -1,0 +1,127 @@
+"""A night against an imperfect fleet: one dead node costs that node, never the night.
+
+A fleet of one live simulated deployment and one whose endpoint nobody listens on (port 9),
+each with a prompt-cache probe, the dead one's first: the live deployment is swept, staged,
+validated, built and reported, and its probe still runs; the dead one is named as not measured
+(with the reason) in ``raw.step_outcomes``, ``marts.fct_step_outcomes``, the fleet capacity
+and the report, and the night ends non-zero (CLI) or Failed (Prefect) after publishing.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from sparkcap.sim.server import SimServer
+from tests.integration.helpers import fast_profile
+
+pytestmark = [pytest.mark.reliability, pytest.mark.integration, pytest.mark.slow]
+
+DEAD = "http://127.0.0.1:9/v1"
+
+
+def fleet_file(tmp_path: Path, live_endpoint: str) -> Path:
+    probe = {"prompt-cache": {"document_tokens": 400, "warm_requests": 1}}
+    fleet = {
+        "name": "imperfect",
+        "workloads": {"code": {"levels": [1, 2], "trials": 1, "max_tokens": 8}},
+        "deployments": [
+            {
+                "name": "dead",
+                "model": "m",
+                "endpoint": DEAD,
+                "probes": probe,
+                "timeouts": {"connect_s": 2},
+            },
+            {"name": "live", "model": "m", "endpoint": live_endpoint, "probes": probe},
+        ],
+    }
+    path = tmp_path / "imperfect.yaml"
+    path.write_text(yaml.safe_dump(fleet))
+    return path
+
+
+def q(db: Path, sql: str) -> list[tuple[object, ...]]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def assert_the_night_names_the_dead_node(db: Path, report: Path) -> None:
+    caps = q(db, "select deployment, workload from marts.fct_capacity")
+    assert caps == [("live", "code")]  # the live deployment was measured and built
+    outcomes = dict(
+        ((d, step), (status, reason))
+        for d, step, status, reason in q(
+            db, "select deployment, step, status, reason from raw.step_outcomes"
+        )
+    )
+    assert outcomes[("dead", "preflight")][0] == "failed"
+    assert "endpoint unreachable" in str(outcomes[("dead", "preflight")][1])
+    assert outcomes[("dead", "probe:prompt-cache")][0] == "failed"
+    assert outcomes[("live", "sweep")] == ("ok", None)
+    assert outcomes[("live", "probe:prompt-cache")][0] == "ok"  # the dead probe cost nothing
+    assert q(db, "select count(*) from marts.fct_prompt_cache where deployment = 'live'") == [(1,)]
+    (missing, complete) = q(
+        db, "select not_measured_deployments, is_complete from marts.fct_fleet_capacity"
+    )[0]
+    assert missing == "dead" and complete is False
+    html = report.read_text()
+    assert "Not measured tonight" in html and "Partial night" in html
+    assert "endpoint unreachable" in html and "dead" in html
+
+
+def test_cli_night_with_a_dead_node(tmp_path: Path) -> None:
+    db, reports = tmp_path / "n.duckdb", tmp_path / "reports"
+    with SimServer([fast_profile("m")]) as sim:
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sparkcap.cli",
+                "run",
+                "--fleet",
+                str(fleet_file(tmp_path, sim.endpoint)),
+                "--db",
+                str(db),
+                "--reports",
+                str(reports),
+                "--no-prefect",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env={**os.environ, "SPARKCAP_HOME": str(tmp_path / "home")},
+        )
+    assert p.returncode == 1, p.stderr
+    assert "not measured — dead not measured: endpoint unreachable" in p.stderr
+    assert p.stderr.strip().splitlines()[-1].startswith("error: run ")
+    assert "(partial: dead not measured)" in p.stdout
+    report = next(reports.glob("*/index.html"))
+    assert_the_night_names_the_dead_node(db, report)
+
+
+def test_prefect_night_with_a_dead_node_ends_failed_after_publishing(tmp_path: Path) -> None:
+    os.environ.setdefault("PREFECT_HOME", str(tmp_path / "prefect"))
+    from prefect.testing.utilities import prefect_test_harness
+
+    from sparkcap.cli import load_nightly_flow
+
+    db, reports = tmp_path / "n.duckdb", tmp_path / "reports"
+    with prefect_test_harness(server_startup_timeout=120), SimServer([fast_profile("m")]) as sim:
+        state = load_nightly_flow()(
+            fleet=str(fleet_file(tmp_path, sim.endpoint)),
+            db=str(db),
+            profile="full",
+            reports=str(reports),
+            return_state=True,
+        )
+    assert state.is_failed()
+    assert "dead not measured: endpoint unreachable" in (state.message or "")
+    assert (reports / "latest" / "index.html").exists()
+    assert_the_night_names_the_dead_node(db, next(p for p in reports.glob("2*/index.html")))
