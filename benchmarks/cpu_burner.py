@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing as mp
+import signal
 import time
 
 
@@ -22,6 +23,11 @@ def burn(seconds: float) -> None:
             x = (x * 1103515245 + 12345) & 0x7FFFFFFF
 
 
+def _stop(*_: object) -> None:
+    """SIGTERM (``kill``, ``kill %1``) must take the children along, not orphan them."""
+    raise KeyboardInterrupt
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--procs", type=int, default=1, help="busy processes (cores to occupy)")
@@ -29,6 +35,7 @@ def main() -> int:
     args = ap.parse_args()
     if not 1 <= args.procs <= 64 or not 0 < args.seconds <= 7200:
         ap.error("--procs must be 1..64 and --seconds 0..7200")
+    signal.signal(signal.SIGTERM, _stop)
     procs = [mp.Process(target=burn, args=(args.seconds,), daemon=True) for _ in range(args.procs)]
     for p in procs:
         p.start()
