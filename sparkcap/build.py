@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,9 +80,14 @@ def run_dbt(
         ensure_schema(con)
     os.environ["SPARKCAP_DB"] = str(db_path)
     os.environ.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "False")
+    args = dbt_args(command, db_path, extra, dbt_vars)
+    # dbt logs the process's command line as its "invocation_command": a `sparkcap sweep
+    # --header "x-api-key: …"` that builds the marts would write that secret into dbt.log
+    argv, sys.argv = sys.argv, ["dbt", *args]
     try:
-        res = dbtRunner().invoke(dbt_args(command, db_path, extra, dbt_vars))
+        res = dbtRunner().invoke(args)
     finally:
+        sys.argv = argv
         _release_dbt_logs()
     failures: list[str] = []
     n = 0

@@ -91,9 +91,23 @@ def run_with_progress(requests: list[SweepRequest], db: Path, **kwargs: Any) -> 
 
 
 def print_levels(db: Path, run_id: str) -> None:
-    from sparkcap.summary import THRESHOLD_TOK_S, capacity, level_rows
+    """The run's levels and capacities as the marts have them (build the run first): the CLI
+    applies no rule of its own, so what it prints is what the report and SQL users see."""
+    from sparkcap.warehouse import open_warehouse
 
-    rows = level_rows(db, run_id)
+    with open_warehouse(db, read_only=True) as con:
+        levels = con.execute(
+            "select deployment, workload, concurrency, n_valid_trials, n_trials, "
+            "median_decode_tok_s, min_decode_tok_s, median_ttft_s, n_failed_streams, any_queued "
+            "from marts.fct_levels where run_id = ? order by deployment, workload, concurrency",
+            [run_id],
+        ).fetchall()
+        capacities = con.execute(
+            "select deployment, workload, threshold_tok_s, capacity_streams, is_lower_bound, "
+            "is_below_lowest_level, first_failing_level from marts.fct_capacity "
+            "where run_id = ? order by deployment, workload",
+            [run_id],
+        ).fetchall()
     table = Table(title=f"run {run_id}")
     for col in (
         "deployment",
@@ -111,32 +125,27 @@ def print_levels(db: Path, run_id: str) -> None:
     def f(x: float | None, nd: int = 1) -> str:
         return "—" if x is None else f"{x:.{nd}f}"
 
-    for r in rows:
+    for dep, wl, conc, n_valid, n_trials, med, mn, ttft, failed, queued in levels:
         table.add_row(
-            r.deployment,
-            r.workload,
-            str(r.concurrency),
-            f"{r.n_valid_trials}/{r.n_trials}",
-            f(r.median_decode_tok_s),
-            f(r.min_decode_tok_s),
-            f(r.median_ttft_s, 2),
-            str(r.failures),
-            "yes" if r.queued else "",
+            dep,
+            wl,
+            str(conc),
+            f"{n_valid}/{n_trials}",
+            f(med),
+            f(mn),
+            f(ttft, 2),
+            str(failed),
+            "yes" if queued else "",
         )
     out.print(table)
-    groups: dict[tuple[str, str], list[Any]] = {}
-    for r in rows:
-        groups.setdefault((r.deployment, r.workload), []).append(r)
-    for (dep, wl), rs in groups.items():
-        cap = capacity(rs)
-        top = max(x.concurrency for x in rs)
-        if cap is None:
-            text = f"below {THRESHOLD_TOK_S:g} tok/s even at the lowest level"
-        elif cap == top:
+    for dep, wl, t, cap, lower_bound, below, first_failing in capacities:
+        if below or cap is None or cap == 0:
+            text = f"below {t:g} tok/s even at the lowest level"
+        elif lower_bound:
             text = f"≥ {cap} streams (every tested level passes: a lower bound)"
         else:
-            text = f"{cap} stream" + ("s" if cap != 1 else "")
-        out.print(f"capacity at {THRESHOLD_TOK_S:g} tok/s — {dep}/{wl}: {text}", highlight=False)
+            text = f"{cap} stream" + ("s" if cap != 1 else "") + f" (fails at {first_failing})"
+        out.print(f"capacity at {t:g} tok/s — {dep}/{wl}: {text}", highlight=False)
 
 
 def print_fleet(db: Path, run_id: str) -> None:
@@ -176,7 +185,11 @@ def sweep(
     ),
     extra_body: Annotated[str | None, typer.Option(help="JSON merged into each request")] = None,
     header: Annotated[
-        list[str] | None, typer.Option(help="extra request header NAME:VALUE (repeatable)")
+        list[str] | None,
+        typer.Option(
+            help="extra request header NAME:VALUE, or NAME:env:VAR to read the value from VAR "
+            "(repeatable; values are secrets: never stored, only names)"
+        ),
     ] = None,
     ca_bundle: Annotated[Path | None, typer.Option(help="CA bundle for TLS verification")] = None,
     continuous_usage: Annotated[
@@ -186,11 +199,19 @@ def sweep(
 ) -> None:
     """Sweep one deployment with synchronized waves and record every token timestamp."""
     headers: dict[str, str] = {}
+    header_env: dict[str, str] = {}
     for h in header or []:
         name, sep, value = h.partition(":")
         if not sep or not name.strip():
-            raise typer.BadParameter(f"expected NAME:VALUE, got {h!r}", param_hint="--header")
-        headers[name.strip()] = value.strip()
+            # never echo the value: it is usually a secret
+            raise typer.BadParameter(
+                f"expected NAME:VALUE, got {name[:40]!r}…", param_hint="--header"
+            )
+        value = value.strip()
+        if value.startswith("env:"):
+            header_env[name.strip()] = value.removeprefix("env:")
+        else:
+            headers[name.strip()] = value
     try:
         extra = json.loads(extra_body) if extra_body else {}
     except ValueError as exc:
@@ -204,7 +225,8 @@ def sweep(
             model=model,
             api_key_env=api_key_env,
             extra_body=extra,
-            headers=headers,
+            headers=headers,  # pydantic wraps the values in SecretStr
+            header_env=header_env,
             ca_bundle=ca_bundle,
             continuous_usage=continuous_usage,
         ),
@@ -220,6 +242,9 @@ def sweep(
     path = _db(db)
     result = run_with_progress([req], path)
     out.print(f"run id: {result.run_id}", highlight=False)
+    from sparkcap.build import build as dbt_build
+
+    dbt_build(path)  # incremental: the new run only; the marts are what the CLI prints
     print_levels(path, result.run_id)
     out.print(f"database: {path}", highlight=False)
     if result.status != "complete":

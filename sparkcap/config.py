@@ -8,11 +8,20 @@ API keys are never part of a config: a config names the environment variable tha
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    HttpUrl,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 
 WorkloadName = Literal["code", "prose"]
+EnvVarName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 
 class Strict(BaseModel):
@@ -36,7 +45,12 @@ class Deployment(Strict):
     replicas: int = Field(1, ge=1, description="identical replicas; one is measured")
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     extra_body: dict[str, Any] = Field(default_factory=dict)
-    headers: dict[str, str] = Field(default_factory=dict)
+    # Header values are secrets unless proven otherwise (Azure's api-key, Cloudflare Access):
+    # kept as SecretStr, so every dump (raw.runs.config_json, logs, Prefect) shows only names.
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    header_env: dict[str, EnvVarName] = Field(
+        default_factory=dict, description="header name -> variable holding its value"
+    )
     parallel_slots: int | None = Field(None, ge=1)
     continuous_usage: bool = Field(
         False, description="ask for per-chunk usage (vLLM's continuous_usage_stats)"
@@ -46,9 +60,9 @@ class Deployment(Strict):
     ca_bundle: Path | None = None
     timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
 
-    @field_validator("headers")
+    @field_validator("headers", "header_env")
     @classmethod
-    def _no_auth_header(cls, v: dict[str, str]) -> dict[str, str]:
+    def _no_auth_header(cls, v: dict[str, Any]) -> dict[str, Any]:
         if any(k.lower() == "authorization" for k in v):
             raise ValueError("put the API key in an environment variable named by api_key_env")
         return v

@@ -17,12 +17,20 @@ from pydantic import (
     ConfigDict,
     Field,
     HttpUrl,
+    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
 )
 
-from sparkcap.config import Deployment, SweepPlan, SweepRequest, Timeouts, WorkloadName
+from sparkcap.config import (
+    Deployment,
+    EnvVarName,
+    SweepPlan,
+    SweepRequest,
+    Timeouts,
+    WorkloadName,
+)
 from sparkcap.links import LinkSpec
 
 
@@ -60,7 +68,8 @@ class FleetDeployment(_Strict):
     replicas: int = Field(1, ge=1)
     api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     extra_body: dict[str, Any] = Field(default_factory=dict)
-    headers: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, SecretStr] = Field(default_factory=dict)
+    header_env: dict[str, EnvVarName] = Field(default_factory=dict)
     parallel_slots: int | None = Field(None, ge=1)
     continuous_usage: bool = False
     reports_usage: bool = True
@@ -123,6 +132,7 @@ class FleetDeployment(_Strict):
             api_key_env=self.api_key_env,
             extra_body=self.extra_body,
             headers=self.headers,
+            header_env=self.header_env,
             parallel_slots=slots,
             continuous_usage=self.continuous_usage,
             reports_usage=self.reports_usage,

@@ -133,7 +133,12 @@ def make_client(deployment: Deployment, max_streams: int) -> httpx.AsyncClient:
 
 
 def request_headers(deployment: Deployment) -> dict[str, str]:
-    headers = {"Accept": "text/event-stream", **deployment.headers}
+    headers = {"Accept": "text/event-stream"}
+    headers |= {k: v.get_secret_value() for k, v in deployment.headers.items()}
+    for name, env_var in deployment.header_env.items():
+        value = read_secret(env_var)
+        if value is not None:
+            headers[name] = value.get_secret_value()
     key = read_secret(deployment.api_key_env)
     if key is not None:
         headers["Authorization"] = f"Bearer {key.get_secret_value()}"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import duckdb
@@ -166,22 +168,86 @@ def test_incremental_build_processes_only_the_new_night(
     )
 
 
-def test_cli_summary_agrees_with_the_marts_despite_probe_waves(night: tuple[Path, str]) -> None:
-    """The night's run also holds probe waves (twin.yaml asks for two): never mix them in."""
-    from sparkcap.summary import capacity, level_rows
+def test_a_changed_threshold_reaches_every_night_already_built(
+    night: tuple[Path, str], tmp_path: Path
+) -> None:
+    """`sparkcap build --threshold 35` rebuilds the nights built at 20 (and its unit tests,
+    which pin their own vars, still pass); building at 20 again restores them. The settings
+    each capacity was computed with are on its row."""
+    src, run_id = night
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(src, db)
+    sql = (
+        "select deployment, workload, capacity_streams, threshold_tok_s, judgement_settings "
+        "from marts.fct_capacity where run_id = ? order by deployment, workload"
+    )
+    at20 = q(db, sql, [run_id])
+    p = subprocess.run(
+        [sys.executable, "-m", "sparkcap.cli", "build", "--db", str(db), "--threshold", "35"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr
+    at35 = q(db, sql, [run_id])
+    assert all(r[3] == 35 and "threshold_tok_s=35.0;" in r[4] for r in at35)
+    assert q(db, "select count(*) from intermediate.int_levels where threshold_tok_s <> 35") == [
+        (0,)
+    ]
+    glm = {(r[0], r[1]): r[2] for r in at35}
+    assert glm[("glm", "code")] < 4  # 21 tok/s at four streams passes 20, not 35
+    build(db)
+    assert q(db, sql, [run_id]) == at20
 
-    db, run_id = night
+
+def test_the_cli_prints_what_the_marts_say(
+    night: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The CLI applies no capacity rule of its own: at any threshold (15 here) every capacity
+    it prints is marts.fct_capacity's. The run also holds probe waves: never mixed in."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from sparkcap import cli
+
+    src, run_id = night
     assert (
-        q(db, "select count(*) from raw.waves where run_id = ? and probe is not null", [run_id])[0][
+        q(src, "select count(*) from raw.waves where run_id = ? and probe is not null", [run_id])[
             0
-        ]
+        ][0]
         == 2
     )
-    rows = level_rows(db, run_id)
-    for d in TWIN:
-        for wl, expected in (
-            ("code", d.expected_code_capacity),
-            ("prose", d.expected_prose_capacity),
-        ):
-            mine = [r for r in rows if r.deployment == d.name and r.workload == wl]
-            assert capacity(mine) == expected, (d.name, wl)
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(src, db)
+    build(db, dbt_vars={"threshold_tok_s": 15})
+    buf = io.StringIO()
+    monkeypatch.setattr(cli, "out", Console(file=buf, width=200))
+    cli.print_levels(db, run_id)
+    printed = {
+        (m["dep"], m["wl"]): int(m["cap"])
+        for m in re.finditer(
+            r"capacity at 15 tok/s — (?P<dep>\w+)/(?P<wl>\w+): \D*(?P<cap>\d+) stream",
+            buf.getvalue(),
+        )
+    }
+    marts = {
+        (d, w): c
+        for d, w, c in q(
+            db,
+            "select deployment, workload, capacity_streams from marts.fct_capacity "
+            "where run_id = ?",
+            [run_id],
+        )
+    }
+    assert printed == marts and len(printed) == 6
+    assert marts != {
+        (d, w): c
+        for d, w, c in q(
+            src,
+            "select deployment, workload, capacity_streams from marts.fct_capacity "
+            "where run_id = ?",
+            [run_id],
+        )
+    }  # 15 tok/s is a different answer than 20: the test can tell the two apart

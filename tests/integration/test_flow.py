@@ -227,16 +227,26 @@ def test_canary_api_key_reaches_no_prefect_record(harness: None, tmp_path: Path)
     from tests.integration.helpers import fast_profile
 
     good, wrong = "sk-canary-good-51c0e2d7a9", "sk-canary-wrong-83b6f4a1c2"
+    header = "hdr-canary-0d9e7c4b2a61"  # a custom header's value is a secret too
     os.environ["SPARKCAP_CANARY_GOOD"], os.environ["SPARKCAP_CANARY_WRONG"] = good, wrong
+    os.environ["SPARKCAP_CANARY_HDR"] = header
     states = []
     try:
-        with SimServer([fast_profile("m")], required_api_key=good) as sim:
+        with SimServer(
+            [fast_profile("m")], required_api_key=good, required_header=("x-api-key", header)
+        ) as sim:
             for var in ("SPARKCAP_CANARY_GOOD", "SPARKCAP_CANARY_WRONG"):
                 fleet = {
                     "name": "canary",
                     "workloads": {"code": {"levels": [1, 2], "trials": 1, "max_tokens": 8}},
                     "deployments": [
-                        {"name": "m", "model": "m", "endpoint": sim.endpoint, "api_key_env": var}
+                        {
+                            "name": "m",
+                            "model": "m",
+                            "endpoint": sim.endpoint,
+                            "api_key_env": var,
+                            "header_env": {"x-api-key": "SPARKCAP_CANARY_HDR"},
+                        }
                     ],
                 }
                 path = tmp_path / f"{var}.yaml"
@@ -252,6 +262,7 @@ def test_canary_api_key_reaches_no_prefect_record(harness: None, tmp_path: Path)
                 )
     finally:
         del os.environ["SPARKCAP_CANARY_GOOD"], os.environ["SPARKCAP_CANARY_WRONG"]
+        del os.environ["SPARKCAP_CANARY_HDR"]
     ok, refused = states
     assert ok.is_completed(), ok.message  # the right key was sent: the simulator demands it
     assert refused.is_failed() and "refused the credentials" in (refused.message or "")
@@ -279,7 +290,7 @@ def test_canary_api_key_reaches_no_prefect_record(harness: None, tmp_path: Path)
     texts += list(arts.values()) + [str(s.message) for s in states]
     assert "capacity" in arts
     for text in texts:
-        assert good not in text and wrong not in text
+        assert good not in text and wrong not in text and header not in text
     db_url = str(prefect.settings.PREFECT_SERVER_DATABASE_CONNECTION_URL.value())
     prefect_db = Path(db_url.split(":///", 1)[1])
     files = [
@@ -292,3 +303,4 @@ def test_canary_api_key_reaches_no_prefect_record(harness: None, tmp_path: Path)
         if f.is_file():
             data = f.read_bytes()
             assert good.encode() not in data and wrong.encode() not in data, f
+            assert header.encode() not in data, f

@@ -230,6 +230,40 @@ def test_canary_api_key_appears_nowhere(db_path: Path, tmp_path: Path) -> None:
             assert CANARY.encode() not in place.read_bytes(), place
 
 
+def test_custom_header_values_are_secrets(db_path: Path, tmp_path: Path) -> None:
+    """`--header "x-api-key: …"` (Azure, Cloudflare Access) and `NAME:env:VAR` reach the server
+    and nothing else: not raw.runs.config_json, the spool, the report or the CLI's output."""
+    literal, from_env = "hdr-literal-6a1f0c93e2b7", "hdr-env-2c8d5e71b4f0"
+    home = tmp_path / "home"
+    env = {"SPARKCAP_HOME": str(home), "SPARKCAP_CANARY_HDR": from_env}
+    outputs = []
+    for flag, required in (
+        (f"x-api-key: {literal}", ("x-api-key", literal)),
+        ("api-key: env:SPARKCAP_CANARY_HDR", ("api-key", from_env)),
+    ):
+        with SimServer([fast_profile("m")], required_header=required) as sim:
+            args = ["sweep", "--endpoint", sim.endpoint, "--model", "m", "--workload", "code"]
+            args += ["--levels", "1", "--trials", "1", "--max-tokens", "8", "--no-warmup"]
+            args += ["--max-remeasures", "0", "--db", str(db_path), "--header", flag]
+            p = cli(*args, env=env)
+            assert p.returncode == 0, p.stderr  # the simulator answers 401 without the header
+            outputs += [p.stdout, p.stderr]
+            without = cli(*args[:-2], env=env)
+            assert without.returncode == 1 and "refused the credentials" in without.stderr
+    from sparkcap.report import render_report
+
+    report = render_report(db_path, None, tmp_path / "reports", export_images=False)
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        configs = [r[0] for r in con.execute("select config_json from raw.runs").fetchall()]
+    assert any("x-api-key" in c for c in configs)  # the header's name is kept ...
+    for place in [db_path, report.index, *home.rglob("*"), *(tmp_path / "reports").rglob("*")]:
+        if place.is_file():
+            data = place.read_bytes()
+            assert literal.encode() not in data and from_env.encode() not in data, place
+    for text in outputs + configs:
+        assert literal not in text and from_env not in text  # ... never its value
+
+
 def test_self_signed_certificate_fails_unless_ca_configured(db_path: Path, tmp_path: Path) -> None:
     cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
     subprocess.run(

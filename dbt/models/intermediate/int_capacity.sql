@@ -87,7 +87,8 @@ final as (
         capacity_level_tok_s,
         first_failing_tok_s,
         n_valid_trials,
-        run_watermark
+        run_watermark,
+        {{ judgement_settings() }} as judgement_settings
     from with_rates
 )
 

@@ -52,7 +52,8 @@ final as (
             where p.passes
                 and (f.first_failing_level is null or p.concurrency < f.first_failing_level)
         ), 0) as capacity_streams,
-        max(p.run_watermark) as run_watermark
+        max(p.run_watermark) as run_watermark,
+        {{ judgement_settings() }} as judgement_settings
     from passes as p
     left join first_fail as f
         on f.run_id = p.run_id and f.deployment = p.deployment and f.workload = p.workload

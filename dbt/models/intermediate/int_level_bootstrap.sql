@@ -84,7 +84,8 @@ final as (
     select
         t.run_id, t.deployment, t.workload, t.concurrency, t.sample,
         median(t.trial_median) as boot_median_tok_s,
-        any_value(w.run_watermark) as run_watermark
+        any_value(w.run_watermark) as run_watermark,
+        {{ judgement_settings() }} as judgement_settings
     from trial_medians as t
     inner join watermarks as w on w.run_id = t.run_id
     group by t.run_id, t.deployment, t.workload, t.concurrency, t.sample

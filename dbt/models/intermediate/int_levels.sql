@@ -1,15 +1,16 @@
 {{ config(materialized='incremental', unique_key='run_id', incremental_strategy='delete+insert') }}
 -- depends_on: {{ ref('int_run_watermarks') }}
 
--- The level value: median over the level's valid trials (warm-ups never count). A level where
--- any counted trial queued streams cannot pass, whatever its rate.
+-- The level value: median over the level's valid trials (warm-ups and waves superseded by a
+-- re-measurement never count). A level where any counted trial queued streams cannot pass,
+-- whatever its rate.
 with trials as (
     select * from {{ ref('int_trials') }}
     where {{ changed_runs_filter('run_id') }}
 ),
 
 counted as (
-    select * from trials where trial > 0
+    select * from trials where trial > 0 and not coalesce(is_superseded, false)
 ),
 
 final as (
@@ -21,6 +22,7 @@ final as (
         concurrency,
         count(*) as n_trials,
         count(*) filter (where is_valid) as n_valid_trials,
+        coalesce(sum(n_failed), 0) as n_failed_streams,
         median(median_decode_tok_s) filter (where is_valid) as median_decode_tok_s,
         min(min_decode_tok_s) filter (where is_valid) as min_decode_tok_s,
         max(max_decode_tok_s) filter (where is_valid) as max_decode_tok_s,
@@ -35,7 +37,8 @@ final as (
             and not bool_or(queued)
             and median(median_decode_tok_s) filter (where is_valid)
                 >= {{ var('threshold_tok_s') }} as passes_threshold,
-        max(run_watermark) as run_watermark
+        max(run_watermark) as run_watermark,
+        {{ judgement_settings() }} as judgement_settings
     from counted
     group by run_id, deployment, workload, concurrency
 )

@@ -48,7 +48,8 @@ final as (
         end as decode_tok_s,
         (r.first_token_ns - r.sent_ns) / 1e9 as ttft_s,
         (r.last_token_ns - r.first_token_ns) / 1e9 as decode_span_s,
-        m.run_watermark
+        m.run_watermark,
+        {{ judgement_settings() }} as judgement_settings
     from requests as r
     inner join waves as w on w.wave_id = r.wave_id
     inner join watermarks as m on m.run_id = r.run_id

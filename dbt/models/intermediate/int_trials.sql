@@ -189,7 +189,8 @@ final as (
                 then 'data-quality: ' || dq_failed_expectations end,
             case when n_rates = 0 and n_failed = 0 then 'no measurable stream rate' end
         ], lambda x: x is not null) as invalid_reason_list,
-        run_watermark
+        run_watermark,
+        {{ judgement_settings() }} as judgement_settings
     from flagged
 )
 

@@ -30,7 +30,8 @@ final as (
         c.lowest_level,
         c.top_level,
         c.capacity_level_tok_s,
-        c.first_failing_tok_s
+        c.first_failing_tok_s,
+        c.judgement_settings
     from capacity as c
     left join boot as b
         on b.run_id = c.run_id and b.deployment = c.deployment and b.workload = c.workload

@@ -20,6 +20,7 @@ final as (
         l.concurrency,
         l.n_trials,
         l.n_valid_trials,
+        l.n_failed_streams,
         l.median_decode_tok_s,
         l.min_decode_tok_s,
         l.max_decode_tok_s,

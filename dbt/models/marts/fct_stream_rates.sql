@@ -30,7 +30,8 @@ final as (
         prompt_tokens,
         cached_prompt_tokens,
         n_chunks,
-        run_watermark
+        run_watermark,
+        {{ judgement_settings() }} as judgement_settings
     from streams
 )
 

@@ -1,0 +1,22 @@
+{#
+  Every var a judgement depends on, with the value this build uses, as one SQL string
+  (e.g. 'threshold_tok_s=20; bootstrap_samples=200; ...'). Incremental models store it on their
+  rows, and changed_runs_filter rebuilds any run built with other settings: a changed
+  threshold or `sparkcap build --var` reaches every night already built, and history never
+  mixes settings silently. A unit test keeps this list equal to dbt_project.yml's vars.
+#}
+{% macro judgement_var_names() -%}
+    {{ return([
+        'threshold_tok_s', 'bootstrap_samples', 'bootstrap_seed', 'ci_low_pct', 'ci_high_pct',
+        'timing_error_tolerance', 'start_skew_tolerance', 'queued_ttft_factor',
+        'queued_ttft_min_s', 'probe_window_s', 'probe_step_s', 'dip_share'
+    ]) }}
+{%- endmacro %}
+
+{% macro judgement_settings() -%}
+    {%- set parts = [] -%}
+    {%- for name in judgement_var_names() -%}
+        {%- do parts.append(name ~ '=' ~ (var(name) | float)) -%}
+    {%- endfor -%}
+    '{{ parts | join("; ") }}'
+{%- endmacro %}
