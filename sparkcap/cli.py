@@ -595,7 +595,9 @@ def stage(db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None) -
 @app.command()
 def validate(
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    run: Annotated[str | None, typer.Option(help="run id (default: the latest run)")] = None,
+    run: Annotated[
+        str | None, typer.Option(help="run id (default: the newest run with sweep waves)")
+    ] = None,
     out_dir: Annotated[
         Path | None, typer.Option("--out", help="folder for the data-quality pages")
     ] = None,
@@ -611,6 +613,7 @@ def validate(
 
     cfg = DQConfig(prose_length_tolerance=prose_tolerance, max_failure_rate=max_failure_rate)
     result = run_validation(_db(db), run, config=cfg, docs_dir=out_dir)
+    out.print(f"run {result.run_id}", highlight=False)
     for o in result.outcomes:
         mark = "ok  " if o.success else ("FAIL" if o.blocking else "warn")
         extra = ""

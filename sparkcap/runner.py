@@ -132,7 +132,7 @@ async def run_sweeps(
     async def on_wave(wave: WaveRecord) -> None:
         nonlocal done
         async with stage_lock:  # one DuckDB writer, even with parallel deployments
-            folder = await asyncio.to_thread(spool.write_wave, wave)
+            folder = await asyncio.to_thread(spool.write_wave, wave, db_path)
             try:
                 await asyncio.to_thread(spool.stage_spool, db_path, None, run_id)
             except WarehouseBusy:
@@ -256,7 +256,7 @@ async def run_probe(
         before, after = scrape_into(deployment)
         produced = await PROBES[probe](deployment, run_id, **options)
         for wave in produced if isinstance(produced, list) else [produced]:
-            await asyncio.to_thread(spool.write_wave, wave)
+            await asyncio.to_thread(spool.write_wave, wave, db_path)
             await asyncio.to_thread(spool.stage_spool, db_path, None, run_id)
             result.waves.append(wave)
     except BaseException as exc:

@@ -1,17 +1,21 @@
 """A crash-safe spool between the load generator and the warehouse.
 
-Every finished wave is first written to ``$SPARKCAP_HOME/spool/<run>/<wave>/`` as Arrow IPC
-files (written to a temporary folder, then renamed, so a wave folder is complete or absent),
-then staged into DuckDB and removed. If staging cannot happen — the database is held by
-another writer, the process is killed mid-transaction — the measurement is not lost: the next
-``stage_spool`` (run at the start of every run, by the nightly flow's staging task, or by
-``sparkcap stage``) loads what is left. Staging is idempotent, so a wave staged twice is
-stored once.
+Every finished wave is first written to ``$SPARKCAP_HOME/spool/<warehouse>/<run>/<wave>/`` as
+Arrow IPC files (written to a temporary folder, then renamed, so a wave folder is complete or
+absent), then staged into DuckDB and removed. ``<warehouse>`` names the DuckDB file the wave was
+measured for: one home serves several warehouses, and a wave is only ever staged into its own,
+and only once that warehouse holds its run's row (with the run's deployments), or not at all.
+If staging cannot happen — the database is held by another writer, the process is killed
+mid-transaction — the measurement is not lost: the next ``stage_spool`` (run at the start of
+every run, by the nightly flow's staging task, or by ``sparkcap stage``) loads what is left.
+Staging is idempotent, so a wave staged twice is stored once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
+import re
 import shutil
 import uuid
 from pathlib import Path
@@ -34,8 +38,15 @@ def _safe(name: str) -> str:
     return name.replace("/", "__")
 
 
-def write_wave(wave: WaveRecord, root: Path | None = None) -> Path:
-    root = root or spool_root()
+def warehouse_key(db_path: Path | str) -> str:
+    """A folder name for one DuckDB file: readable stem plus a digest of its absolute path."""
+    path = Path(db_path).resolve()
+    stem = re.sub(r"[^A-Za-z0-9_.-]", "_", path.stem)[:40]
+    return f"{stem}-{hashlib.sha256(str(path).encode()).hexdigest()[:12]}"
+
+
+def write_wave(wave: WaveRecord, db_path: Path | str, root: Path | None = None) -> Path:
+    root = (root or spool_root()) / warehouse_key(db_path)
     final = root / _safe(wave.run_id) / _safe(wave.wave_id)
     tmp = final.parent / f".tmp-{uuid.uuid4().hex}"
     tmp.mkdir(parents=True, exist_ok=True)
@@ -47,6 +58,8 @@ def write_wave(wave: WaveRecord, root: Path | None = None) -> Path:
         ):
             writer.write_table(tables[name])
     (tmp / "wave_id").write_text(wave.wave_id, encoding="utf-8")
+    (tmp / "run_id").write_text(wave.run_id, encoding="utf-8")
+    (root / "warehouse").write_text(str(Path(db_path).resolve()), encoding="utf-8")
     for f in tmp.iterdir():
         fd = os.open(f, os.O_RDONLY)
         try:
@@ -67,8 +80,9 @@ def _read(folder: Path) -> tuple[str, dict[str, pa.Table]]:
     return (folder / "wave_id").read_text(encoding="utf-8"), tables
 
 
-def pending(root: Path | None = None, run_id: str | None = None) -> list[Path]:
-    root = root or spool_root()
+def pending(db_path: Path | str, root: Path | None = None, run_id: str | None = None) -> list[Path]:
+    """Complete wave folders spooled for this warehouse (oldest run first)."""
+    root = (root or spool_root()) / warehouse_key(db_path)
     if not root.exists():
         return []
     runs = [root / _safe(run_id)] if run_id else sorted(p for p in root.iterdir() if p.is_dir())
@@ -80,14 +94,21 @@ def pending(root: Path | None = None, run_id: str | None = None) -> list[Path]:
 
 
 def stage_spool(db_path: Path, root: Path | None = None, run_id: str | None = None) -> int:
-    """Stage every complete spooled wave (oldest first); return how many were staged."""
-    folders = pending(root, run_id)
+    """Stage this warehouse's complete spooled waves (oldest first); return how many.
+
+    A wave whose run has no row in the warehouse (a file replaced or restored since) stays in
+    the spool rather than landing as an orphan without its run and deployment rows.
+    """
+    folders = pending(db_path, root, run_id)
     if not folders:
         return 0
     n = 0
     with open_warehouse(db_path) as con:
+        known = {r[0] for r in con.execute("select run_id from raw.runs").fetchall()}
         for folder in folders:
             wave_id, tables = _read(folder)
+            if tables["waves"].column("run_id")[0].as_py() not in known:
+                continue
             stage_tables(con, [wave_id], tables, tables["server_metrics"])
             shutil.rmtree(folder)
             n += 1

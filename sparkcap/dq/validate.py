@@ -186,11 +186,20 @@ def frames(db_path: Path, run_id: str) -> dict[str, pd.DataFrame]:
 
 
 def latest_run_id(db_path: Path) -> str:
+    """The newest run with sweep waves: probe-only and link-check runs have nothing the
+    suites judge, so taking them by default would only end in an error."""
     with open_warehouse(db_path, read_only=True) as con:
         rows = con.execute(
-            "select run_id from raw.runs order by started_at desc limit 1"
+            "select run_id from raw.runs r where exists (select 1 from raw.waves w "
+            "where w.run_id = r.run_id and w.probe is null) order by started_at desc limit 1"
         ).fetchall()
+        (n_runs,) = con.execute("select count(*) from raw.runs").fetchone() or (0,)
     if not rows:
+        if n_runs:
+            raise LookupError(
+                f"none of the {n_runs} run(s) in {db_path} has sweep waves to validate "
+                "(probe-only and link-check runs are skipped)"
+            )
         raise LookupError(f"no runs in {db_path}")
     return str(rows[0][0])
 

@@ -198,3 +198,26 @@ def test_validation_after_build_triggers_rebuild_of_that_run(
         [run_id],
     )
     assert reasons == [("data-quality: at_most_ten_tokens",)]
+
+
+def test_validate_without_run_takes_the_newest_sweep_not_a_link_check(
+    sim: SimServer, db_path: Path, tmp_path: Path
+) -> None:
+    """A link-check run (no waves) started after the sweep: `sparkcap validate` with no --run
+    validates the sweep instead of erroring on the link check."""
+    import time
+
+    from sparkcap.warehouse import run_end_to, run_start_to
+
+    swept = sweep_into(sim, db_path, "clean")
+    link_run = "29991231T000000Z-linkck"  # newer than anything
+    run_start_to(db_path, link_run, {"link_check": {}}, time.time_ns())
+    run_end_to(db_path, link_run, "complete")
+    p = cli("validate", "--db", str(db_path), "--out", str(tmp_path / "dq"))
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines()[0] == f"run {swept}"
+    empty = tmp_path / "only-links.duckdb"
+    run_start_to(empty, link_run, {"link_check": {}}, time.time_ns())
+    p = cli("validate", "--db", str(empty))
+    assert p.returncode == 1
+    assert "none of the 1 run(s)" in p.stderr and "skipped" in p.stderr

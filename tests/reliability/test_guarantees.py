@@ -19,6 +19,7 @@ from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.fleet import FleetError, load_fleet
 from sparkcap.runner import PreflightError, run_sweeps
 from sparkcap.sim.server import SimServer
+from sparkcap.warehouse import run_start_to
 from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
@@ -137,11 +138,12 @@ def test_spooled_waves_are_recovered_by_the_next_run(db_path: Path) -> None:
                 lost_run,
             )
         )
+        run_start_to(db_path, lost_run, {}, time.time_ns())  # the run had started
         for w in waves:
-            spool.write_wave(w)  # written, never staged: the process "died" here
-        assert len(spool.pending()) == 2
+            spool.write_wave(w, db_path)  # written, never staged: the process "died" here
+        assert len(spool.pending(db_path)) == 2
         one_sweep(sim.endpoint, db_path)  # the next run stages them first
-    assert spool.pending() == []
+    assert spool.pending(db_path) == []
     with duckdb.connect(str(db_path), read_only=True) as con:
         n = con.execute(
             "select count(*) from raw.requests where run_id = ?", [lost_run]
@@ -184,6 +186,41 @@ with open_warehouse({str(db)!r}) as con:
             from raw.waves w left join r using (wave_id) left join c using (wave_id)
         """).fetchall()[0]
     assert n_waves > 0 and bad == 0
+
+
+def test_waves_land_only_in_the_warehouse_they_were_measured_for(tmp_path: Path) -> None:
+    """One SPARKCAP_HOME, two warehouses: waves spooled for busy.duckdb (its writer gone
+    mid-sweep) are staged into busy.duckdb by its next stage, never into other.duckdb by a
+    sweep there; a wave whose run row is missing is left in the spool, not staged as an orphan."""
+    from sparkcap.loadgen.sweep import new_run_id, run_sweep
+
+    busy, other, restored = (tmp_path / f"{n}.duckdb" for n in ("busy", "other", "restored"))
+    with SimServer([fast_profile("m")]) as sim:
+        run = new_run_id()
+        run_start_to(busy, run, {}, time.time_ns())
+        plan = SweepPlan(levels=(1,), trials=1, max_tokens=8, max_remeasures=0)
+        for w in asyncio.run(run_sweep(dep(sim.endpoint, "m"), "code", plan, run)):
+            spool.write_wave(w, busy)
+        assert len(spool.pending(busy)) == 2 and spool.pending(other) == []
+        one_sweep(sim.endpoint, other)  # a sweep into another warehouse, same home
+        # a wave measured for a warehouse file that was replaced since: no run row there
+        orphan = new_run_id()
+        for w in asyncio.run(run_sweep(dep(sim.endpoint, "m"), "code", plan, orphan)):
+            spool.write_wave(w, restored)
+    with duckdb.connect(str(other), read_only=True) as con:
+        assert con.execute("select count(*) from raw.waves where run_id = ?", [run]).fetchone() == (
+            0,
+        )
+    assert spool.stage_spool(busy) == 2
+    with duckdb.connect(str(busy), read_only=True) as con:
+        assert con.execute("select count(*) from raw.waves where run_id = ?", [run]).fetchone() == (
+            2,
+        )
+    run_start_to(restored, new_run_id(), {}, time.time_ns())  # the file exists, the run does not
+    assert spool.stage_spool(restored) == 0
+    assert len(spool.pending(restored)) == 2  # kept, not lost, not an orphan
+    with duckdb.connect(str(restored), read_only=True) as con:
+        assert con.execute("select count(*) from raw.waves").fetchone() == (0,)
 
 
 def test_canary_api_key_appears_nowhere(db_path: Path, tmp_path: Path) -> None:
