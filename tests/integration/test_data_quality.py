@@ -221,3 +221,38 @@ def test_validate_without_run_takes_the_newest_sweep_not_a_link_check(
     p = cli("validate", "--db", str(empty))
     assert p.returncode == 1
     assert "none of the 1 run(s)" in p.stderr and "skipped" in p.stderr
+
+
+def test_probe_requests_have_their_own_suite_and_never_fail_a_night(
+    sim: SimServer, db_path: Path, tmp_path: Path
+) -> None:
+    """A server that ends probe replies early (no ignore_eos) must not fail the night through
+    the code/prose length rules: probe requests get their own, non-blocking suite."""
+    from sparkcap.runner import run_probe
+
+    run_id = sweep_into(sim, db_path, "clean")
+    asyncio.run(
+        run_probe(
+            dep(sim.endpoint, "short"),  # every third reply ends after 5 tokens
+            "prompt-cache",
+            db_path,
+            run_id=run_id,
+            record_run=False,
+            document_tokens=300,
+            warm_requests=3,
+            answer_tokens=12,
+        )
+    )
+    n_short = q(
+        db_path,
+        "select count(*) from raw.requests r join raw.waves w using (wave_id) "
+        "where r.run_id = ? and w.probe is not null and r.status = 'short'",
+        [run_id],
+    )[0][0]
+    assert n_short > 0  # the probe really had short replies
+    result = run_validation(db_path, run_id, docs_dir=tmp_path / "dq")
+    assert result.success, [o.expectation for o in result.blocking_failures]
+    probe = [o for o in result.outcomes if o.suite == "probe_requests"]
+    assert probe and all(not o.blocking for o in probe)
+    sweep_ids = {i for o in result.outcomes if o.suite == "requests" for i in o.sample_ids}
+    assert not any("prompt-cache" in i for i in sweep_ids)
