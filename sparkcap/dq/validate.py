@@ -184,7 +184,7 @@ def _condition(clauses: list[list[Any]]) -> Any:
 def frames(db_path: Path, run_id: str) -> dict[str, pd.DataFrame]:
     with open_warehouse(db_path, read_only=True) as con:
         out = {}
-        queries = (
+        queries: tuple[tuple[str, str, dict[str, bool]], ...] = (
             ("requests", REQUESTS_SQL, {"probes": False}),
             ("probe_requests", REQUESTS_SQL, {"probes": True}),
             ("waves", WAVES_SQL, {}),
