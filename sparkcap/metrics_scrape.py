@@ -1,40 +1,48 @@
 """Prometheus-text scrapes of the server before and after each wave.
 
 llama.cpp (``--metrics``), vLLM and SGLang expose counters such as speculative draft and
-accept totals; their difference across a wave is the wave's acceptance rate. Servers without
-``/metrics`` are skipped quietly after the first miss.
+accept totals; their difference across a wave is the wave's acceptance rate. A scrape uses the
+deployment's own TLS settings and headers (a server that needs a key for chat usually needs it
+for ``/metrics`` too). Every failed scrape is recorded on its wave (``metrics_error``), so a
+report can say whose server metrics are missing and why instead of going quiet; only a server
+that answers 404 (no metrics endpoint at all) is not asked again within the sweep.
 """
 
 from __future__ import annotations
 
-import re
+import json
 from collections.abc import Awaitable, Callable
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
 
 from sparkcap.config import Deployment
 from sparkcap.loadgen.records import WaveRecord
+from sparkcap.loadgen.sweep import make_client, request_headers
 
-_LINE = re.compile(
-    r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)"
-)
 MAX_METRICS_BYTES = 4 << 20
 
 
-def parse_prometheus(text: str) -> list[tuple[str, str, float]]:
-    out: list[tuple[str, str, float]] = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _LINE.match(line)
-        if not m:
-            continue
-        try:
-            value = float(m.group("value"))
-        except ValueError:
-            continue
-        out.append((m.group("name"), m.group("labels") or "", value))
-    return out
+class MetricsParseError(ValueError):
+    """The body is not Prometheus text exposition format."""
+
+
+def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Samples as (name, labels, value), parsed by the maintained Prometheus client: label
+    values may hold ``}``, ``,`` or escaped quotes, which a regular expression gets wrong."""
+    try:
+        return [
+            (s.name, dict(s.labels), float(s.value))
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        ]
+    except (ValueError, TypeError, IndexError) as exc:
+        raise MetricsParseError(f"not Prometheus text: {exc}"[:200]) from None
+
+
+def labels_text(labels: dict[str, str]) -> str:
+    """A stable text form (sorted JSON) for the ``labels`` column."""
+    return json.dumps(labels, sort_keys=True, separators=(",", ":")) if labels else ""
 
 
 def metrics_url(dep: Deployment) -> str:
@@ -51,24 +59,40 @@ WaveHook = Callable[[WaveRecord], Awaitable[None]]
 
 def scrape_into(dep: Deployment, timeout_s: float = 5.0) -> tuple[WaveHook, WaveHook]:
     url = metrics_url(dep)
-    enabled = True
+    absent: str | None = None  # set once the server has said it has no metrics endpoint
+
+    def fail(wave: WaveRecord, phase: str, why: str) -> None:
+        msg = f"{phase}: {why}"
+        wave.metrics_error = msg if wave.metrics_error is None else f"{wave.metrics_error}; {msg}"
 
     async def scrape(wave: WaveRecord, phase: str) -> None:
-        nonlocal enabled
-        if not enabled:
+        nonlocal absent
+        if absent is not None:
+            fail(wave, phase, absent)
+            return
+        headers = {k: v for k, v in request_headers(dep).items() if k != "Accept"}
+        try:
+            async with make_client(dep, 1) as c:
+                r = await c.get(url, headers=headers, timeout=timeout_s)
+        except httpx.HTTPError as exc:
+            fail(wave, phase, f"{type(exc).__name__} from {url}")
+            return
+        if r.status_code == 404:
+            absent = f"no metrics endpoint ({url} answered 404)"
+            fail(wave, phase, absent)
+            return
+        if r.status_code != 200:
+            fail(wave, phase, f"HTTP {r.status_code} from {url}")
+            return
+        if len(r.content) > MAX_METRICS_BYTES:
+            fail(wave, phase, f"{len(r.content)} bytes > {MAX_METRICS_BYTES} from {url}")
             return
         try:
-            async with httpx.AsyncClient(
-                timeout=timeout_s, follow_redirects=False, trust_env=False
-            ) as c:
-                r = await c.get(url)
-        except httpx.HTTPError:
-            enabled = False
+            samples = parse_prometheus(r.text)
+        except MetricsParseError as exc:
+            fail(wave, phase, str(exc))
             return
-        if r.status_code != 200 or len(r.content) > MAX_METRICS_BYTES:
-            enabled = False
-            return
-        wave.server_metrics.extend((phase, n, lb, v) for n, lb, v in parse_prometheus(r.text))
+        wave.server_metrics.extend((phase, n, lb, v) for n, lb, v in samples)
 
     async def before(wave: WaveRecord) -> None:
         await scrape(wave, "before")

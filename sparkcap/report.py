@@ -108,6 +108,14 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
             "where run_id = ? and is_failed order by deployment, step",
             [run_id],
         )
+        data["metrics_missing"] = _df(
+            con,
+            "select deployment, count(*) filter (where metrics_error is not null) as n_missing, "
+            "count(*) as n_waves, min(metrics_error) as example_error from marts.fct_trials "
+            "where run_id = ? group by deployment having count(metrics_error) > 0 "
+            "order by deployment",
+            [run_id],
+        )
         data["invalid"] = _df(
             con,
             "select deployment, workload, concurrency, trial, invalid_reasons "
@@ -841,6 +849,26 @@ def render_report(
             "no capacity rows",
         )
         + "</section>",
+        *(
+            [
+                "<section><h2>Server metrics missing</h2><p class='note'>The server's own "
+                "counters (speculative acceptance, generated tokens) could not be read around "
+                "these waves, so those figures are missing, not zero.</p>"
+                + _table(
+                    data["metrics_missing"],
+                    {
+                        "deployment": "deployment",
+                        "n_missing": "waves without metrics",
+                        "n_waves": "of",
+                        "example_error": "why (first)",
+                    },
+                    "",
+                )
+                + "</section>"
+            ]
+            if not data["metrics_missing"].empty
+            else []
+        ),
         "<section><h2>Decode rate</h2><div id='chart-rates'></div></section>",
         "<section><h2>Responsiveness</h2><div id='chart-ttft'></div></section>",
         "<section><h2>Throughput</h2><div id='chart-throughput'></div></section>",

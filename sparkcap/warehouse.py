@@ -68,7 +68,8 @@ create table if not exists raw.waves (
     loop_lag_max_ms        double,
     timing_error_bound     double,      -- largest rate error loop stalls can explain (share)
     attempt                integer,     -- 1, or n > 1 when it re-measures a spoiled wave
-    superseded_reason      varchar      -- set when a later attempt replaced this wave
+    superseded_reason      varchar,     -- set when a later attempt replaced this wave
+    metrics_error          varchar      -- why a /metrics scrape around the wave failed
 );
 
 create table if not exists raw.requests (
@@ -125,8 +126,9 @@ create table if not exists raw.server_metrics (
     wave_id  varchar not null,
     phase    varchar not null,   -- before | after
     name     varchar not null,
-    labels   varchar not null,
-    value    double
+    labels   varchar not null,   -- sorted JSON of the labels ('' when none), for reading
+    value    double,
+    label_map map(varchar, varchar)  -- the labels, structured: filter with element_at/map_values
 );
 
 -- written by `sparkcap validate` (one run's rows replaced per validation)
@@ -347,6 +349,7 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "timing_error_bound": _col([wave.timing_error_bound], pa.float64()),
             "attempt": _col([wave.attempt], pa.int32()),
             "superseded_reason": _col([wave.superseded_reason], pa.string()),
+            "metrics_error": _col([wave.metrics_error], pa.string()),
             "duration_s": _col([wave.duration_s], pa.float64()),
             "effective_concurrency": _col([wave.effective_concurrency], pa.float64()),
             "peak_concurrency": _col([wave.peak_concurrency], pa.int32()),
@@ -478,14 +481,19 @@ def replace_run_rows(db_path: Path | str, table_name: str, run_id: str, rows: pa
 
 
 def metrics_table(wave: WaveRecord) -> pa.Table:
+    from sparkcap.metrics_scrape import labels_text
+
     rows = wave.server_metrics
     return pa.table(
         {
             "wave_id": pa.array([wave.wave_id] * len(rows), pa.string()),
             "phase": pa.array([r[0] for r in rows], pa.string()),
             "name": pa.array([r[1] for r in rows], pa.string()),
-            "labels": pa.array([r[2] for r in rows], pa.string()),
+            "labels": pa.array([labels_text(r[2]) for r in rows], pa.string()),
             "value": pa.array([r[3] for r in rows], pa.float64()),
+            "label_map": pa.array(
+                [list(r[2].items()) for r in rows], pa.map_(pa.string(), pa.string())
+            ),
         }
     )
 

@@ -136,5 +136,7 @@ class WaveRecord:
     peak_concurrency: int = 0
     queued: bool = False
     queued_reason: str | None = None
-    server_metrics: list[tuple[str, str, str, float]] = field(default_factory=list)
+    # (phase, name, labels, value) from the server's /metrics around the wave
+    server_metrics: list[tuple[str, str, dict[str, str], float]] = field(default_factory=list)
+    metrics_error: str | None = None  # why a scrape around this wave failed
     extra: dict[str, object] = field(default_factory=dict)

@@ -150,7 +150,9 @@ def create_app(
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
-    async def metrics(_: Request) -> Response:
+    async def metrics(request: Request) -> Response:
+        if unauthorized(request):  # behind the same gateway as the API, as often in practice
+            return _error(401, "missing or wrong API key")
         lines: list[str] = []
         for name, help_text, attr in (
             ("sim:requests_total", "requests received", "requests_total"),

@@ -11,7 +11,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap.config import SweepPlan, SweepRequest
+from sparkcap.config import Deployment, SweepPlan, SweepRequest
 from sparkcap.runner import PreflightError, run_sweeps
 from sparkcap.sim.server import SimServer
 from sparkcap.warehouse import open_warehouse, stage_wave
@@ -74,7 +74,8 @@ def test_rows_match_the_contract(sim: SimServer, db_path: Path) -> None:
             con.execute(
                 "select count(*) from raw.server_metrics m join raw.waves w using (wave_id) "
                 "where w.run_id = ? and m.name = 'sim:generation_tokens_total' "
-                "and m.labels = 'model_name=\"m\"'",
+                "and element_at(m.label_map, 'model_name')[1] = 'm' "
+                'and m.labels = \'{"model_name":"m"}\'',
                 [run_id],
             ).fetchone()[0]
             == 12
@@ -308,3 +309,55 @@ def test_a_warehouse_from_before_0_2_is_upgraded_in_place(sim: SimServer, db_pat
     assert rows[0] == (True, True, False, None)  # the old night is kept as it was
     assert all(r[1] is None and r[2] and r[3] == 1 for r in rows[1:] if r[0] is False)
     assert len(rows) == 3  # the old wave, a warm-up and one trial
+
+
+def test_metrics_scrape_uses_the_deployments_auth_and_records_every_failure(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """A server whose /metrics sits behind the same key as its API is scraped with that key;
+    a metrics URL nobody answers is recorded on every wave (never silently switched off) and
+    the report says whose server metrics are missing."""
+    import os
+
+    from sparkcap.build import build
+    from sparkcap.report import render_report
+
+    os.environ["SPARKCAP_METRICS_KEY"] = "sk-metrics-test"
+    try:
+        with SimServer([fast_profile("m")], required_api_key="sk-metrics-test") as sim:
+            plan = SweepPlan(levels=(1, 2), trials=1, max_tokens=8, max_remeasures=0)
+            good = dep(sim.endpoint, "m", api_key_env="SPARKCAP_METRICS_KEY")
+            blind = Deployment(
+                name="blind",
+                endpoint=sim.endpoint,  # type: ignore[arg-type]
+                model="m",
+                api_key_env="SPARKCAP_METRICS_KEY",
+                metrics_url="http://127.0.0.1:9/metrics",  # type: ignore[arg-type]
+            )
+            reqs = [SweepRequest(deployment=d, workload="code", plan=plan) for d in (good, blind)]
+            run_id = asyncio.run(run_sweeps(reqs, db_path)).run_id
+    finally:
+        del os.environ["SPARKCAP_METRICS_KEY"]
+    with open_warehouse(db_path, read_only=True) as con:
+        rows = dict(
+            con.execute(
+                "select w.deployment, count(m.wave_id) from raw.waves w "
+                "left join raw.server_metrics m using (wave_id) where w.run_id = ? group by 1",
+                [run_id],
+            ).fetchall()
+        )
+        errors = con.execute(
+            "select deployment, metrics_error from raw.waves where run_id = ? order by wave_id",
+            [run_id],
+        ).fetchall()
+        labels = con.execute(
+            "select element_at(label_map, 'model_name')[1] from raw.server_metrics limit 1"
+        ).fetchone()
+    assert rows["m"] > 0 and rows["blind"] == 0
+    assert labels == ("m",)  # labels are stored structured
+    assert all(e is None for d, e in errors if d == "m")
+    blind_errors = [e for d, e in errors if d == "blind"]
+    assert len(blind_errors) == 4 and all("ConnectError" in (e or "") for e in blind_errors)
+    build(db_path)
+    html = render_report(db_path, run_id, tmp_path / "r", export_images=False).index.read_text()
+    assert "Server metrics missing" in html and "blind" in html

@@ -14,6 +14,7 @@ deltas as (
         s.wave_id,
         s.metric_name,
         s.metric_labels,
+        any_value(s.metric_label_map) as metric_label_map,
         max(s.metric_value) filter (where s.phase = 'after')
             - max(s.metric_value) filter (where s.phase = 'before') as delta
     from samples as s
@@ -21,11 +22,16 @@ deltas as (
 ),
 
 relevant as (
+    -- unlabelled samples, or samples one of whose label values is the wave's model; nights
+    -- before the structured labels (label_map NULL) fall back to their text form
     select d.*
     from deltas as d
     inner join waves as w on w.wave_id = d.wave_id
     where d.metric_labels = ''
-        or d.metric_labels like '%"' || w.model || '"%'
+        or coalesce(
+            list_contains(map_values(d.metric_label_map), w.model),
+            d.metric_labels like '%"' || w.model || '"%'
+        )
 ),
 
 final as (

@@ -33,6 +33,7 @@ final as (
         is_superseded,
         spec_acceptance,
         server_generated_tokens,
+        metrics_error,
         queued,
         n_dq_failures,
         is_valid,

@@ -29,7 +29,8 @@ final as (
         cast(loop_lag_max_ms as double) as loop_lag_max_ms,
         cast(timing_error_bound as double) as timing_error_bound,
         coalesce(cast(attempt as integer), 1) as attempt,
-        cast(superseded_reason as varchar) as superseded_reason
+        cast(superseded_reason as varchar) as superseded_reason,
+        cast(metrics_error as varchar) as metrics_error
     from source
 )
 

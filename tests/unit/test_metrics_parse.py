@@ -1,0 +1,27 @@
+"""Prometheus text is parsed by the maintained client, not a regular expression."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkcap.metrics_scrape import MetricsParseError, labels_text, parse_prometheus
+
+
+def test_label_values_with_braces_commas_and_escaped_quotes() -> None:
+    text = (
+        "# TYPE vllm:spec_decode_num_draft_tokens_total counter\n"
+        'vllm:spec_decode_num_draft_tokens_total{model_name="glm}4, air",q="a\\"b"} 42\n'
+        "llamacpp:tokens_predicted_total 7\n"
+    )
+    samples = parse_prometheus(text)
+    assert samples == [
+        ("vllm:spec_decode_num_draft_tokens_total", {"model_name": "glm}4, air", "q": 'a"b'}, 42.0),
+        ("llamacpp:tokens_predicted_total", {}, 7.0),
+    ]
+    assert labels_text(samples[0][1]) == '{"model_name":"glm}4, air","q":"a\\"b"}'
+    assert labels_text({}) == ""
+
+
+def test_a_body_that_is_not_prometheus_text_is_an_error_not_silence() -> None:
+    with pytest.raises(MetricsParseError):
+        parse_prometheus("<html><body>login required</body></html>\n")
