@@ -13,9 +13,11 @@ from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_link_artifact, create_markdown_artifact
+from prefect.concurrency.sync import concurrency
 from prefect.states import Failed
 
 from sparkcap import pipeline
+from sparkcap.deploy import ensure_warehouse_limit
 from sparkcap.settings import get_settings
 
 
@@ -99,6 +101,11 @@ def nightly_fleet_sweep(
     settings = get_settings()
     db_path = str(Path(db or settings.db_path).resolve())
     reports_dir = str(Path(reports or settings.reports_dir).resolve())
+    with concurrency(ensure_warehouse_limit(db_path), occupy=1, strict=True):
+        return _night(fleet, db_path, profile, reports_dir)
+
+
+def _night(fleet: str, db_path: str, profile: str, reports_dir: str) -> Any:
     threshold = pipeline.fleet_for(fleet, profile).threshold_tok_s
     swept = sweep_task(fleet, db_path, profile)
     run_id = swept["run_id"]

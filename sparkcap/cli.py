@@ -543,6 +543,34 @@ def _print_after_failed_flow(path: Path, reports_dir: Path, state: Any) -> None:
         out.print(f"report: {latest}", highlight=False)
 
 
+@app.command("prefect-yaml")
+def prefect_yaml_cmd(
+    fleets: Annotated[
+        list[Path] | None, typer.Argument(help="fleet files (default: fleets/*.yaml)")
+    ] = None,
+    target: Annotated[Path, typer.Option("--out", help="file to write")] = Path("prefect.yaml"),
+    check: Annotated[
+        bool, typer.Option("--check", help="only say whether the file is up to date (exit 1)")
+    ] = False,
+) -> None:
+    """Write prefect.yaml's deployments from the fleet files' schedules (the one source)."""
+    from sparkcap.deploy import prefect_yaml
+
+    root = target.resolve().parent
+    paths = [p.resolve() for p in (fleets or sorted((root / "fleets").glob("*.yaml")))]
+    text = prefect_yaml(paths, root)
+    if check:
+        if not target.exists() or target.read_text(encoding="utf-8") != text:
+            raise CLIError(
+                f"{target} does not match the fleet files' schedules; run `sparkcap prefect-yaml`"
+            )
+        out.print(f"{target} is up to date", highlight=False)
+        return
+    target.write_text(text, encoding="utf-8")
+    n = text.count("- name: nightly-")
+    out.print(f"wrote {target} ({n} deployments)", highlight=False)
+
+
 @app.command()
 def build(
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,

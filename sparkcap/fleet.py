@@ -143,15 +143,20 @@ class FleetDeployment(_Strict):
 
 
 class Schedule(_Strict):
+    """When the night runs; ``sparkcap prefect-yaml`` turns it into the Prefect deployment."""
+
     cron: str = "0 2 * * *"
     timezone: str = "UTC"
+    active: bool = True
 
 
 class Fleet(_Strict):
     name: str = Field(min_length=1)
     description: str = ""
     threshold_tok_s: float = Field(20.0, gt=0)
-    schedule: Schedule = Field(default_factory=lambda: Schedule())
+    schedule: Schedule | None = Field(
+        None, description="nightly schedule; fleets without one are run by hand only"
+    )
     parallel_deployments: bool = Field(
         False, description="sweep deployments on different machines at the same time"
     )

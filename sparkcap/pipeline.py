@@ -98,6 +98,13 @@ def report(db_path: Path, run_id: str, reports_dir: Path) -> Path:
     return render_report(db_path, run_id, reports_dir).index
 
 
+def warehouse_limit_name(db_path: Path) -> str:
+    """The Prefect global concurrency limit that keeps two nights off one warehouse."""
+    from sparkcap.spool import warehouse_key
+
+    return f"sparkcap-warehouse-{warehouse_key(db_path)}"
+
+
 def night_gaps(db_path: Path, run_id: str) -> list[str]:
     """What the night could not measure, as the marts say it: ``deployment step: reason``."""
     from sparkcap.warehouse import open_warehouse

@@ -73,6 +73,48 @@ def test_flow_runs_the_whole_night(harness: None, tmp_path: Path) -> None:
     assert "file://" in arts.get("report", "") and "index.html" in arts["report"]
 
 
+def test_two_nights_on_one_warehouse_never_overlap(harness: None, tmp_path: Path) -> None:
+    """The night holds the warehouse's one-slot global concurrency limit: while another night
+    (here: the test) holds it, a night on the same DuckDB file waits, then runs."""
+    import threading
+    from datetime import UTC, datetime
+
+    import duckdb
+    from prefect.client.orchestration import get_client
+    from prefect.concurrency.sync import concurrency
+
+    from sparkcap.deploy import ensure_warehouse_limit
+
+    db, reports = tmp_path / "shared.duckdb", tmp_path / "reports"
+    name = ensure_warehouse_limit(db)
+    held, released = threading.Event(), {}
+
+    def other_night() -> None:
+        with concurrency(name, occupy=1, strict=True):
+            held.set()
+            time.sleep(4)
+            released["at"] = datetime.now(UTC)
+
+    t = threading.Thread(target=other_night)
+    t.start()
+    assert held.wait(30)
+    state = _nightly()(
+        fleet=str(ROOT / "fleets" / "twin.yaml"),
+        db=str(db),
+        profile="smoke",
+        reports=str(reports),
+        return_state=True,
+    )
+    t.join()
+    assert state.is_completed(), state.message
+    with duckdb.connect(str(db), read_only=True) as con:
+        (started,) = con.execute("select min(started_at) from raw.runs").fetchone()
+    assert started >= released["at"]  # the night began only after the other one let go
+    with get_client(sync_client=True) as client:
+        limit = client.read_global_concurrency_limit_by_name(name)
+    assert limit.limit == 1 and limit.active_slots == 0
+
+
 def test_flow_records_data_quality_failure_and_still_publishes(
     harness: None, tmp_path: Path
 ) -> None:
