@@ -188,6 +188,82 @@ with open_warehouse({str(db)!r}) as con:
     assert n_waves > 0 and bad == 0
 
 
+def test_kill_9_of_a_real_sparkcap_stage_leaves_whole_waves_and_the_next_stages_the_rest(
+    tmp_path: Path,
+) -> None:
+    """`sparkcap stage` (the real CLI process) is killed with SIGKILL while it stages a spooled
+    night: every wave in the warehouse is whole or absent, and the next `sparkcap stage`
+    stages exactly the rest (each wave once)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.ipc as ipc
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from warehouse_build import night_waves
+
+    from sparkcap.loadgen.records import WaveRecord
+    from sparkcap.warehouse import metrics_table
+
+    db, home = tmp_path / "k.duckdb", tmp_path / "home"
+    run = "r-kill9"
+    run_start_to(db, run, {}, time.time_ns())
+    root = home / "spool" / spool.warehouse_key(db) / run
+    empty_metrics = metrics_table(WaveRecord("x", run, "d", "m", "http://x/v1", "code", 1, 1, 0, 0))
+    n_spooled = 0
+    for wid, tables in night_waves(run, 3, 300, np.random.default_rng(1)):
+        folder = root / wid.replace("/", "__")
+        folder.mkdir(parents=True)
+        for name, table in {**tables, "server_metrics": empty_metrics}.items():
+            with (
+                pa.OSFile(str(folder / f"{name}.arrow"), "wb") as sink,
+                ipc.new_file(sink, table.schema) as w,
+            ):
+                w.write_table(table)
+        (folder / "wave_id").write_text(wid)
+        n_spooled += 1
+    env = {**os.environ, "SPARKCAP_HOME": str(home)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkcap.cli", "stage", "--db", str(db)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # kill once some, not all, waves have been staged
+        left = sum(1 for p in root.iterdir() if not p.name.startswith(".")) if root.exists() else 0
+        if 0 < left < n_spooled - 5:
+            break
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+
+    def census() -> tuple[int, int]:
+        with duckdb.connect(str(db)) as con:
+            return con.execute("""
+                with r as (select wave_id, count(*) n, sum(n_chunks) chunks from raw.requests
+                           group by 1),
+                     c as (select q.wave_id, count(*) n from raw.chunks ch
+                           join raw.requests q using (request_id) group by 1)
+                select count(*), count(*) filter (where r.n is distinct from w.n_requests
+                                                  or c.n is distinct from r.chunks)
+                from raw.waves w left join r using (wave_id) left join c using (wave_id)
+            """).fetchall()[0]
+
+    staged, bad = census()
+    assert bad == 0 and 0 < staged < n_spooled  # killed mid-way, nothing half-written
+    p = subprocess.run(
+        [sys.executable, "-m", "sparkcap.cli", "stage", "--db", str(db)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    assert census() == (n_spooled, 0)  # the rest, each wave once
+    assert spool.pending(db) == [] or not root.exists()
+
+
 def test_waves_land_only_in_the_warehouse_they_were_measured_for(tmp_path: Path) -> None:
     """One SPARKCAP_HOME, two warehouses: waves spooled for busy.duckdb (its writer gone
     mid-sweep) are staged into busy.duckdb by its next stage, never into other.duckdb by a

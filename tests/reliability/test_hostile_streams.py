@@ -105,3 +105,45 @@ def test_hostile_payload_fails_only_that_request_with_bounded_memory(payload: ob
     assert statuses == ["ok", "ok", "protocol_error"], [r.error for r in w.requests]
     # the client never holds the 10 MiB line: one bounded 1 MiB line buffer plus reads
     assert peak < 24 * 1024 * 1024, f"peak traced memory {peak / 1e6:.1f} MB"
+
+
+@pytest.mark.parametrize("n", [1, 5])
+def test_a_cut_stream_keeps_exactly_its_n_chunk_timestamps(n: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The server sends n content chunks (each its own read), then drops the connection with no
+    finish_reason and no [DONE]: the stored stream is `truncated` with exactly those n chunk
+    timestamps, in order, its first/last token times taken from them."""
+    import asyncio
+
+    import duckdb
+
+    from sparkcap.config import SweepPlan, SweepRequest
+    from sparkcap.runner import run_sweeps
+    from tests.integration.helpers import dep
+
+    events = vllm_stream(TOKENS).split(b"\r\n\r\n")
+    head, content = events[:2], events[2 : 2 + n]
+
+    def script(ordinal: int):  # type: ignore[no-untyped-def]
+        for ev in head:
+            yield ev + b"\r\n\r\n"
+        for ev in content:
+            yield 0.02
+            yield ev + b"\r\n\r\n"
+        yield 0.02  # then the connection closes: cut
+
+    db = tmp_path / "cut.duckdb"
+    with RawServer(script) as srv:
+        plan = SweepPlan(levels=(1,), trials=1, warmup=False, max_tokens=24, max_remeasures=0)
+        req = SweepRequest(deployment=dep(srv.endpoint, "m"), workload="code", plan=plan)
+        asyncio.run(run_sweeps([req], db))
+    with duckdb.connect(str(db), read_only=True) as con:
+        ((status, n_chunks, first, last, saw_done),) = con.execute(
+            "select status, n_chunks, first_token_ns, last_token_ns, saw_done from raw.requests"
+        ).fetchall()
+        chunks = con.execute("select seq, t_ns, n_chars from raw.chunks order by seq").fetchall()
+    assert (status, n_chunks, saw_done) == ("truncated", n, False)
+    assert [c[0] for c in chunks] == list(range(n))
+    times = [c[1] for c in chunks]
+    assert times == sorted(times) and len(set(times)) == n  # n separate arrivals
+    assert (first, last) == (times[0], times[-1])
+    assert [c[2] for c in chunks] == [len(t) for t in TOKENS[:n]]
