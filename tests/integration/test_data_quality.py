@@ -131,7 +131,7 @@ def test_bad_outputs_fail_validation_and_leave_capacity(
         )
     }
     assert bad_waves
-    build(db_path)
+    build(db_path, dbt_vars=SHORT_STREAM_VARS)
     trials = q(
         db_path,
         "select wave_id, is_valid, invalid_reasons from marts.fct_trials where run_id = ?",

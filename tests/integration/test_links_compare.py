@@ -19,7 +19,7 @@ from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.fleet import load_fleet
 from sparkcap.runner import run_link_check, run_sweeps
 from sparkcap.sim.server import SimServer
-from tests.integration.helpers import dep, fast_profile
+from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile
 
 pytestmark = pytest.mark.integration
 
@@ -99,7 +99,7 @@ def test_compare_two_runs(db_path: Path) -> None:
                 plan=SweepPlan(levels=(1, 2), trials=1, max_tokens=30, max_remeasures=0),
             )
             runs.append(asyncio.run(run_sweeps([req], db_path)).run_id)
-    build(db_path)
+    build(db_path, dbt_vars=SHORT_STREAM_VARS)
     out = compare(db_path, runs[0], runs[1])
     levels = out["levels"]
     assert list(levels["concurrency"]) == [1, 2]
@@ -121,7 +121,7 @@ def test_report_compares_with_the_previous_run(db_path: Path, tmp_path: Path) ->
                 plan=SweepPlan(levels=(1, 2), trials=1, max_tokens=20, max_remeasures=0),
             )
             runs.append(asyncio.run(run_sweeps([req], db_path)).run_id)
-    build(db_path)
+    build(db_path, dbt_vars=SHORT_STREAM_VARS)
     page = render_report(db_path, runs[1], tmp_path / "r", export_images=False).index.read_text()
     assert f"Compared with the previous run ({runs[0]})" in page
     first = render_report(db_path, runs[0], tmp_path / "r", export_images=False).index.read_text()
