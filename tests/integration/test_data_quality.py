@@ -200,6 +200,7 @@ def test_validation_after_build_triggers_rebuild_of_that_run(
     assert reasons == [("data-quality: at_most_ten_tokens",)]
 
 
+@pytest.mark.reliability
 def test_validate_without_run_takes_the_newest_sweep_not_a_link_check(
     sim: SimServer, db_path: Path, tmp_path: Path
 ) -> None:
@@ -223,6 +224,7 @@ def test_validate_without_run_takes_the_newest_sweep_not_a_link_check(
     assert "none of the 1 run(s)" in p.stderr and "skipped" in p.stderr
 
 
+@pytest.mark.reliability
 def test_probe_requests_have_their_own_suite_and_never_fail_a_night(
     sim: SimServer, db_path: Path, tmp_path: Path
 ) -> None:

@@ -168,6 +168,7 @@ def test_incremental_build_processes_only_the_new_night(
     )
 
 
+@pytest.mark.reliability
 def test_a_changed_threshold_reaches_every_night_already_built(
     night: tuple[Path, str], tmp_path: Path
 ) -> None:

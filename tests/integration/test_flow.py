@@ -73,6 +73,7 @@ def test_flow_runs_the_whole_night(harness: None, tmp_path: Path) -> None:
     assert "file://" in arts.get("report", "") and "index.html" in arts["report"]
 
 
+@pytest.mark.reliability
 def test_two_nights_on_one_warehouse_never_overlap(harness: None, tmp_path: Path) -> None:
     """The night holds the warehouse's one-slot global concurrency limit: while another night
     (here: the test) holds it, a night on the same DuckDB file waits, then runs."""
@@ -255,6 +256,7 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
         worker_log.close()
 
 
+@pytest.mark.reliability
 def test_canary_api_key_reaches_no_prefect_record(harness: None, tmp_path: Path) -> None:
     """Secrets stay out of what Prefect keeps: artifacts, run logs, state messages, its database
     and result storage, for a good night and for a night that fails on a wrong key."""

@@ -11,7 +11,7 @@ from sparkcap.loadgen.records import CountSource, Status
 from sparkcap.sim.server import SimServer
 from tests.integration.helpers import fast_profile, faulty, sweep
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
 
 @pytest.fixture(scope="module")

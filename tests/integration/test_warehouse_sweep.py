@@ -82,6 +82,7 @@ def test_rows_match_the_contract(sim: SimServer, db_path: Path) -> None:
         )  # before + after for each of 6 waves
 
 
+@pytest.mark.reliability
 def test_restaging_a_wave_never_duplicates(sim: SimServer, db_path: Path) -> None:
     run_id = _run(sim, db_path, levels=(2,), trials=1)
     with open_warehouse(db_path) as con:
@@ -196,6 +197,7 @@ def test_sql_is_read_only(sim: SimServer, db_path: Path) -> None:
         assert con.execute("select count(*) from raw.waves").fetchone()[0] == 2
 
 
+@pytest.mark.reliability
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -311,6 +313,7 @@ def test_a_warehouse_from_before_0_2_is_upgraded_in_place(sim: SimServer, db_pat
     assert len(rows) == 3  # the old wave, a warm-up and one trial
 
 
+@pytest.mark.reliability
 def test_metrics_scrape_uses_the_deployments_auth_and_records_every_failure(
     db_path: Path, tmp_path: Path
 ) -> None:

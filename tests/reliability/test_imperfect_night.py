@@ -125,3 +125,67 @@ def test_prefect_night_with_a_dead_node_ends_failed_after_publishing(tmp_path: P
     assert "dead not measured: endpoint unreachable" in (state.message or "")
     assert (reports / "latest" / "index.html").exists()
     assert_the_night_names_the_dead_node(db, next(p for p in reports.glob("2*/index.html")))
+
+
+def test_a_staging_failure_in_the_flow_is_retried_and_stages_every_wave_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database is busy for the whole sweep (every wave stays in the spool), then the flow's
+    staging task fails once: Prefect retries it, and the warehouse ends with every wave of the
+    night exactly once and whole."""
+    os.environ.setdefault("PREFECT_HOME", str(tmp_path / "prefect"))
+    from prefect.testing.utilities import prefect_test_harness
+
+    from sparkcap import pipeline, spool
+    from sparkcap.cli import load_nightly_flow
+    from sparkcap.warehouse import WarehouseBusy
+
+    real_stage_spool, real_stage_pending = spool.stage_spool, pipeline.stage_pending
+    attempts: list[str] = []
+
+    def busy_during_the_sweep(db_path, root=None, run_id=None):  # type: ignore[no-untyped-def]
+        if run_id is not None:  # the sweep's wave-by-wave staging
+            raise WarehouseBusy("injected: database is busy")
+        return real_stage_spool(db_path, root, run_id)
+
+    def flaky_stage_pending(db_path):  # type: ignore[no-untyped-def]
+        attempts.append("try")
+        if len(attempts) == 1:
+            raise RuntimeError("injected staging failure")
+        return real_stage_pending(db_path)
+
+    monkeypatch.setattr(spool, "stage_spool", busy_during_the_sweep)
+    monkeypatch.setattr(pipeline, "stage_pending", flaky_stage_pending)
+    db = tmp_path / "n.duckdb"
+    with prefect_test_harness(server_startup_timeout=120), SimServer([fast_profile("m")]) as sim:
+        fleet = {
+            "name": "retry",
+            "workloads": {"code": {"levels": [1, 2], "trials": 2, "max_tokens": 8}},
+            "deployments": [{"name": "live", "model": "m", "endpoint": sim.endpoint}],
+        }
+        path = tmp_path / "retry.yaml"
+        path.write_text(yaml.safe_dump(fleet))
+        state = load_nightly_flow()(
+            fleet=str(path),
+            db=str(db),
+            profile="full",
+            reports=str(tmp_path / "r"),
+            return_state=True,
+        )
+    assert len(attempts) == 2  # failed once, retried once
+    assert state.is_completed() or "data quality" in (state.message or ""), state.message
+    (n_waves, n_distinct, bad) = q(
+        db,
+        """
+        with r as (select wave_id, count(*) n, sum(n_chunks) chunks from raw.requests group by 1),
+             c as (select q.wave_id, count(*) n from raw.chunks ch
+                   join raw.requests q using (request_id) group by 1)
+        select count(*), count(distinct wave_id),
+               count(*) filter (where r.n is distinct from w.n_requests
+                                or c.n is distinct from r.chunks)
+        from raw.waves w left join r using (wave_id) left join c using (wave_id)
+    """,
+    )[0]
+    planned = 2 * (1 + 2)  # two levels x (warm-up + two trials), more if re-measured
+    assert n_waves == n_distinct >= planned and bad == 0
+    assert spool.pending(db) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from sparkcap.deploy import prefect_yaml
@@ -11,6 +12,7 @@ from sparkcap.deploy import prefect_yaml
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.reliability
 def test_prefect_yaml_is_what_the_fleets_say() -> None:
     fleets = sorted((ROOT / "fleets").glob("*.yaml"))
     assert (ROOT / "prefect.yaml").read_text(encoding="utf-8") == prefect_yaml(fleets, ROOT), (

@@ -1,0 +1,42 @@
+"""Every test the README's promises name exists and is selected by `-m reliability`."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_reliability_marker_selects_every_promised_test() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## What sparkcap promises", 1)[1].split("\n## ", 1)[0]
+    promised = set(re.findall(r"`(test_\w+)`", section))
+    assert len(promised) > 30
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-m",
+            "reliability",
+            "-p",
+            "no:cacheprovider",
+            str(ROOT / "tests"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
+    selected = {
+        re.sub(r"\[.*\]$", "", line.split("::")[-1])
+        for line in p.stdout.splitlines()
+        if "::" in line
+    }
+    assert promised <= selected, sorted(promised - selected)
