@@ -1,7 +1,10 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
+
+import duckdb
 
 from sparkcap.config import Deployment, SweepPlan, Timeouts
 from sparkcap.loadgen.records import WaveRecord
@@ -55,3 +58,19 @@ def sweep(
         max_remeasures=max_remeasures,
     )
     return asyncio.run(run_sweep(d, workload, plan, new_run_id()))
+
+
+def wave_census(db: Path) -> tuple[int, int]:
+    """(waves stored, waves whose requests or chunks are not all there)."""
+    with duckdb.connect(str(db)) as con:
+        row = con.execute("""
+            with r as (select wave_id, count(*) n, sum(n_chunks) chunks from raw.requests
+                       group by 1),
+                 c as (select q.wave_id, count(*) n from raw.chunks ch
+                       join raw.requests q using (request_id) group by 1)
+            select count(*), count(*) filter (where r.n is distinct from w.n_requests
+                                              or c.n is distinct from r.chunks)
+            from raw.waves w left join r using (wave_id) left join c using (wave_id)
+        """).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])

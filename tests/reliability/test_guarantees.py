@@ -20,7 +20,7 @@ from sparkcap.fleet import FleetError, load_fleet
 from sparkcap.runner import PreflightError, run_sweeps
 from sparkcap.sim.server import SimServer
 from sparkcap.warehouse import run_start_to
-from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile
+from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile, wave_census
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 
@@ -175,16 +175,7 @@ with open_warehouse({str(db)!r}) as con:
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     proc.stdout.close()
-    with duckdb.connect(str(db)) as con:  # recovers from its WAL without manual steps
-        n_waves, bad = con.execute("""
-            with r as (select wave_id, count(*) n, sum(n_chunks) chunks from raw.requests
-                       group by 1),
-                 c as (select q.wave_id, count(*) n from raw.chunks ch
-                       join raw.requests q using (request_id) group by 1)
-            select count(*), count(*) filter (where r.n is distinct from w.n_requests
-                                              or c.n is distinct from r.chunks)
-            from raw.waves w left join r using (wave_id) left join c using (wave_id)
-        """).fetchall()[0]
+    n_waves, bad = wave_census(db)  # DuckDB recovers from its WAL without manual steps
     assert n_waves > 0 and bad == 0
 
 
@@ -238,19 +229,7 @@ def test_kill_9_of_a_real_sparkcap_stage_leaves_whole_waves_and_the_next_stages_
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
 
-    def census() -> tuple[int, int]:
-        with duckdb.connect(str(db)) as con:
-            return con.execute("""
-                with r as (select wave_id, count(*) n, sum(n_chunks) chunks from raw.requests
-                           group by 1),
-                     c as (select q.wave_id, count(*) n from raw.chunks ch
-                           join raw.requests q using (request_id) group by 1)
-                select count(*), count(*) filter (where r.n is distinct from w.n_requests
-                                                  or c.n is distinct from r.chunks)
-                from raw.waves w left join r using (wave_id) left join c using (wave_id)
-            """).fetchall()[0]
-
-    staged, bad = census()
+    staged, bad = wave_census(db)
     assert bad == 0 and 0 < staged < n_spooled  # killed mid-way, nothing half-written
     p = subprocess.run(
         [sys.executable, "-m", "sparkcap.cli", "stage", "--db", str(db)],
@@ -260,7 +239,7 @@ def test_kill_9_of_a_real_sparkcap_stage_leaves_whole_waves_and_the_next_stages_
         timeout=300,
     )
     assert p.returncode == 0, p.stderr
-    assert census() == (n_spooled, 0)  # the rest, each wave once
+    assert wave_census(db) == (n_spooled, 0)  # the rest, each wave once
     assert spool.pending(db) == [] or not root.exists()
 
 

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from sparkcap.sim.server import SimServer
-from tests.integration.helpers import fast_profile
+from tests.integration.helpers import fast_profile, wave_census
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration, pytest.mark.slow]
 
@@ -174,18 +174,8 @@ def test_a_staging_failure_in_the_flow_is_retried_and_stages_every_wave_once(
         )
     assert len(attempts) == 2  # failed once, retried once
     assert state.is_completed() or "data quality" in (state.message or ""), state.message
-    (n_waves, n_distinct, bad) = q(
-        db,
-        """
-        with r as (select wave_id, count(*) n, sum(n_chunks) chunks from raw.requests group by 1),
-             c as (select q.wave_id, count(*) n from raw.chunks ch
-                   join raw.requests q using (request_id) group by 1)
-        select count(*), count(distinct wave_id),
-               count(*) filter (where r.n is distinct from w.n_requests
-                                or c.n is distinct from r.chunks)
-        from raw.waves w left join r using (wave_id) left join c using (wave_id)
-    """,
-    )[0]
+    n_waves, bad = wave_census(db)
+    (n_distinct,) = q(db, "select count(distinct wave_id) from raw.waves")[0]
     planned = 2 * (1 + 2)  # two levels x (warm-up + two trials), more if re-measured
     assert n_waves == n_distinct >= planned and bad == 0
     assert spool.pending(db) == []
