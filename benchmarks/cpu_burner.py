@@ -26,6 +26,7 @@ def burn(seconds: float) -> None:
 
 def _stop(*_: object) -> None:
     """SIGTERM (``kill``, ``kill %1``) must take the children along, not orphan them."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once is enough (pkill may repeat it)
     raise KeyboardInterrupt
 
 

@@ -138,7 +138,8 @@ def print_levels(db: Path, run_id: str) -> None:
             "yes" if queued else "",
         )
     out.print(table)
-    for dep, wl, t, cap, lower_bound, below, first_failing in capacities:
+    for dep, wl, t_raw, cap, lower_bound, below, first_failing in capacities:
+        t = float(t_raw)  # DuckDB may hand back a DECIMAL: print 15, not 15.0
         if below or cap is None or cap == 0:
             text = f"below {t:g} tok/s even at the lowest level"
         elif lower_bound:
@@ -162,7 +163,9 @@ def print_fleet(db: Path, run_id: str) -> None:
     for wl, cap, t, extra, missing in rows:
         note = f" (replicas extrapolated: {extra})" if extra else ""
         note += f" (partial: {missing} not measured)" if missing else ""
-        out.print(f"fleet capacity at {t:g} tok/s — {wl}: {cap} streams{note}", highlight=False)
+        out.print(
+            f"fleet capacity at {float(t):g} tok/s — {wl}: {cap} streams{note}", highlight=False
+        )
 
 
 @app.command()
