@@ -18,6 +18,7 @@ from prefect.states import Failed
 
 from sparkcap import pipeline
 from sparkcap.deploy import ensure_warehouse_limit
+from sparkcap.progress import emit, wave_summary
 from sparkcap.settings import get_settings
 
 
@@ -26,23 +27,18 @@ class DataQualityFailed(RuntimeError):
 
 
 @task(name="sweep", retries=0)
-def sweep_task(fleet_path: str, db: str, profile: str) -> dict[str, Any]:
+def sweep_task(fleet_path: str, db: str, profile: str, run_id: str | None) -> dict[str, Any]:
     fleet = pipeline.fleet_for(fleet_path, profile)
     logger = get_run_logger()
 
     def progress(wave: Any, done: int, total: int) -> None:
         if wave.trial > 0 or done == total:
             logger.info(
-                "[%d/%d] %s/%s c=%d t=%d",
-                done,
-                total,
-                wave.deployment,
-                wave.workload,
-                wave.concurrency,
-                wave.trial,
+                "[%d/%d] %s/%s %s", done, total, wave.deployment, wave.workload, wave_summary(wave)
             )
+        emit(wave, done, total)  # a CLI that started this flow in-process shows it live
 
-    result = pipeline.sweep(fleet, Path(db), progress)
+    result = pipeline.sweep(fleet, Path(db), progress, run_id)
     if result.status != "complete":
         logger.error("run %s is %s: %s", result.run_id, result.status, result.reason)
     return {"run_id": result.run_id, "status": result.status, "reason": result.reason}
@@ -97,17 +93,18 @@ def nightly_fleet_sweep(
     db: str | None = None,
     profile: str = "full",
     reports: str | None = None,
+    run_id: str | None = None,
 ) -> Any:
     settings = get_settings()
     db_path = str(Path(db or settings.db_path).resolve())
     reports_dir = str(Path(reports or settings.reports_dir).resolve())
     with concurrency(ensure_warehouse_limit(db_path), occupy=1, strict=True):
-        return _night(fleet, db_path, profile, reports_dir)
+        return _night(fleet, db_path, profile, reports_dir, run_id)
 
 
-def _night(fleet: str, db_path: str, profile: str, reports_dir: str) -> Any:
+def _night(fleet: str, db_path: str, profile: str, reports_dir: str, run_id: str | None) -> Any:
     threshold = pipeline.fleet_for(fleet, profile).threshold_tok_s
-    swept = sweep_task(fleet, db_path, profile)
+    swept = sweep_task(fleet, db_path, profile, run_id)
     run_id = swept["run_id"]
     probes_task(fleet, db_path, profile, run_id)
     link_task(fleet, db_path, profile, run_id)

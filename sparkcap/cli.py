@@ -11,17 +11,15 @@ import csv
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import typer
 from pydantic import ValidationError
+from rich import box
 from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from sparkcap.config import Deployment, SweepPlan, SweepRequest
-from sparkcap.loadgen.records import Status, WaveRecord
 from sparkcap.settings import get_settings
 
 app = typer.Typer(
@@ -49,78 +47,71 @@ def _validation_line(exc: ValidationError) -> str:
     return f"invalid {loc}: {e['msg']}{more}"
 
 
-def _progress_printer(progress: Progress | None, task: Any) -> Any:
-    def report(wave: WaveRecord, done: int, total: int) -> None:
-        ok = sum(1 for r in wave.requests if r.status is Status.OK)
-        rates = sorted(r.decode_tok_s for r in wave.requests if r.decode_tok_s is not None)
-        med = rates[len(rates) // 2] if rates else None
-        label = "warm-up" if wave.trial == 0 else f"trial {wave.trial}"
-        msg = (
-            f"{wave.deployment}/{wave.workload} c={wave.concurrency} {label}: "
-            f"{ok}/{len(wave.requests)} ok"
-            + (f", median {med:.1f} tok/s" if med is not None else "")
-            + (f" [re-measuring: {wave.superseded_reason}]" if wave.superseded_reason else "")
-        )
-        if progress is not None:
-            progress.update(task, completed=done, total=total, description=escape(msg))
-        else:
-            err.print(f"[{done}/{total}] {msg}", highlight=False, markup=False)
-
-    return report
-
-
-def _with_progress(make: Any) -> Any:
-    """Run the coroutine ``make(progress_callback)`` with a progress bar on a terminal."""
-    if sys.stderr.isatty():
-        with Progress(
-            TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            console=err,
-        ) as progress:
-            task = progress.add_task("starting", total=None)
-            return asyncio.run(make(_progress_printer(progress, task)))
-    return asyncio.run(make(_progress_printer(None, None)))
-
-
 def run_with_progress(requests: list[SweepRequest], db: Path, **kwargs: Any) -> Any:
+    from sparkcap.progress import NightProgress, planned_waves
     from sparkcap.runner import run_sweeps
 
-    return _with_progress(lambda progress: run_sweeps(requests, db, progress=progress, **kwargs))
+    with NightProgress(planned_waves(requests)) as board:
+        return asyncio.run(run_sweeps(requests, db, progress=board, **kwargs))
 
 
-def print_levels(db: Path, run_id: str) -> None:
+OutputFormat = Literal["table", "csv", "json"]
+LEVEL_COLUMNS = (
+    "deployment",
+    "workload",
+    "concurrency",
+    "n_valid_trials",
+    "n_trials",
+    "median_decode_tok_s",
+    "min_decode_tok_s",
+    "median_ttft_s",
+    "n_failed_streams",
+    "any_queued",
+)
+CAPACITY_COLUMNS = (
+    "deployment",
+    "workload",
+    "threshold_tok_s",
+    "capacity_streams",
+    "is_lower_bound",
+    "is_below_lowest_level",
+    "first_failing_level",
+)
+
+
+def print_levels(db: Path, run_id: str, fmt: OutputFormat = "table") -> None:
     """The run's levels and capacities as the marts have them (build the run first): the CLI
     applies no rule of its own, so what it prints is what the report and SQL users see."""
     from sparkcap.warehouse import open_warehouse
 
     with open_warehouse(db, read_only=True) as con:
         levels = con.execute(
-            "select deployment, workload, concurrency, n_valid_trials, n_trials, "
-            "median_decode_tok_s, min_decode_tok_s, median_ttft_s, n_failed_streams, any_queued "
-            "from marts.fct_levels where run_id = ? order by deployment, workload, concurrency",
+            f"select {', '.join(LEVEL_COLUMNS)} from marts.fct_levels where run_id = ? "
+            "order by deployment, workload, concurrency",
             [run_id],
         ).fetchall()
         capacities = con.execute(
-            "select deployment, workload, threshold_tok_s, capacity_streams, is_lower_bound, "
-            "is_below_lowest_level, first_failing_level from marts.fct_capacity "
-            "where run_id = ? order by deployment, workload",
+            f"select {', '.join(CAPACITY_COLUMNS)} from marts.fct_capacity where run_id = ? "
+            "order by deployment, workload",
             [run_id],
         ).fetchall()
-    table = Table(title=f"run {run_id}")
-    for col in (
-        "deployment",
-        "workload",
-        "streams",
-        "valid trials",
-        "median tok/s",
-        "min tok/s",
-        "median TTFT s",
-        "failures",
-        "queued",
+    if fmt != "table":
+        _print_machine_readable(run_id, levels, capacities, fmt)
+        return
+    # short headers with units, light borders: readable at 80 columns (README, "Output")
+    table = Table(title=f"run {run_id}", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
+    for col, justify in (
+        ("deployment", "left"),
+        ("workload", "left"),
+        ("streams", "right"),
+        ("valid", "right"),
+        ("med tok/s", "right"),
+        ("min tok/s", "right"),
+        ("TTFT s", "right"),
+        ("failed", "right"),
+        ("queued", "left"),
     ):
-        table.add_column(col, justify="right" if col not in ("deployment", "workload") else "left")
+        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
 
     def f(x: float | None, nd: int = 1) -> str:
         return "—" if x is None else f"{x:.{nd}f}"
@@ -143,13 +134,33 @@ def print_levels(db: Path, run_id: str) -> None:
         if below or cap is None or cap == 0:
             text = f"below {t:g} tok/s even at the lowest level"
         elif lower_bound:
-            text = f"≥ {cap} streams (every tested level passes: a lower bound)"
+            text = f"≥ {cap} streams (all tested levels pass)"
         else:
             text = f"{cap} stream" + ("s" if cap != 1 else "") + f" (fails at {first_failing})"
         out.print(f"capacity at {t:g} tok/s — {dep}/{wl}: {text}", highlight=False)
 
 
-def print_fleet(db: Path, run_id: str) -> None:
+def _print_machine_readable(
+    run_id: str, levels: list[Any], capacities: list[Any], fmt: OutputFormat
+) -> None:
+    """Levels and capacities for scripts: JSON (both tables) or CSV (one row per level, with
+    its deployment × workload's capacity). Only the data goes to stdout."""
+    lv = [dict(zip(LEVEL_COLUMNS, r, strict=True)) for r in levels]
+    caps = [dict(zip(CAPACITY_COLUMNS, r, strict=True)) for r in capacities]
+    if fmt == "json":
+        doc = {"run_id": run_id, "levels": lv, "capacity": caps}
+        sys.stdout.write(json.dumps(doc, default=float) + "\n")
+        return
+    by_pair = {(c["deployment"], c["workload"]): c for c in caps}
+    w = csv.writer(sys.stdout)
+    extra = ("threshold_tok_s", "capacity_streams", "is_lower_bound")
+    w.writerow(["run_id", *LEVEL_COLUMNS, *extra])
+    for row in lv:
+        c = by_pair.get((row["deployment"], row["workload"]), {})
+        w.writerow([run_id, *row.values(), *(c.get(k) for k in extra)])
+
+
+def print_fleet(db: Path, run_id: str, console: Console | None = None) -> None:
     """The headline from the marts (the numbers the report shows)."""
     from sparkcap.warehouse import open_warehouse
 
@@ -163,7 +174,7 @@ def print_fleet(db: Path, run_id: str) -> None:
     for wl, cap, t, extra, missing in rows:
         note = f" (replicas extrapolated: {extra})" if extra else ""
         note += f" (partial: {missing} not measured)" if missing else ""
-        out.print(
+        (console or out).print(
             f"fleet capacity at {float(t):g} tok/s — {wl}: {cap} streams{note}", highlight=False
         )
 
@@ -199,6 +210,9 @@ def sweep(
         bool, typer.Option(help="ask for per-chunk usage (vLLM continuous_usage_stats)")
     ] = False,
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
+    fmt: Annotated[
+        OutputFormat, typer.Option("--format", help="levels as a table, csv or json (stdout)")
+    ] = "table",
 ) -> None:
     """Sweep one deployment with synchronized waves and record every token timestamp."""
     headers: dict[str, str] = {}
@@ -244,12 +258,13 @@ def sweep(
     )
     path = _db(db)
     result = run_with_progress([req], path)
-    out.print(f"run id: {result.run_id}", highlight=False)
+    say = out if fmt == "table" else err  # csv/json: only the data on stdout
+    say.print(f"run id: {result.run_id}", highlight=False)
     from sparkcap.build import build as dbt_build
 
     dbt_build(path)  # incremental: the new run only; the marts are what the CLI prints
-    print_levels(path, result.run_id)
-    out.print(f"database: {path}", highlight=False)
+    print_levels(path, result.run_id, fmt)
+    say.print(f"database: {path}", highlight=False)
     if result.status != "complete":
         err.print(f"error: run {result.run_id} is incomplete: {result.reason}", highlight=False)
         raise typer.Exit(1)
@@ -483,33 +498,62 @@ def run(
     no_prefect: Annotated[
         bool, typer.Option("--no-prefect", help="run the same steps without Prefect")
     ] = False,
+    fmt: Annotated[
+        OutputFormat, typer.Option("--format", help="levels as a table, csv or json (stdout)")
+    ] = "table",
 ) -> None:
     """Run the nightly pipeline once: sweep, stage, validate, build, report."""
     from sparkcap import pipeline
+    from sparkcap import progress as night_progress
+    from sparkcap.loadgen.sweep import new_run_id
 
     fl = pipeline.fleet_for(fleet, profile)  # validates the fleet file before anything starts
     path = _db(db).resolve()
     reports_dir = (reports or get_settings().reports_dir).resolve()
-    if no_prefect:
-        result = _with_progress(lambda progress: _pipeline_async(fl, path, reports_dir, progress))
-    else:
-        flow = load_nightly_flow()
-        state = flow(
-            fleet=str(fleet),
-            db=str(path),
-            profile=profile,
-            reports=str(reports_dir),
-            return_state=True,
+    run_id = new_run_id()
+    result: dict[str, Any] | None = None
+    state: Any = None
+    board = night_progress.NightProgress(fl.planned_waves())
+    with board:
+        # the first line, at once: what runs, where it lands, where the report will be
+        board.line(
+            f"run id: {run_id} · fleet {fl.name} ({len(fl.deployments)} deployments, "
+            f"{'no Prefect' if no_prefect else 'Prefect flow'}) · database {path} · report "
+            f"{reports_dir / run_id / 'index.html'}"
         )
-        result = state.result(raise_on_failure=False) if state.is_completed() else None
-        if result is None:
-            _print_after_failed_flow(path, reports_dir, state)
-            raise typer.Exit(1)
-    out.print(f"run id: {result['run_id']}", highlight=False)
-    print_levels(path, result["run_id"])
-    print_fleet(path, result["run_id"])
-    out.print(f"database: {path}", highlight=False)
-    out.print(f"report: {result['report']}", highlight=False)
+        if no_prefect:
+            result = pipeline.run_pipeline(fl, path, reports_dir, board, run_id=run_id)
+        else:
+            flow = load_nightly_flow()
+            night_progress.add_sink(board)
+            try:
+                state = flow(
+                    fleet=str(fleet),
+                    db=str(path),
+                    profile=profile,
+                    reports=str(reports_dir),
+                    run_id=run_id,
+                    return_state=True,
+                )
+            finally:
+                night_progress.remove_sink(board)
+            result = state.result(raise_on_failure=False) if state.is_completed() else None
+    if result is None:
+        _print_after_failed_flow(path, reports_dir, state)
+        raise typer.Exit(1)
+    say = out if fmt == "table" else err  # csv/json: only the data on stdout
+    say.print(f"run id: {result['run_id']}", highlight=False)
+    print_levels(path, result["run_id"], fmt)
+    print_fleet(path, result["run_id"], say)
+    say.print(f"database: {path}", highlight=False)
+    say.print(f"report: {result['report']}", highlight=False)
+    docs = Path(str(result["report"])).parent / "dq" / "data_docs" / "index.html"
+    if docs.exists():
+        say.print(f"data docs: {docs}", highlight=False)
+    say.print(
+        f"open it: python3 -m webbrowser file://{result['report']} (no network needed)",
+        highlight=False,
+    )
     gaps = result.get("gaps") or []
     for gap in gaps:
         err.print(f"not measured — {gap}", highlight=False)
@@ -527,14 +571,6 @@ def run(
     if result.get("dq_success") is False:
         err.print(f"error: data-quality failed: {', '.join(result['dq_failed'])}", highlight=False)
         raise typer.Exit(1)
-
-
-async def _pipeline_async(fl: Any, path: Path, reports_dir: Path, progress: Any) -> Any:
-    import asyncio
-
-    from sparkcap import pipeline
-
-    return await asyncio.to_thread(pipeline.run_pipeline, fl, path, reports_dir, progress)
 
 
 def _print_after_failed_flow(path: Path, reports_dir: Path, state: Any) -> None:
@@ -670,7 +706,7 @@ def demo(
     reports: Annotated[Path | None, typer.Option(help="report folder")] = None,
 ) -> None:
     """The nightly flow on the simulated twin fleet with the demo profile; prints the report."""
-    run(fleet=fleet, db=db, profile="demo", reports=reports, no_prefect=False)
+    run(fleet=fleet, db=db, profile="demo", reports=reports, no_prefect=False, fmt="table")
 
 
 @app.command("local-server")
@@ -737,7 +773,9 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(130) from None
     except typer.TyperException as exc:  # usage errors (typer vendors click's exceptions)
         msg = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        hint = getattr(exc, "param_hint", None) or getattr(getattr(exc, "param", None), "name", "")
+        param = getattr(exc, "param", None)
+        opts = getattr(param, "opts", None) or [getattr(param, "name", "")]
+        hint = getattr(exc, "param_hint", None) or opts[0]
         prefix = f"invalid {hint}: " if hint and isinstance(hint, str) and hint not in msg else ""
         err.print(f"error: {prefix}{msg}", highlight=False, soft_wrap=True)
         raise SystemExit(getattr(exc, "exit_code", 2)) from None

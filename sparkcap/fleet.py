@@ -185,6 +185,17 @@ class Fleet(_Strict):
                 out.append(SweepRequest(deployment=dep, workload=wl, plan=d.plans.get(wl, plan)))
         return out
 
+    def planned_waves(self) -> dict[tuple[str, str], int]:
+        """Waves planned per (deployment, workload), before any server is launched."""
+        from sparkcap.loadgen.sweep import plan_waves
+
+        return {
+            (d.name, wl): len(plan_waves(d.plans.get(wl, plan)))
+            for d in self.deployments
+            for wl, plan in self.workloads.items()
+            if d.workloads is None or wl in d.workloads
+        }
+
     def with_profile(self, **plan_overrides: Any) -> Fleet:
         """The same fleet with every plan adjusted (e.g. the demo's shorter outputs)."""
 

@@ -37,9 +37,14 @@ def fleet_for(fleet_path: str | Path, profile: str = "full", **overrides: Any) -
     return fleet
 
 
-def sweep(fleet: Fleet, db_path: Path, progress: ProgressFn | None = None) -> RunResult:
+def sweep(
+    fleet: Fleet,
+    db_path: Path,
+    progress: ProgressFn | None = None,
+    run_id: str | None = None,
+) -> RunResult:
     """Sweep the fleet; a deployment whose server died leaves the run ``incomplete``."""
-    return asyncio.run(run_fleet(fleet, db_path, progress=progress))
+    return asyncio.run(run_fleet(fleet, db_path, progress=progress, run_id=run_id))
 
 
 def probes(fleet: Fleet, db_path: Path, run_id: str) -> list[str]:
@@ -157,7 +162,11 @@ def capacity_markdown(db_path: Path, run_id: str) -> str:
 
 
 def run_pipeline(
-    fleet: Fleet, db_path: Path, reports_dir: Path, progress: ProgressFn | None = None
+    fleet: Fleet,
+    db_path: Path,
+    reports_dir: Path,
+    progress: ProgressFn | None = None,
+    run_id: str | None = None,
 ) -> dict[str, Any]:
     """The whole night without Prefect: the same steps, in the same order.
 
@@ -165,7 +174,7 @@ def run_pipeline(
     of the night only: every other step still runs, the report is published, and the result's
     ``gaps`` (from ``marts.fct_step_outcomes``) says what is missing and why.
     """
-    result = sweep(fleet, db_path, progress)
+    result = sweep(fleet, db_path, progress, run_id)
     probes(fleet, db_path, result.run_id)
     link_check(fleet, db_path, result.run_id)
     stage_pending(db_path)

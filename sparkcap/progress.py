@@ -1,0 +1,160 @@
+"""What a person watching a night sees while it runs.
+
+One line per deployment × workload: waves done of planned, the level in flight, the last
+counted trial's median (a live figure, labelled as such: the numbers of record come from the
+marts once the night is built) and, on a terminal, the time left. Off a terminal (CI, cron,
+Prefect workers) the same news comes as plain timestamped lines.
+
+Updates happen between waves, after a wave's last stream has ended, never inside the
+interval a wave times; and the loop lag they could add to a parallel deployment's wave is
+measured like any other (``raw.waves.timing_error_bound``).
+
+The Prefect flow runs the sweep inside its own task; :func:`emit` lets the CLI that started
+the flow in-process watch it too (``add_sink``), without the flow knowing about terminals.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from sparkcap.loadgen.records import Status, WaveRecord
+
+ProgressFn = Callable[[WaveRecord, int, int], None]
+_sinks: list[ProgressFn] = []
+_lock = threading.Lock()
+
+
+def add_sink(fn: ProgressFn) -> None:
+    with _lock:
+        _sinks.append(fn)
+
+
+def remove_sink(fn: ProgressFn) -> None:
+    with _lock:
+        if fn in _sinks:
+            _sinks.remove(fn)
+
+
+def emit(wave: WaveRecord, done: int, total: int) -> None:
+    """Tell every registered watcher (a CLI that started the flow) about a finished wave."""
+    with _lock:
+        sinks = list(_sinks)
+    for fn in sinks:
+        fn(wave, done, total)
+
+
+def live_median_tok_s(wave: WaveRecord) -> float | None:
+    """The wave's median stream rate as the client saw it: a progress figure only."""
+    rates = sorted(r.decode_tok_s for r in wave.requests if r.decode_tok_s is not None)
+    if not rates:
+        return None
+    mid = len(rates) // 2
+    return rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2
+
+
+def wave_summary(wave: WaveRecord) -> str:
+    ok = sum(1 for r in wave.requests if r.status is Status.OK)
+    med = live_median_tok_s(wave)
+    label = "warm-up" if wave.trial == 0 else f"trial {wave.trial}"
+    return (
+        f"c={wave.concurrency} {label}: {ok}/{len(wave.requests)} ok"
+        + (f", live median {med:.1f} tok/s" if med is not None else "")
+        + (f" [{wave.superseded_reason}]" if wave.superseded_reason else "")
+    )
+
+
+@dataclass
+class _Pair:
+    done: int
+    planned: int | None
+    task: TaskID | None = None
+
+
+class NightProgress:
+    """Per deployment × workload progress; ``planned`` maps (deployment, workload) to the
+    number of waves planned (re-measured waves do not count as progress)."""
+
+    def __init__(
+        self,
+        planned: dict[tuple[str, str], int] | None = None,
+        *,
+        console: Console | None = None,
+        stream: TextIO | None = None,
+        live: bool | None = None,
+    ) -> None:
+        self.console = console or Console(stderr=True)
+        self.stream = stream
+        self.live = self.console.is_terminal if live is None else live
+        self.pairs: dict[tuple[str, str], _Pair] = {
+            k: _Pair(0, n) for k, n in (planned or {}).items()
+        }
+        self.progress: Progress | None = None
+
+    def __enter__(self) -> NightProgress:
+        if self.live:
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(bar_width=12),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("left"),
+                TimeRemainingColumn(),
+                console=self.console,
+            )
+            self.progress.start()
+            for key, pair in self.pairs.items():
+                pair.task = self.progress.add_task(f"{key[0]}/{key[1]} waiting", total=pair.planned)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def line(self, text: str) -> None:
+        """A plain line (e.g. the night's first), above the live display on a terminal."""
+        if self.stream is not None:
+            print(text, file=self.stream, flush=True)
+        else:
+            self.console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+    def __call__(self, wave: WaveRecord, done: int, total: int) -> None:
+        key = (wave.deployment, wave.workload)
+        pair = self.pairs.setdefault(key, _Pair(0, None))
+        if wave.superseded_reason is None:
+            pair.done += 1
+        of = f"{pair.done}/{pair.planned}" if pair.planned else f"{pair.done}"
+        text = f"{wave.deployment}/{wave.workload} {wave_summary(wave)}"
+        if self.progress is not None:
+            if pair.task is None:
+                pair.task = self.progress.add_task("", total=pair.planned)
+            self.progress.update(pair.task, completed=pair.done, description=escape(text))
+        else:
+            stamp = datetime.now().strftime("%H:%M:%S")
+            self.line(f"{stamp} [{of} waves] {text}")
+
+
+def planned_waves(requests: Iterable[Any]) -> dict[tuple[str, str], int]:
+    """Waves planned per (deployment, workload) for SweepRequests."""
+    from sparkcap.loadgen.sweep import plan_waves
+
+    out: dict[tuple[str, str], int] = {}
+    for r in requests:
+        key = (r.deployment.name, r.workload)
+        out[key] = out.get(key, 0) + len(plan_waves(r.plan))
+    return out

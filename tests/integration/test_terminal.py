@@ -1,0 +1,134 @@
+"""What a person sees in a terminal: the first line at once, live progress while the sweep
+runs, and tables that fit 80 columns."""
+
+from __future__ import annotations
+
+import io
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkcap.sim.server import SimServer
+from tests.integration.helpers import fast_profile
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\r")
+
+
+def test_first_line_at_once_and_progress_while_the_sweep_runs(tmp_path: Path) -> None:
+    with SimServer([fast_profile("m")]) as sim:
+        fleet = {
+            "name": "tty",
+            "workloads": {"code": {"levels": [1, 2, 4], "trials": 2, "max_tokens": 60}},
+            "deployments": [{"name": "m", "model": "m", "endpoint": sim.endpoint}],
+        }
+        path = tmp_path / "tty.yaml"
+        path.write_text(yaml.safe_dump(fleet))
+        master, slave = pty.openpty()
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sparkcap.cli",
+                "run",
+                "--fleet",
+                str(path),
+                "--no-prefect",
+                "--db",
+                str(tmp_path / "t.duckdb"),
+                "--reports",
+                str(tmp_path / "r"),
+            ],
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            close_fds=True,
+            env={**os.environ, "SPARKCAP_HOME": str(tmp_path / "home"), "COLUMNS": "80"},
+        )
+        os.close(slave)
+        seen: list[tuple[float, bytes]] = []
+        deadline = start + 300
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+                if not chunk:
+                    break
+                seen.append((time.monotonic() - start, chunk))
+            elif proc.poll() is not None:
+                break
+        proc.wait(timeout=60)
+        os.close(master)
+
+    def first(pattern: bytes) -> float:
+        text = b""
+        for t, chunk in seen:
+            text += ANSI.sub(b"", chunk)
+            if re.search(pattern, text):
+                return t
+        raise AssertionError(f"{pattern!r} never shown: {text[-2000:]!r}")
+
+    t_first = first(rb"run id: \S+ \xc2\xb7 fleet tty")
+    t_progress = first(rb"m/code c=\d+ trial \d: \d+/\d+ ok, live median")
+    t_table = first(rb"med tok/s")
+    assert t_first < 20, t_first  # at once (imports included, on a loaded 2-core machine)
+    assert t_first < t_progress < t_table  # live progress before the results are printed
+    assert proc.returncode in (0, 1)
+
+
+def test_levels_table_and_capacities_fit_80_columns(twin_night: dict[str, object]) -> None:
+    from rich.console import Console
+
+    from sparkcap import cli
+
+    buf = io.StringIO()
+    old = cli.out
+    cli.out = Console(file=buf, width=80)
+    try:
+        cli.print_levels(Path(str(twin_night["db"])), str(twin_night["run_id"]))
+        cli.print_fleet(Path(str(twin_night["db"])), str(twin_night["run_id"]))
+    finally:
+        cli.out = old
+    lines = buf.getvalue().splitlines()
+    assert len(lines) > 30
+    assert max(len(line) for line in lines) <= 80
+    assert "…" not in buf.getvalue()  # no header or value cut short
+    header = next(line for line in lines if "deployment" in line)
+    for name in ("workload", "streams", "valid", "med tok/s", "min tok/s", "TTFT s", "failed"):
+        assert name in header
+
+
+def test_machine_readable_levels(twin_night: dict[str, object]) -> None:
+    import csv
+    import json
+
+    from sparkcap import cli
+
+    db, run_id = Path(str(twin_night["db"])), str(twin_night["run_id"])
+    real = sys.stdout
+    try:
+        sys.stdout = io.StringIO()
+        cli.print_levels(db, run_id, "json")
+        doc = json.loads(sys.stdout.getvalue())
+        sys.stdout = io.StringIO()
+        cli.print_levels(db, run_id, "csv")
+        rows = list(csv.DictReader(io.StringIO(sys.stdout.getvalue())))
+    finally:
+        sys.stdout = real
+    assert doc["run_id"] == run_id and len(doc["levels"]) == len(rows) == 30
+    caps = {(c["deployment"], c["workload"]): c["capacity_streams"] for c in doc["capacity"]}
+    assert caps[("glm", "code")] == 4
+    assert {r["capacity_streams"] for r in rows if r["deployment"] == "glm"} == {"4", "1"}
