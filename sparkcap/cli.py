@@ -213,6 +213,10 @@ def sweep(
     fmt: Annotated[
         OutputFormat, typer.Option("--format", help="levels as a table, csv or json (stdout)")
     ] = "table",
+    run: Annotated[
+        str | None,
+        typer.Option(help="add this sweep to run ID (or 'latest') instead of starting a new one"),
+    ] = None,
 ) -> None:
     """Sweep one deployment with synchronized waves and record every token timestamp."""
     headers: dict[str, str] = {}
@@ -257,7 +261,12 @@ def sweep(
         ),
     )
     path = _db(db)
-    result = run_with_progress([req], path)
+    run_id = None
+    if run is not None:
+        from sparkcap.runner import open_run_for
+
+        run_id = open_run_for(path, run, req.deployment.name, [req.workload])
+    result = run_with_progress([req], path, run_id=run_id)
     say = out if fmt == "table" else err  # csv/json: only the data on stdout
     say.print(f"run id: {result.run_id}", highlight=False)
     from sparkcap.build import build as dbt_build

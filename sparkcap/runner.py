@@ -73,6 +73,35 @@ async def preflight(deployment: Deployment) -> None:
         )
 
 
+def open_run_for(db_path: Path, run: str, deployment: str, workloads: Sequence[str]) -> str:
+    """The run a hand-made sweep joins (``sparkcap sweep --run ID|latest``), so that several
+    deployments swept one after another read as one report. A deployment × workload the run
+    already holds is refused: its waves would replace the ones measured before."""
+    from sparkcap.warehouse import open_warehouse
+
+    with open_warehouse(db_path, read_only=True) as con:
+        if run == "latest":
+            row = con.execute(
+                "select run_id from raw.runs order by started_at desc limit 1"
+            ).fetchone()
+            if row is None:
+                raise LookupError(f"no runs in {db_path} to add to (leave out --run)")
+            run = str(row[0])
+        elif con.execute("select 1 from raw.runs where run_id = ?", [run]).fetchone() is None:
+            raise LookupError(f"no run {run} in {db_path}")
+        taken = con.execute(
+            "select distinct workload from raw.waves where run_id = ? and deployment = ? "
+            "and probe is null and list_contains(?, workload)",
+            [run, deployment, list(workloads)],
+        ).fetchall()
+    if taken:
+        raise LookupError(
+            f"run {run} already holds {deployment}/{taken[0][0]}: sweep it under another "
+            "deployment name or into a new run"
+        )
+    return run
+
+
 @dataclass
 class RunResult:
     run_id: str

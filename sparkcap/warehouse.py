@@ -286,12 +286,27 @@ def record_run_start(
     deployments: Sequence[Deployment] = (),
 ) -> None:
     con.execute("begin transaction")
+    row = con.execute("select config_json from raw.runs where run_id = ?", [run_id]).fetchone()
+    if row is None:
+        con.execute(
+            "insert into raw.runs (run_id, started_at, sparkcap_version, config_json, status) "
+            "values (?, ?, ?, ?, 'running')",
+            [run_id, _ts(started_at_ns), __version__, json.dumps(config, sort_keys=True)],
+        )
+    else:  # a sweep added to an open run: its sweeps join the run's recorded config
+        before = json.loads(row[0] or "{}")
+        if isinstance(before.get("sweeps"), list) and isinstance(config.get("sweeps"), list):
+            config = {**before, "sweeps": before["sweeps"] + config["sweeps"]}
+            con.execute(
+                "update raw.runs set config_json = ? where run_id = ?",
+                [json.dumps(config, sort_keys=True), run_id],
+            )
+    # only the deployments recorded now are replaced: a sweep added to an open run
+    # (`sparkcap sweep --run`) keeps the rows of the deployments swept before it
     con.execute(
-        "insert into raw.runs (run_id, started_at, sparkcap_version, config_json, status) "
-        "values (?, ?, ?, ?, 'running') on conflict (run_id) do nothing",
-        [run_id, _ts(started_at_ns), __version__, json.dumps(config, sort_keys=True)],
+        "delete from raw.deployments where run_id = ? and list_contains(?, deployment)",
+        [run_id, [d.name for d in deployments]],
     )
-    con.execute("delete from raw.deployments where run_id = ?", [run_id])
     for d in deployments:
         con.execute(
             "insert into raw.deployments (run_id, deployment, model, endpoint, nodes, hardware, "
@@ -317,9 +332,13 @@ def record_run_start(
 def record_run_end(
     con: duckdb.DuckDBPyConnection, run_id: str, status: str, reason: str | None = None
 ) -> None:
+    # a run that several sweeps add to stays incomplete once any of them was, with every reason
     con.execute(
-        "update raw.runs set finished_at = ?, status = ?, status_reason = ? where run_id = ?",
-        [datetime.now(UTC), status, reason, run_id],
+        "update raw.runs set finished_at = ?, "
+        "status = case when status = 'incomplete' then 'incomplete' else ? end, "
+        "status_reason = case when status = 'incomplete' and status_reason is not null "
+        "then status_reason || coalesce('; ' || ?, '') else ? end where run_id = ?",
+        [datetime.now(UTC), status, reason, reason, run_id],
     )
     con.execute("checkpoint")
 
