@@ -43,7 +43,10 @@ def prepare_prefect_env() -> None:
     os.environ.setdefault("PREFECT_HOME", str((work / "prefect").resolve()))
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    # the flow's progress lines reach its run logs at INFO; the terminal shows sparkcap's own
+    # progress instead of Prefect's INFO chatter, so Prefect's console handler keeps warnings
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
     # Prefect creates its home without parents and fails on a fresh clone
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)

@@ -194,3 +194,50 @@ def test_hand_made_sweeps_of_two_deployments_read_as_one_report(tmp_path: Path) 
     assert rep.returncode == 0, rep.stderr
     html = (reports / run_id / "index.html").read_text()
     assert ">a<" in html and ">b<" in html
+
+
+def test_a_prefect_night_shows_progress_live_and_keeps_it_in_the_run_logs(
+    tmp_path: Path,
+) -> None:
+    """`sparkcap run` through Prefect: progress lines on the terminal while it runs (not four
+    silent minutes), Prefect's INFO chatter kept off it, and the same progress at INFO in the
+    flow run's logs (Prefect's own database)."""
+    import sqlite3
+
+    with SimServer([fast_profile("m")]) as sim:
+        fleet = {
+            "name": "logs",
+            "workloads": {"code": {"levels": [1, 2], "trials": 1, "max_tokens": 30}},
+            "deployments": [{"name": "m", "model": "m", "endpoint": sim.endpoint}],
+        }
+        path = tmp_path / "logs.yaml"
+        path.write_text(yaml.safe_dump(fleet))
+        home = tmp_path / "home"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+        env |= {"SPARKCAP_HOME": str(home), "PREFECT_HOME": str(tmp_path / "prefect")}
+        p = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "sparkcap.cli",
+                "run",
+                "--fleet",
+                str(path),
+                "--db",
+                str(tmp_path / "l.duckdb"),
+                "--reports",
+                str(tmp_path / "r"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
+    assert p.returncode in (0, 1), p.stderr
+    assert re.search(r"\d\d:\d\d:\d\d \[\d+/\d+ waves\] m/code c=2 trial 1", p.stderr), p.stderr
+    assert "| INFO" not in p.stderr  # Prefect's console stays at warnings
+    db = next((tmp_path / "prefect").rglob("*.db"))
+    with sqlite3.connect(db) as con:
+        rows = con.execute("select level, message from log where message like '%c=2 trial 1%'")
+        logged = rows.fetchall()
+    assert logged and all(level == 20 for level, _ in logged)  # INFO
