@@ -406,11 +406,23 @@ def compare_cmd(
     run_a: Annotated[str, typer.Argument(help="the earlier run")],
     run_b: Annotated[str, typer.Argument(help="the later run")],
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
+    fmt: Annotated[
+        OutputFormat, typer.Option("--format", help="tables, csv (one block each) or json")
+    ] = "table",
 ) -> None:
     """Before/after: change in median rate, aggregate throughput, prefill, capacity, links."""
     from sparkcap.compare import compare
 
     frames = compare(_db(db), run_a, run_b)
+    if fmt == "json":
+        doc = {n: json.loads(f.to_json(orient="records")) for n, f in frames.items()}
+        sys.stdout.write(json.dumps({"before": run_a, "after": run_b, **doc}) + "\n")
+        return
+    if fmt == "csv":
+        for name, frame in frames.items():
+            sys.stdout.write(f"# {name}\n")
+            frame.to_csv(sys.stdout, index=False)
+        return
     for name, frame in frames.items():
         table = Table(title=f"{name.replace('_', ' ')}: {run_a} → {run_b}")
         for c in frame.columns:

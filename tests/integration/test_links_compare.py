@@ -107,6 +107,31 @@ def test_compare_two_runs(db_path: Path) -> None:
     assert list(out["capacity"]["capacity_change"]) == [0]
     with pytest.raises(LookupError, match="no such run"):
         compare(db_path, runs[0], "nope")
+    import json
+    import subprocess
+    import sys
+
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sparkcap.cli",
+            "compare",
+            runs[0],
+            runs[1],
+            "--db",
+            str(db_path),
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)  # machine-readable: the same figures as the frames
+    assert doc["before"] == runs[0] and doc["after"] == runs[1]
+    assert [r["concurrency"] for r in doc["levels"]] == [1, 2]
 
 
 def test_report_compares_with_the_previous_run(db_path: Path, tmp_path: Path) -> None:
