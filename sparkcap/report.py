@@ -512,7 +512,9 @@ def history_changes(data: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _table(frame: pd.DataFrame, columns: dict[str, str], empty: str) -> str:
+def _table(frame: pd.DataFrame, columns: dict[str, str], empty: str, missing: str = "—") -> str:
+    """An HTML table; ``missing`` is what an absent value reads as (a comparison says the
+    deployment was not measured in that run rather than a bare dash)."""
     if frame.empty:
         return f"<p class='muted'>{html.escape(empty)}</p>"
     head = "".join(f"<th>{html.escape(v)}</th>" for v in columns.values())
@@ -521,8 +523,8 @@ def _table(frame: pd.DataFrame, columns: dict[str, str], empty: str) -> str:
         cells = []
         for k in columns:
             v = row[k]
-            if v is None or (isinstance(v, float) and pd.isna(v)):
-                text = "—"
+            if v is None or (pd.api.types.is_scalar(v) and pd.isna(v)):
+                text = missing
             elif isinstance(v, float):
                 text = f"{v:.1f}"
             else:
@@ -701,6 +703,7 @@ def render_report(
                     "capacity_change": "change",
                 },
                 "",
+                missing="not measured in this run",
             )
             + _table(
                 lv,

@@ -151,3 +151,14 @@ def test_report_compares_with_the_previous_run(db_path: Path, tmp_path: Path) ->
     assert f"Compared with the previous run ({runs[0]})" in page
     first = render_report(db_path, runs[0], tmp_path / "r", export_images=False).index.read_text()
     assert "Compared with the previous run" not in first
+    # a night that measured another deployment: the comparison says what it did not measure
+    with SimServer([fast_profile("n")]) as sim:
+        req = SweepRequest(
+            deployment=dep(sim.endpoint, "n"),
+            workload="code",
+            plan=SweepPlan(levels=(1,), trials=1, max_tokens=20, max_remeasures=0),
+        )
+        third = asyncio.run(run_sweeps([req], db_path)).run_id
+    build(db_path, dbt_vars=SHORT_STREAM_VARS)
+    page = render_report(db_path, third, tmp_path / "r", export_images=False).index.read_text()
+    assert "not measured in this run" in page and "<td>—</td>" not in page.split("Compared")[1]
