@@ -87,6 +87,15 @@ def test_link_check_with_real_iperf3(tmp_path: Path, db_path: Path) -> None:
             [run_id],
         ).fetchall()
     assert rows == [("broken", False), ("fast", False), ("lo", True)]
+    # a link check that could not measure is a named gap of the night, not a silent one
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        gaps = con.execute(
+            "select step, outcome, reason from marts.fct_step_outcomes where run_id = ? "
+            "and is_failed",
+            [run_id],
+        ).fetchall()
+    assert len(gaps) == 1 and gaps[0][:2] == ("link-check", "link-check failed")
+    assert gaps[0][2].startswith("broken: ")
 
 
 def test_compare_two_runs(db_path: Path) -> None:

@@ -476,6 +476,12 @@ def test_server_dying_mid_sweep_leaves_an_incomplete_but_usable_run(
         n_waves = con.execute("select count(*) from raw.waves").fetchall()[0][0]
     assert status == "incomplete" and "stopped answering" in reason
     assert n_waves == 3  # two finished waves and the one that found the server gone
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        outcome = con.execute(
+            "select step, status, reason from raw.step_outcomes where deployment = 'm'"
+        ).fetchall()
+    assert len(outcome) == 1 and outcome[0][:2] == ("sweep", "failed")
+    assert "stopped answering" in outcome[0][2]
     build(db_path, dbt_vars=SHORT_STREAM_VARS)  # the finished waves are reportable
     with duckdb.connect(str(db_path), read_only=True) as con:
         ok = con.execute("select count(*) from marts.fct_trials where is_valid").fetchall()[0][0]
