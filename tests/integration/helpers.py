@@ -1,6 +1,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,3 +77,39 @@ def wave_census(db: Path) -> tuple[int, int]:
         """).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
+
+
+def one_deployment_fleet(
+    tmp_path: Path,
+    name: str,
+    endpoint: str,
+    *,
+    levels: list[int],
+    trials: int,
+    max_tokens: int,
+    deployment: str = "m",
+) -> Path:
+    """A fleet file with one deployment of model ``m`` at ``endpoint`` and one code workload."""
+    import yaml
+
+    fleet = {
+        "name": name,
+        "workloads": {"code": {"levels": levels, "trials": trials, "max_tokens": max_tokens}},
+        "deployments": [{"name": deployment, "model": "m", "endpoint": endpoint}],
+    }
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(fleet))
+    return path
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """``python -m sparkcap.cli ARGS`` in a child process, output captured as text."""
+    return subprocess.run(
+        [sys.executable, "-m", "sparkcap.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env if env is not None else dict(os.environ),
+    )

@@ -14,10 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from sparkcap.sim.server import SimServer
-from tests.integration.helpers import fast_profile
+from tests.integration.helpers import fast_profile, one_deployment_fleet, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -26,13 +25,9 @@ ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\r")
 
 def test_first_line_at_once_and_progress_while_the_sweep_runs(tmp_path: Path) -> None:
     with SimServer([fast_profile("m")]) as sim:
-        fleet = {
-            "name": "tty",
-            "workloads": {"code": {"levels": [1, 2, 4], "trials": 2, "max_tokens": 60}},
-            "deployments": [{"name": "m", "model": "m", "endpoint": sim.endpoint}],
-        }
-        path = tmp_path / "tty.yaml"
-        path.write_text(yaml.safe_dump(fleet))
+        path = one_deployment_fleet(
+            tmp_path, "tty", sim.endpoint, levels=[1, 2, 4], trials=2, max_tokens=60
+        )
         master, slave = pty.openpty()
         start = time.monotonic()
         proc = subprocess.Popen(
@@ -145,13 +140,7 @@ def test_hand_made_sweeps_of_two_deployments_read_as_one_report(tmp_path: Path) 
     env = {**os.environ, "SPARKCAP_HOME": str(tmp_path / "home")}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "sparkcap.cli", *args],
-            capture_output=True,
-            text=True,
-            timeout=600,
-            env=env,
-        )
+        return run_cli(*args, env=env)
 
     with SimServer([fast_profile("a"), fast_profile("b")]) as sim:
         common = [
@@ -205,32 +194,20 @@ def test_a_prefect_night_shows_progress_live_and_keeps_it_in_the_run_logs(
     import sqlite3
 
     with SimServer([fast_profile("m")]) as sim:
-        fleet = {
-            "name": "logs",
-            "workloads": {"code": {"levels": [1, 2], "trials": 1, "max_tokens": 30}},
-            "deployments": [{"name": "m", "model": "m", "endpoint": sim.endpoint}],
-        }
-        path = tmp_path / "logs.yaml"
-        path.write_text(yaml.safe_dump(fleet))
+        path = one_deployment_fleet(
+            tmp_path, "logs", sim.endpoint, levels=[1, 2], trials=1, max_tokens=30
+        )
         home = tmp_path / "home"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
         env |= {"SPARKCAP_HOME": str(home), "PREFECT_HOME": str(tmp_path / "prefect")}
-        p = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "sparkcap.cli",
-                "run",
-                "--fleet",
-                str(path),
-                "--db",
-                str(tmp_path / "l.duckdb"),
-                "--reports",
-                str(tmp_path / "r"),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
+        p = run_cli(
+            "run",
+            "--fleet",
+            str(path),
+            "--db",
+            str(tmp_path / "l.duckdb"),
+            "--reports",
+            str(tmp_path / "r"),
             env=env,
         )
     assert p.returncode in (0, 1), p.stderr

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from sparkcap.sim.server import SimServer
-from tests.integration.helpers import fast_profile, wave_census
+from tests.integration.helpers import fast_profile, one_deployment_fleet, wave_census
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration, pytest.mark.slow]
 
@@ -158,13 +158,15 @@ def test_a_staging_failure_in_the_flow_is_retried_and_stages_every_wave_once(
     monkeypatch.setattr(pipeline, "stage_pending", flaky_stage_pending)
     db = tmp_path / "n.duckdb"
     with prefect_test_harness(server_startup_timeout=120), SimServer([fast_profile("m")]) as sim:
-        fleet = {
-            "name": "retry",
-            "workloads": {"code": {"levels": [1, 2], "trials": 2, "max_tokens": 8}},
-            "deployments": [{"name": "live", "model": "m", "endpoint": sim.endpoint}],
-        }
-        path = tmp_path / "retry.yaml"
-        path.write_text(yaml.safe_dump(fleet))
+        path = one_deployment_fleet(
+            tmp_path,
+            "retry",
+            sim.endpoint,
+            levels=[1, 2],
+            trials=2,
+            max_tokens=8,
+            deployment="live",
+        )
         state = load_nightly_flow()(
             fleet=str(path),
             db=str(db),
