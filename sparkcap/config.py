@@ -86,6 +86,9 @@ class SweepPlan(Strict):
     # skew as a share of the median stream's decode span.
     timing_tolerance: float = Field(0.005, gt=0, lt=1)
     skew_tolerance: float = Field(0.05, gt=0, lt=1)
+    # Load-generating processes a wave is spread over (None: one per core this process may
+    # use). 1 runs every stream on the sweep's own event loop. See loadgen/procs.py.
+    client_processes: int | None = Field(None, ge=1, le=256)
 
     @field_validator("levels", mode="before")
     @classmethod

@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import httpx
+import orjson
 
 from sparkcap.loadgen.records import NO_TOKENS, CountSource, RequestRecord, Status
 from sparkcap.loadgen.sse import SSEParser, SSEProtocolError
@@ -95,7 +96,7 @@ class StreamState:
         if event == "error":
             raise _InBandError(_snippet(data))
         try:
-            obj = json.loads(data)
+            obj = orjson.loads(data)
         except RecursionError as exc:
             raise SSEProtocolError("JSON nested too deeply") from exc
         except ValueError as exc:
@@ -156,20 +157,26 @@ def classify(rec: RequestRecord) -> Status:
 async def stream_request(
     client: httpx.AsyncClient,
     url: str,
-    body: dict[str, Any],
+    body: bytes | dict[str, Any],
     headers: dict[str, str],
     rec: RequestRecord,
     anchor_perf_ns: int,
     total_timeout_s: float,
 ) -> RequestRecord:
-    """Send one request and fill ``rec``; never raises for server or network misbehaviour."""
+    """Send one request and fill ``rec``; never raises for server or network misbehaviour.
+
+    ``body`` is best given encoded (waves encode every body before the release).
+    """
+    content = body if isinstance(body, bytes) else orjson.dumps(body)
+    if "Content-Type" not in headers:
+        headers = {**headers, "Content-Type": "application/json"}
     parser = SSEParser()
     state = StreamState(rec, anchor_perf_ns, parser)
     perf = time.perf_counter_ns
     rec.sent_ns = perf() - anchor_perf_ns
     try:
         async with asyncio.timeout(total_timeout_s):
-            request = client.build_request("POST", url, json=body, headers=headers)
+            request = client.build_request("POST", url, content=content, headers=headers)
             response = await client.send(request, stream=True, follow_redirects=False)
             try:
                 rec.headers_ns = perf() - anchor_perf_ns

@@ -109,6 +109,21 @@ def decode_rate(
 
 
 @dataclass(slots=True)
+class ProcessTiming:
+    """How one load-generating process ran its share of a wave (times: ns from the anchor)."""
+
+    process_index: int
+    pid: int
+    n_streams: int
+    released_ns: int  # when this process opened its gate
+    ended_ns: int  # when its last stream ended
+    loop_lag_p99_ms: float | None
+    loop_lag_max_ms: float | None
+    cpu_pct: float | None  # of one core, over the process's share of the wave
+    timing_error_bound: float | None  # over this process's streams (see wave.py)
+
+
+@dataclass(slots=True)
 class WaveRecord:
     """One synchronized wave: every stream released together, measured against one anchor."""
 
@@ -126,7 +141,9 @@ class WaveRecord:
     start_skew_ms: float | None = None
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
-    client_cpu_pct: float | None = None
+    client_cpu_pct: float | None = None  # the busiest process's, % of one core
+    # every process that ran a share of the wave (one when the wave ran in-process)
+    client_processes: list[ProcessTiming] = field(default_factory=list)
     # largest relative rate error loop stalls near first/last tokens can explain (wave.py)
     timing_error_bound: float | None = None
     attempt: int = 1  # > 1: this wave re-measures one the client spoiled

@@ -8,6 +8,7 @@ wave in flight.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import secrets
@@ -17,10 +18,12 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 
 from sparkcap.config import Deployment, SweepPlan
+from sparkcap.loadgen.procs import ClientPool, available_cores
 from sparkcap.loadgen.records import Status, WaveRecord
 from sparkcap.loadgen.wave import run_wave
 from sparkcap.loadgen.workloads import build_streams
@@ -146,7 +149,7 @@ def request_headers(deployment: Deployment) -> dict[str, str]:
 
 
 async def _one_wave(
-    client: httpx.AsyncClient,
+    client: httpx.AsyncClient | ClientPool,
     deployment: Deployment,
     workload: str,
     plan: SweepPlan,
@@ -180,8 +183,7 @@ async def _one_wave(
     )
     if before_wave is not None:
         await before_wave(wave)
-    await run_wave(
-        client,
+    kw: dict[str, Any] = dict(
         wave=wave,
         url=deployment.chat_url,
         specs=specs,
@@ -190,6 +192,10 @@ async def _one_wave(
         continuous_usage=deployment.continuous_usage,
         total_timeout_s=deployment.timeouts.total_s,
     )
+    if isinstance(client, ClientPool):
+        await client.run_wave(**kw)
+    else:
+        await run_wave(client, **kw)
     if after_wave is not None:
         await after_wave(wave)
     return wave
@@ -208,7 +214,13 @@ async def run_sweep(
 ) -> list[WaveRecord]:
     items = plan_waves(plan)
     waves: list[WaveRecord] = []
-    async with make_client(deployment, max(plan.levels)) as client:
+    n_procs = plan.client_processes or available_cores()
+    client_cm: contextlib.AbstractAsyncContextManager[httpx.AsyncClient | ClientPool] = (
+        ClientPool(deployment, n_procs, max(plan.levels))
+        if n_procs > 1
+        else make_client(deployment, max(plan.levels))
+    )
+    async with client_cm as client:
         headers = request_headers(deployment)
         for n, item in enumerate(items, start=1):
             for attempt in range(1, plan.max_remeasures + 2):

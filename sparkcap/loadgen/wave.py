@@ -13,16 +13,18 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import os
 import time
 from array import array
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
 import httpx
+import orjson
 import psutil
 
 from sparkcap.loadgen.client import stream_request
-from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
+from sparkcap.loadgen.records import ProcessTiming, RequestRecord, Status, WaveRecord
 from sparkcap.loadgen.workloads import StreamSpec
 
 LAG_SAMPLE_INTERVAL_S = 0.01
@@ -194,19 +196,18 @@ def required_tokens_for(spec: StreamSpec, extra_body: dict[str, Any]) -> int:
     return spec.max_tokens
 
 
-async def run_wave(
-    client: httpx.AsyncClient,
-    *,
+def prepare_streams(
     wave: WaveRecord,
-    url: str,
     specs: Sequence[StreamSpec],
     headers: dict[str, str],
     extra_body: dict[str, Any],
     continuous_usage: bool,
-    total_timeout_s: float,
-) -> WaveRecord:
-    """Release ``specs`` together against ``url`` and record the wave in place."""
-    bodies = [build_body(s, wave.model, continuous_usage, extra_body) for s in specs]
+) -> tuple[list[bytes], list[dict[str, str]]]:
+    """Create the wave's request records and every request's encoded body and headers.
+
+    Everything a request needs is built before the release: at the instant of release each
+    stream only writes bytes, so the release is as tight as the loop can make it.
+    """
     wave.requests = [
         RequestRecord(
             request_id=f"{wave.wave_id}/s{i:03d}",
@@ -218,8 +219,37 @@ async def run_wave(
         )
         for i, s in enumerate(specs)
     ]
+    bodies = [orjson.dumps(build_body(s, wave.model, continuous_usage, extra_body)) for s in specs]
     # X-Request-Id lets a server's own logs be joined to sparkcap's rows (vLLM honours it)
-    per_request_headers = [{**headers, "X-Request-Id": r.request_id} for r in wave.requests]
+    per_request = [
+        {**headers, "Content-Type": "application/json", "X-Request-Id": r.request_id}
+        for r in wave.requests
+    ]
+    return bodies, per_request
+
+
+ReleaseGate = Callable[[], Awaitable[int]]
+SPIN_BEFORE_RELEASE_NS = 2_000_000  # sleep until 2 ms before the release, then spin
+
+
+async def release_streams(
+    client: httpx.AsyncClient,
+    *,
+    url: str,
+    bodies: Sequence[bytes],
+    headers: Sequence[dict[str, str]],
+    records: Sequence[RequestRecord],
+    anchor_perf_ns: int,
+    total_timeout_s: float,
+    process_index: int = 0,
+    release_gate: ReleaseGate | None = None,
+) -> ProcessTiming:
+    """Run ``records``' streams on this loop, all released at one instant, and time the loop.
+
+    Every stream is started and parked at a gate first. ``release_gate`` (several processes
+    share one wave) is awaited once all are parked and returns the ``perf_counter_ns`` instant
+    of release, which every process of the wave was given; without it the release is now.
+    """
     gate = asyncio.Event()
     ready = 0
     all_ready = asyncio.Event()
@@ -227,35 +257,59 @@ async def run_wave(
     async def one(i: int) -> None:
         nonlocal ready
         ready += 1
-        if ready == len(specs):
+        if ready == len(records):
             all_ready.set()
         await gate.wait()
         await stream_request(
-            client,
-            url,
-            bodies[i],
-            per_request_headers[i],
-            wave.requests[i],
-            wave.anchor_perf_ns,
-            total_timeout_s,
+            client, url, bodies[i], headers[i], records[i], anchor_perf_ns, total_timeout_s
         )
 
     monitor = LoopMonitor()
-    tasks = [asyncio.create_task(one(i)) for i in range(len(specs))]
-    await all_ready.wait()
+    tasks = [asyncio.create_task(one(i)) for i in range(len(records))]
+    if records:
+        await all_ready.wait()
+    release_ns = await release_gate() if release_gate is not None else time.perf_counter_ns()
     monitor.start()
-    t0 = time.perf_counter_ns()
+    wait_ns = release_ns - time.perf_counter_ns() - SPIN_BEFORE_RELEASE_NS
+    if wait_ns > 0:
+        await asyncio.sleep(wait_ns / 1e9)
+    while time.perf_counter_ns() < release_ns:
+        pass  # the last 2 ms: a timer would wake up to a millisecond late
+    released = time.perf_counter_ns()
     gate.set()
     await asyncio.gather(*tasks)
-    wave.duration_s = (time.perf_counter_ns() - t0) / 1e9
+    ended = time.perf_counter_ns()
     await monitor.stop()
+    return ProcessTiming(
+        process_index=process_index,
+        pid=os.getpid(),
+        n_streams=len(records),
+        released_ns=released - anchor_perf_ns,
+        ended_ns=ended - anchor_perf_ns,
+        loop_lag_p99_ms=monitor.lag_p99_ms,
+        loop_lag_max_ms=monitor.lag_max_ms,
+        cpu_pct=monitor.cpu_pct,
+        timing_error_bound=timing_error_bound(records, monitor, anchor_perf_ns),
+    )
 
+
+def settle_wave(wave: WaveRecord, timings: Sequence[ProcessTiming]) -> WaveRecord:
+    """Wave-level measurements from its streams and from every process that ran them.
+
+    The loop figures are the worst process's (a stall in any process can spoil its streams);
+    the timing bound is a max over streams, so the max over processes is the wave's bound.
+    """
+    wave.client_processes = list(timings)
+    if timings:
+        wave.duration_s = (
+            max(t.ended_ns for t in timings) - min(t.released_ns for t in timings)
+        ) / 1e9
     sent = [r.sent_ns for r in wave.requests if r.sent_ns is not None]
     wave.start_skew_ms = (max(sent) - min(sent)) / 1e6 if sent else None
-    wave.loop_lag_p99_ms = monitor.lag_p99_ms
-    wave.loop_lag_max_ms = monitor.lag_max_ms
-    wave.client_cpu_pct = monitor.cpu_pct
-    wave.timing_error_bound = timing_error_bound(wave.requests, monitor, wave.anchor_perf_ns)
+    wave.loop_lag_p99_ms = _max_or_none(t.loop_lag_p99_ms for t in timings)
+    wave.loop_lag_max_ms = _max_or_none(t.loop_lag_max_ms for t in timings)
+    wave.client_cpu_pct = _max_or_none(t.cpu_pct for t in timings)
+    wave.timing_error_bound = _max_or_none(t.timing_error_bound for t in timings)
     wave.effective_concurrency = effective_concurrency(wave.requests)
     wave.peak_concurrency = peak_concurrency(wave.requests)
     decoded = sum(1 for r in wave.requests if r.first_token_ns is not None)
@@ -266,3 +320,33 @@ async def run_wave(
             "(the server queued the rest)"
         )
     return wave
+
+
+def _max_or_none(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
+
+
+async def run_wave(
+    client: httpx.AsyncClient,
+    *,
+    wave: WaveRecord,
+    url: str,
+    specs: Sequence[StreamSpec],
+    headers: dict[str, str],
+    extra_body: dict[str, Any],
+    continuous_usage: bool,
+    total_timeout_s: float,
+) -> WaveRecord:
+    """Release ``specs`` together against ``url`` from this process's loop; record the wave."""
+    bodies, per_request = prepare_streams(wave, specs, headers, extra_body, continuous_usage)
+    timing = await release_streams(
+        client,
+        url=url,
+        bodies=bodies,
+        headers=per_request,
+        records=wave.requests,
+        anchor_perf_ns=wave.anchor_perf_ns,
+        total_timeout_s=total_timeout_s,
+    )
+    return settle_wave(wave, [timing])

@@ -1,0 +1,221 @@
+"""How many synchronized streams can sparkcap's client time honestly on this machine?
+
+Starts the simulator in its own process (fixed 3-token chunks, a constant 60 tok/s per stream
+whatever the batch, so every stream's true rate is known) and sweeps each stream count with
+one warm-up and ``--trials`` counted waves. The simulator logs, per request, the monotonic
+instants it handed its first and last content chunk to the socket; on Linux
+``perf_counter_ns`` is CLOCK_MONOTONIC, shared by every process of the host, so client and
+server instants are directly comparable. Printed per stream count, from one run:
+
+- per-request rate error vs the server's own (n−1)/(t_last−t_first): median |err|, p95, max,
+  and the signed median (a bias shows there, not in |err|);
+- how late the client stamped first and last tokens (median, ms): the cause of any bias;
+- start skew, loop lag p99 (worst process), CPU per process, and whether the wave would be
+  re-measured as client-spoiled;
+- the ceiling: the largest stream count at which every process's loop lag p99 stays < 5 ms.
+
+    .venv/bin/python benchmarks/client_ceiling.py [--levels 16,64,256,512] [--procs auto|N]
+        [--tokens 300] [--trials 2] [--guidellm /path/to/venv/bin/guidellm]
+
+With ``--guidellm`` the same simulator is measured by GuideLLM in the same run (a separate
+venv: ``python -m venv /tmp/gl && /tmp/gl/bin/pip install guidellm==0.8.1``) and its
+per-request errors are printed beside sparkcap's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from sparkcap.config import Deployment, SweepPlan
+from sparkcap.loadgen.sweep import client_spoiled, new_run_id, run_sweep
+from sparkcap.sim.server import SimProcess
+
+TOK_S = 60.0
+CHUNK_TOKENS = 3
+PROFILE = {
+    "model": "bench",
+    "step_s1": CHUNK_TOKENS / TOK_S,
+    "batch_slowdown": 0.0,
+    "fixed_chunk_tokens": CHUNK_TOKENS,
+    "prefill_tok_s": 1_000_000,
+    "max_slots": 4096,
+}
+LAG_CEILING_MS = 5.0
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(q * (len(s) - 1)))]
+
+
+def summarize(errs: list[float]) -> dict[str, float]:
+    a = [abs(e) for e in errs]
+    return {
+        "median": statistics.median(a),
+        "p95": pct(a, 0.95),
+        "max": max(a),
+        "signed": statistics.median(errs),
+    }
+
+
+def server_log(base_url: str) -> dict[str, dict[str, Any]]:
+    entries = httpx.get(base_url + "/sim/log", params={"clear": "1"}, timeout=60).json()
+    return {e["request_id"]: e for e in entries}
+
+
+def sparkcap_level(sim: SimProcess, level: int, args: argparse.Namespace) -> dict[str, Any]:
+    dep = Deployment(name="bench", endpoint=sim.endpoint, model="bench")  # type: ignore[arg-type]
+    plan_kw: dict[str, Any] = {}
+    if args.procs != "auto":
+        plan_kw["client_processes"] = int(args.procs)
+    plan = SweepPlan(
+        levels=(level,),
+        trials=args.trials,
+        warmup=True,
+        max_tokens=args.tokens,
+        max_remeasures=0,
+        **plan_kw,
+    )
+    server_log(sim.base_url)  # clear
+    waves = asyncio.run(run_sweep(dep, "code", plan, new_run_id()))
+    log = server_log(sim.base_url)
+    errs: list[float] = []
+    late_first: list[float] = []
+    late_last: list[float] = []
+    out: dict[str, Any] = {"level": level, "waves": []}
+    for w in waves:
+        if w.trial == 0:
+            continue
+        for r in w.requests:
+            s = log.get(r.request_id)
+            if s is None or r.decode_tok_s is None or not s["decode_tok_s"]:
+                raise SystemExit(f"stream {r.request_id} has no rate: {r.status} {r.error}")
+            errs.append((r.decode_tok_s - s["decode_tok_s"]) / s["decode_tok_s"] * 100)
+            assert r.first_token_ns is not None and r.last_token_ns is not None
+            late_first.append((w.anchor_perf_ns + r.first_token_ns - s["first_token_ns"]) / 1e6)
+            late_last.append((w.anchor_perf_ns + r.last_token_ns - s["last_token_ns"]) / 1e6)
+        procs = w.client_processes
+        out["waves"].append(
+            {
+                "start_skew_ms": w.start_skew_ms,
+                "lag_p99_ms": max(p.loop_lag_p99_ms or 0.0 for p in procs),
+                "cpu_pct": [p.cpu_pct for p in procs],
+                "n_procs": len(procs),
+                "spoiled": client_spoiled(w, plan),
+            }
+        )
+    out["err"] = summarize(errs)
+    out["late_first_ms"] = statistics.median(late_first)
+    out["late_last_ms"] = statistics.median(late_last)
+    return out
+
+
+def guidellm_level(sim: SimProcess, level: int, args: argparse.Namespace) -> dict[str, Any]:
+    """GuideLLM's per-request rate vs the server's log, matched by first-token instant.
+
+    GuideLLM stamps with ``time.time()``; its instants are mapped onto the monotonic clock with
+    one offset read here. Every stream of a wave runs at the same server rate, so a match to
+    the wrong stream of the same wave changes nothing.
+    """
+    server_log(sim.base_url)
+    with tempfile.TemporaryDirectory() as tmp:
+        n = level * args.trials
+        cmd = [
+            args.guidellm,
+            "benchmark",
+            "run",
+            f"--target={sim.base_url}",
+            "--model=bench",
+            "--request-type=chat_completions",
+            "--profile=concurrent",
+            f"--rate={level}",
+            f"--max-requests={n}",
+            f"--data=prompt_tokens=64,output_tokens={args.tokens}",
+            "--processor=hf-internal-testing/llama-tokenizer",
+            f"--output-path={tmp}/out.json",
+        ]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+        if proc.returncode != 0:
+            return {"level": level, "error": (proc.stderr or proc.stdout)[-400:]}
+        report = json.loads(Path(tmp, "out.json").read_text())
+    log = list(server_log(sim.base_url).values())
+    offset_ns = time.time_ns() - time.perf_counter_ns()
+    errs: list[float] = []
+    for bench in report.get("benchmarks", []):
+        for req in bench.get("requests", {}).get("successful", []):
+            itl_ms = req.get("inter_token_latency_ms")
+            timings = req.get("timings") or {}
+            first = req.get("first_token_time") or timings.get("first_token_iteration")
+            if not itl_ms or first is None:
+                continue
+            first_mono = first * 1e9 - offset_ns
+            s = min(log, key=lambda e: abs((e["first_token_ns"] or 0) - first_mono))
+            rate = 1000.0 / itl_ms
+            errs.append((rate - s["decode_tok_s"]) / s["decode_tok_s"] * 100)
+    if not errs:
+        return {"level": level, "error": "no per-request rates in GuideLLM's report"}
+    return {"level": level, "err": summarize(errs)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--levels", default="16,64,256,512")
+    ap.add_argument("--procs", default="auto", help="client processes per wave (auto: per core)")
+    ap.add_argument("--tokens", type=int, default=300)
+    ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--guidellm", help="path to a guidellm executable to compare against")
+    args = ap.parse_args()
+    levels = [int(x) for x in args.levels.split(",")]
+    rows = []
+    with SimProcess({"profiles": [PROFILE]}) as sim:
+        for level in levels:
+            rows.append(sparkcap_level(sim, level, args))
+        gl = [guidellm_level(sim, lv, args) for lv in levels] if args.guidellm else []
+    print(f"client processes: {args.procs}; {args.tokens} tokens at {TOK_S:.0f} tok/s per stream")
+    print(
+        f"{'streams':>7} {'|err| med %':>11} {'p95 %':>6} {'max %':>6} {'signed %':>8} "
+        f"{'late 1st/last ms':>16} {'skew ms':>8} {'lag p99 ms':>10} {'CPU % / proc':>14} spoiled"
+    )
+    ceiling = 0
+    for row in rows:
+        e = row["err"]
+        skew = max(w["start_skew_ms"] or 0 for w in row["waves"])
+        lag = max(w["lag_p99_ms"] for w in row["waves"])
+        cpus = [c for w in row["waves"] for c in w["cpu_pct"] if c is not None]
+        spoiled = sum(1 for w in row["waves"] if w["spoiled"])
+        if lag < LAG_CEILING_MS:
+            ceiling = max(ceiling, row["level"])
+        print(
+            f"{row['level']:>7} {e['median']:>11.3f} {e['p95']:>6.3f} {e['max']:>6.3f} "
+            f"{e['signed']:>+8.3f} {row['late_first_ms']:>7.2f}/{row['late_last_ms']:<8.2f} "
+            f"{skew:>8.2f} {lag:>10.2f} {max(cpus, default=0):>14.0f} "
+            f"{spoiled}/{len(row['waves'])}"
+        )
+    print(f"ceiling (loop lag p99 < {LAG_CEILING_MS:.0f} ms in every process): {ceiling} streams")
+    for g in gl:
+        if "error" in g:
+            print(f"GuideLLM {g['level']:>4} streams: failed: {g['error']}")
+        else:
+            e = g["err"]
+            print(
+                f"GuideLLM {g['level']:>4} streams: |err| median {e['median']:.3f} % "
+                f"p95 {e['p95']:.3f} % max {e['max']:.3f} % signed {e['signed']:+.3f} %"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""One wave spread over several load-generating processes, released at one instant.
+
+Why: one Python event loop stamps chunk arrivals one at a time, so when a synchronized wave's
+streams all receive a chunk in the same instant (a server's batched decode step does exactly
+that) the last one stamped is late by the time the loop spent on the others. At a few hundred
+streams that lateness biases rates and the release itself grows ragged. Several processes
+each carry a share of the streams, with their own loop and connections.
+
+Synchronization needs no clock exchange: on Linux ``perf_counter_ns`` is CLOCK_MONOTONIC, one
+clock for every process of the host. Each process parks its streams at a gate, reports
+ready, and is given one release instant a few milliseconds ahead; every process records its
+streams exactly as the in-process path does, against the wave's one anchor, so raw rows keep
+their shape. What each process saw of its own loop comes back as a :class:`ProcessTiming`.
+
+Workers are started once per sweep (``spawn``: safe from threaded parents such as Prefect's
+task runners) and keep their connections across the sweep's waves, as the in-process client
+does. A worker that dies fails the sweep with a clear error; it never leaves a wave half-read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import multiprocessing as mp
+import os
+import signal
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any
+
+from sparkcap.config import Deployment
+from sparkcap.loadgen.records import ProcessTiming, RequestRecord, WaveRecord
+from sparkcap.loadgen.wave import prepare_streams, release_streams, settle_wave
+from sparkcap.loadgen.workloads import StreamSpec
+
+# Lead between "every process is parked" and the release: enough for a pipe write to wake each
+# worker's loop (tens of µs idle, milliseconds on a loaded machine). A worker that still gets
+# the instant late starts late, and the wave's start skew says so.
+RELEASE_LEAD_NS = 20_000_000
+START_TIMEOUT_S = 60.0
+
+
+class ClientProcessError(RuntimeError):
+    """A load-generating process died or answered out of turn: the wave cannot be trusted."""
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@dataclass(slots=True)
+class _Share:
+    url: str
+    bodies: list[bytes]
+    headers: list[dict[str, str]]
+    records: list[RequestRecord]
+    anchor_perf_ns: int
+    total_timeout_s: float
+
+
+async def _recv(conn: Connection) -> Any:
+    """Await a message without a thread: the pipe's fd is watched by this loop."""
+    loop = asyncio.get_running_loop()
+    ready = loop.create_future()
+
+    def _on_readable() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(conn.fileno(), _on_readable)
+    try:
+        await ready
+    finally:
+        loop.remove_reader(conn.fileno())
+    return conn.recv()
+
+
+async def _serve(conn: Connection, deployment: Deployment, max_streams: int, index: int) -> None:
+    from sparkcap.loadgen.sweep import make_client
+
+    async with make_client(deployment, max_streams) as client:
+        conn.send(("up", os.getpid()))
+        while True:
+            msg = await _recv(conn)
+            if msg is None:
+                return
+            share: _Share = msg
+
+            async def gate() -> int:
+                conn.send(("ready", None))
+                kind, release_ns = await _recv(conn)
+                if kind != "go":
+                    raise ClientProcessError(f"expected the release instant, got {kind!r}")
+                return int(release_ns)
+
+            timing = await release_streams(
+                client,
+                url=share.url,
+                bodies=share.bodies,
+                headers=share.headers,
+                records=share.records,
+                anchor_perf_ns=share.anchor_perf_ns,
+                total_timeout_s=share.total_timeout_s,
+                process_index=index,
+                release_gate=gate,
+            )
+            conn.send(("done", (share.records, timing)))
+
+
+def _worker_main(conn: Connection, deployment: Deployment, max_streams: int, index: int) -> None:
+    # the parent owns Ctrl-C: it stops the workers; a worker dying on its own would lose streams
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    with contextlib.suppress(EOFError, BrokenPipeError, ConnectionResetError):
+        asyncio.run(_serve(conn, deployment, max_streams, index))
+
+
+class ClientPool:
+    """``n`` worker processes that run waves for one deployment; use with ``async with``."""
+
+    def __init__(self, deployment: Deployment, n_processes: int, max_streams: int) -> None:
+        if n_processes < 2:
+            raise ValueError("a pool needs at least two processes (one runs in-process)")
+        self.deployment = deployment
+        self.n_processes = n_processes
+        self.max_streams_per_process = math.ceil(max_streams / n_processes)
+        self._procs: list[Any] = []
+        self._conns: list[Connection] = []
+
+    async def __aenter__(self) -> ClientPool:
+        ctx = mp.get_context("spawn")
+        try:
+            for i in range(self.n_processes):
+                parent, child = ctx.Pipe()
+                proc = ctx.Process(
+                    target=_worker_main,
+                    args=(child, self.deployment, self.max_streams_per_process, i),
+                    name=f"sparkcap-client-{i}",
+                    daemon=True,
+                )
+                proc.start()
+                child.close()
+                self._procs.append(proc)
+                self._conns.append(parent)
+            async with asyncio.timeout(START_TIMEOUT_S):
+                for conn in self._conns:
+                    await self._expect(conn, "up")
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        for conn in self._conns:
+            with contextlib.suppress(OSError):
+                conn.send(None)
+        deadline = time.monotonic() + 5.0
+        for proc in self._procs:
+            while proc.is_alive() and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            if proc.is_alive():
+                proc.terminate()
+            proc.join(1.0)
+        for conn in self._conns:
+            conn.close()
+        self._procs.clear()
+        self._conns.clear()
+
+    async def _expect(self, conn: Connection, kind: str) -> tuple[str, Any]:
+        try:
+            msg = await _recv(conn)
+        except (EOFError, OSError) as exc:
+            raise ClientProcessError(
+                "a load-generating process exited during the wave; its streams are lost, so "
+                "the sweep stops here (rerun it; waves already staged are kept)"
+            ) from exc
+        if not isinstance(msg, tuple) or msg[0] != kind:
+            raise ClientProcessError(f"a load-generating process answered {msg!r}, not {kind!r}")
+        return msg
+
+    async def run_wave(
+        self,
+        *,
+        wave: WaveRecord,
+        url: str,
+        specs: Sequence[StreamSpec],
+        headers: dict[str, str],
+        extra_body: dict[str, Any],
+        continuous_usage: bool,
+        total_timeout_s: float,
+    ) -> WaveRecord:
+        """Deal the wave's streams round-robin over the processes, release them together."""
+        bodies, per_request = prepare_streams(wave, specs, headers, extra_body, continuous_usage)
+        n = len(wave.requests)
+        used = max(1, min(self.n_processes, n))
+        shares = [list(range(k, n, used)) for k in range(used)]
+        conns = self._conns[:used]
+        for conn, idx in zip(conns, shares, strict=True):
+            conn.send(
+                _Share(
+                    url=url,
+                    bodies=[bodies[i] for i in idx],
+                    headers=[per_request[i] for i in idx],
+                    records=[wave.requests[i] for i in idx],
+                    anchor_perf_ns=wave.anchor_perf_ns,
+                    total_timeout_s=total_timeout_s,
+                )
+            )
+        await asyncio.gather(*(self._expect(c, "ready") for c in conns))
+        release_ns = time.perf_counter_ns() + RELEASE_LEAD_NS
+        for conn in conns:
+            conn.send(("go", release_ns))
+        results = await asyncio.gather(*(self._expect(c, "done") for c in conns))
+        timings: list[ProcessTiming] = []
+        for idx, (_, (records, timing)) in zip(shares, results, strict=True):
+            for i, rec in zip(idx, records, strict=True):
+                wave.requests[i] = rec
+            timings.append(timing)
+        return settle_wave(wave, timings)
