@@ -194,6 +194,15 @@ def sweep(
     max_remeasures: Annotated[
         int, typer.Option(help="extra attempts for a wave the client's own timing spoiled (0..5)")
     ] = 2,
+    client_processes: Annotated[
+        int | None,
+        typer.Option(
+            help="load-generating processes per wave (default: one per core; 1 runs every "
+            "stream in this process)",
+            min=1,
+            max=256,
+        ),
+    ] = None,
     api_key_env: Annotated[str, typer.Option(help="variable holding the API key")] = (
         "OPENAI_API_KEY"
     ),
@@ -258,6 +267,7 @@ def sweep(
             warmup=not no_warmup,
             max_tokens=max_tokens,
             max_remeasures=max_remeasures,
+            client_processes=client_processes,
         ),
     )
     path = _db(db)

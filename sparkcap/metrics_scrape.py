@@ -17,8 +17,9 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkcap.config import Deployment
+from sparkcap.loadgen.connections import make_client
 from sparkcap.loadgen.records import WaveRecord
-from sparkcap.loadgen.sweep import make_client, request_headers
+from sparkcap.loadgen.sweep import request_headers
 
 MAX_METRICS_BYTES = 4 << 20
 

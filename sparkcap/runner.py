@@ -20,10 +20,10 @@ import httpx
 from sparkcap import spool
 from sparkcap.config import Deployment, SweepRequest
 from sparkcap.fleet import Fleet
+from sparkcap.loadgen.connections import make_client
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import (
     EndpointDown,
-    make_client,
     new_run_id,
     plan_waves,
     request_headers,

@@ -69,7 +69,23 @@ create table if not exists raw.waves (
     timing_error_bound     double,      -- largest rate error loop stalls can explain (share)
     attempt                integer,     -- 1, or n > 1 when it re-measures a spoiled wave
     superseded_reason      varchar,     -- set when a later attempt replaced this wave
-    metrics_error          varchar      -- why a /metrics scrape around the wave failed
+    metrics_error          varchar,     -- why a /metrics scrape around the wave failed
+    client_process_count   integer      -- load-generating processes that ran the wave
+);
+
+-- one row per load-generating process per wave (loadgen/procs.py): its share of the streams,
+-- its release instant and what it saw of its own event loop
+create table if not exists raw.client_processes (
+    wave_id             varchar not null,
+    process_index       integer not null,  -- stream i ran in process i % client_process_count
+    pid                 integer,
+    n_streams           integer not null,
+    released_ns         bigint,            -- ns from the wave's anchor, like raw.requests
+    ended_ns            bigint,
+    loop_lag_p99_ms     double,
+    loop_lag_max_ms     double,
+    cpu_pct             double,            -- of one core
+    timing_error_bound  double             -- over this process's streams (share)
 );
 
 create table if not exists raw.requests (
@@ -348,7 +364,8 @@ def _col(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
 
 
 def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
-    """Arrow tables for one wave: ``waves`` (one row), ``requests``, ``chunks``."""
+    """Arrow tables for one wave: ``waves`` (one row), ``requests``, ``chunks``,
+    ``client_processes``."""
     reqs = wave.requests
     waves = pa.table(
         {
@@ -369,6 +386,7 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "attempt": _col([wave.attempt], pa.int32()),
             "superseded_reason": _col([wave.superseded_reason], pa.string()),
             "metrics_error": _col([wave.metrics_error], pa.string()),
+            "client_process_count": _col([len(wave.client_processes) or None], pa.int32()),
             "duration_s": _col([wave.duration_s], pa.float64()),
             "effective_concurrency": _col([wave.effective_concurrency], pa.float64()),
             "peak_concurrency": _col([wave.peak_concurrency], pa.int32()),
@@ -423,7 +441,27 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
     chunks = chunk_table(
         idx, pa.array([r.request_id for r in reqs], pa.string()), seq, t_ns, n_tok, n_chars
     )
-    return {"waves": waves, "requests": requests, "chunks": chunks}
+    procs = wave.client_processes
+    client_processes = pa.table(
+        {
+            "wave_id": _col([wave.wave_id] * len(procs), pa.string()),
+            "process_index": _col([p.process_index for p in procs], pa.int32()),
+            "pid": _col([p.pid for p in procs], pa.int32()),
+            "n_streams": _col([p.n_streams for p in procs], pa.int32()),
+            "released_ns": _col([p.released_ns for p in procs], pa.int64()),
+            "ended_ns": _col([p.ended_ns for p in procs], pa.int64()),
+            "loop_lag_p99_ms": _col([p.loop_lag_p99_ms for p in procs], pa.float64()),
+            "loop_lag_max_ms": _col([p.loop_lag_max_ms for p in procs], pa.float64()),
+            "cpu_pct": _col([p.cpu_pct for p in procs], pa.float64()),
+            "timing_error_bound": _col([p.timing_error_bound for p in procs], pa.float64()),
+        }
+    )
+    return {
+        "waves": waves,
+        "requests": requests,
+        "chunks": chunks,
+        "client_processes": client_processes,
+    }
 
 
 def chunk_table(
@@ -466,10 +504,11 @@ def stage_tables(
                 "raw.requests where list_contains(?, wave_id))",
                 [ids],
             )
-            for name in ("requests", "server_metrics", "waves"):
+            for name in ("requests", "server_metrics", "client_processes", "waves"):
                 con.execute(f"delete from raw.{name} where list_contains(?, wave_id)", [ids])
-        for name in ("waves", "requests", "chunks"):
-            _insert(con, f"raw.{name}", tables[name])
+        for name in ("waves", "requests", "chunks", "client_processes"):
+            if name in tables:  # a wave spooled by sparkcap < 0.3 has no client_processes
+                _insert(con, f"raw.{name}", tables[name])
         if server_metrics is not None and server_metrics.num_rows:
             _insert(con, "raw.server_metrics", server_metrics)
         con.execute("commit")

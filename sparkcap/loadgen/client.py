@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import httpcore
 import httpx
 import orjson
 
@@ -162,10 +164,23 @@ async def stream_request(
     rec: RequestRecord,
     anchor_perf_ns: int,
     total_timeout_s: float,
+    *,
+    release: asyncio.Event | None = None,
+    on_parked: Callable[[], None] | None = None,
+    answered_early: Callable[[], bool] | None = None,
+    trace: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None,
 ) -> RequestRecord:
     """Send one request and fill ``rec``; never raises for server or network misbehaviour.
 
     ``body`` is best given encoded (waves encode every body before the release).
+
+    With ``release`` (a synchronized wave), everything but the body's last byte is written
+    first (connection, headers, body), ``on_parked`` is called, and the last byte goes out
+    when ``release`` is set: a server acts on a request only once it is complete, so the
+    streams of a wave start together however long the client took to prepare each one.
+    ``sent_ns`` is then the instant the request was completed. If the server has already
+    answered (``answered_early``: a redirect or an auth failure sent before the body), the
+    last byte is not written and httpcore reads that answer, as it does after a failed write.
     """
     content = body if isinstance(body, bytes) else orjson.dumps(body)
     if "Content-Type" not in headers:
@@ -174,9 +189,39 @@ async def stream_request(
     state = StreamState(rec, anchor_perf_ns, parser)
     perf = time.perf_counter_ns
     rec.sent_ns = perf() - anchor_perf_ns
+    parked = False
+
+    def park() -> None:
+        nonlocal parked
+        if not parked:
+            parked = True
+            if on_parked is not None:
+                on_parked()
+
+    async def last_byte_on_release(gate: asyncio.Event) -> AsyncIterator[bytes]:
+        yield content[:-1]
+        park()  # the first part is written once the sender asks for the next
+        await gate.wait()
+        rec.sent_ns = perf() - anchor_perf_ns
+        if answered_early is not None and answered_early():
+            raise httpcore.WriteError("the server answered before the request was complete")
+        yield content[-1:]
+
     try:
         async with asyncio.timeout(total_timeout_s):
-            request = client.build_request("POST", url, content=content, headers=headers)
+            if release is not None and len(content) > 1:
+                request = client.build_request(
+                    "POST",
+                    url,
+                    content=last_byte_on_release(release),
+                    headers={**headers, "Content-Length": str(len(content))},
+                    extensions={"trace": trace} if trace is not None else None,
+                )
+            else:
+                park()
+                if release is not None:
+                    await release.wait()
+                request = client.build_request("POST", url, content=content, headers=headers)
             response = await client.send(request, stream=True, follow_redirects=False)
             try:
                 rec.headers_ns = perf() - anchor_perf_ns
@@ -229,6 +274,7 @@ async def stream_request(
         rec.status = Status.SERVER_ERROR
         rec.error = f"{type(exc).__name__}: {_snippet(str(exc))}"
     finally:
+        park()  # a stream that failed before the gate must not hold the wave's release
         rec.end_ns = perf() - anchor_perf_ns
         state.finalize()
     return rec

@@ -20,8 +20,9 @@ import httpx
 
 from sparkcap.config import Deployment
 from sparkcap.loadgen.client import stream_request
+from sparkcap.loadgen.connections import make_client
 from sparkcap.loadgen.records import RequestRecord, WaveRecord
-from sparkcap.loadgen.sweep import make_client, request_headers
+from sparkcap.loadgen.sweep import request_headers
 from sparkcap.loadgen.wave import LoopMonitor, build_body, effective_concurrency, peak_concurrency
 from sparkcap.loadgen.workloads import StreamSpec, build_streams
 
@@ -305,6 +306,7 @@ async def _synchronized(
     trial: int,
 ) -> WaveRecord:
     """One synchronized wave of ``specs`` (the sweep's machinery), tagged as a probe."""
+    from sparkcap.loadgen.connections import StreamClients
     from sparkcap.loadgen.wave import run_wave
 
     wave = WaveRecord(
@@ -320,9 +322,9 @@ async def _synchronized(
         anchor_perf_ns=time.perf_counter_ns(),
     )
     wave.extra["probe"] = probe
-    async with make_client(dep, len(specs)) as client:
+    async with StreamClients(dep) as clients:
         await run_wave(
-            client,
+            clients,
             wave=wave,
             url=dep.chat_url,
             specs=specs,

@@ -12,19 +12,20 @@ ready, and is given one release instant a few milliseconds ahead; every process 
 streams exactly as the in-process path does, against the wave's one anchor, so raw rows keep
 their shape. What each process saw of its own loop comes back as a :class:`ProcessTiming`.
 
-Workers are started once per sweep (``spawn``: safe from threaded parents such as Prefect's
-task runners) and keep their connections across the sweep's waves, as the in-process client
-does. A worker that dies fails the sweep with a clear error; it never leaves a wave half-read.
+Workers are started once per sweep (fresh interpreters, safe from threaded parents such as
+Prefect's task runners) and keep their connections across the sweep's waves, as the in-process
+client does. A worker that dies fails the sweep with a clear error, never a half-read wave.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import math
-import multiprocessing as mp
 import os
 import signal
+import socket
+import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from sparkcap.config import Deployment
+from sparkcap.loadgen.connections import StreamClients
 from sparkcap.loadgen.records import ProcessTiming, RequestRecord, WaveRecord
 from sparkcap.loadgen.wave import prepare_streams, release_streams, settle_wave
 from sparkcap.loadgen.workloads import StreamSpec
@@ -81,10 +83,8 @@ async def _recv(conn: Connection) -> Any:
     return conn.recv()
 
 
-async def _serve(conn: Connection, deployment: Deployment, max_streams: int, index: int) -> None:
-    from sparkcap.loadgen.sweep import make_client
-
-    async with make_client(deployment, max_streams) as client:
+async def _serve(conn: Connection, deployment: Deployment, index: int) -> None:
+    async with StreamClients(deployment) as clients:
         conn.send(("up", os.getpid()))
         while True:
             msg = await _recv(conn)
@@ -100,7 +100,7 @@ async def _serve(conn: Connection, deployment: Deployment, max_streams: int, ind
                 return int(release_ns)
 
             timing = await release_streams(
-                client,
+                clients,
                 url=share.url,
                 bodies=share.bodies,
                 headers=share.headers,
@@ -113,43 +113,45 @@ async def _serve(conn: Connection, deployment: Deployment, max_streams: int, ind
             conn.send(("done", (share.records, timing)))
 
 
-def _worker_main(conn: Connection, deployment: Deployment, max_streams: int, index: int) -> None:
+def _worker_main(fd: int, index: int) -> None:
     # the parent owns Ctrl-C: it stops the workers; a worker dying on its own would lose streams
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn = Connection(fd)
     with contextlib.suppress(EOFError, BrokenPipeError, ConnectionResetError):
-        asyncio.run(_serve(conn, deployment, max_streams, index))
+        deployment = conn.recv()
+        asyncio.run(_serve(conn, deployment, index))
 
 
 class ClientPool:
     """``n`` worker processes that run waves for one deployment; use with ``async with``."""
 
-    def __init__(self, deployment: Deployment, n_processes: int, max_streams: int) -> None:
+    def __init__(self, deployment: Deployment, n_processes: int) -> None:
         if n_processes < 2:
             raise ValueError("a pool needs at least two processes (one runs in-process)")
         self.deployment = deployment
         self.n_processes = n_processes
-        self.max_streams_per_process = math.ceil(max_streams / n_processes)
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
 
     async def __aenter__(self) -> ClientPool:
-        ctx = mp.get_context("spawn")
+        # A plain ``python -m`` child, not multiprocessing's spawn: spawn re-imports the
+        # caller's main module, which breaks any script or notebook without a main guard.
         try:
             for i in range(self.n_processes):
-                parent, child = ctx.Pipe()
-                proc = ctx.Process(
-                    target=_worker_main,
-                    args=(child, self.deployment, self.max_streams_per_process, i),
-                    name=f"sparkcap-client-{i}",
-                    daemon=True,
+                mine, theirs = socket.socketpair()
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "sparkcap.loadgen.procs", str(theirs.fileno()), str(i)],
+                    pass_fds=(theirs.fileno(),),
+                    stdin=subprocess.DEVNULL,
                 )
-                proc.start()
-                child.close()
+                theirs.close()
                 self._procs.append(proc)
-                self._conns.append(parent)
+                conn = Connection(mine.detach())
+                self._conns.append(conn)
+                conn.send(self.deployment)
             async with asyncio.timeout(START_TIMEOUT_S):
                 for conn in self._conns:
-                    await self._expect(conn, "up")
+                    await self._expect(conn, "up", "failed to start")
         except BaseException:
             await self.close()
             raise
@@ -164,23 +166,26 @@ class ClientPool:
                 conn.send(None)
         deadline = time.monotonic() + 5.0
         for proc in self._procs:
-            while proc.is_alive() and time.monotonic() < deadline:
+            while proc.poll() is None and time.monotonic() < deadline:
                 await asyncio.sleep(0.02)
-            if proc.is_alive():
-                proc.terminate()
-            proc.join(1.0)
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(5.0)
         for conn in self._conns:
             conn.close()
         self._procs.clear()
         self._conns.clear()
 
-    async def _expect(self, conn: Connection, kind: str) -> tuple[str, Any]:
+    async def _expect(
+        self, conn: Connection, kind: str, what: str = "exited during a wave"
+    ) -> tuple[str, Any]:
         try:
             msg = await _recv(conn)
         except (EOFError, OSError) as exc:
             raise ClientProcessError(
-                "a load-generating process exited during the wave; its streams are lost, so "
-                "the sweep stops here (rerun it; waves already staged are kept)"
+                f"a load-generating process {what}; the sweep stops here (rerun it, or "
+                "--client-processes 1 to run every stream in this process; waves already "
+                "staged are kept)"
             ) from exc
         if not isinstance(msg, tuple) or msg[0] != kind:
             raise ClientProcessError(f"a load-generating process answered {msg!r}, not {kind!r}")
@@ -225,3 +230,7 @@ class ClientPool:
                 wave.requests[i] = rec
             timings.append(timing)
         return settle_wave(wave, timings)
+
+
+if __name__ == "__main__":
+    _worker_main(int(sys.argv[1]), int(sys.argv[2]))

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import os
 import secrets
-import ssl
 import statistics
 import time
 from collections.abc import Awaitable, Callable
@@ -20,9 +18,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx
-
 from sparkcap.config import Deployment, SweepPlan
+from sparkcap.loadgen.connections import StreamClients
 from sparkcap.loadgen.procs import ClientPool, available_cores
 from sparkcap.loadgen.records import Status, WaveRecord
 from sparkcap.loadgen.wave import run_wave
@@ -115,26 +112,6 @@ def plan_waves(plan: SweepPlan) -> list[WavePlanItem]:
     return items
 
 
-def make_client(deployment: Deployment, max_streams: int) -> httpx.AsyncClient:
-    t = deployment.timeouts
-    verify: ssl.SSLContext | bool = True
-    if deployment.ca_bundle is not None:
-        if not os.path.exists(deployment.ca_bundle):
-            raise FileNotFoundError(f"CA bundle not found: {deployment.ca_bundle}")
-        verify = ssl.create_default_context(cafile=str(deployment.ca_bundle))
-    return httpx.AsyncClient(
-        timeout=httpx.Timeout(connect=t.connect_s, read=t.read_idle_s, write=30.0, pool=30.0),
-        limits=httpx.Limits(
-            max_connections=max_streams + 4,
-            max_keepalive_connections=max_streams + 4,
-            keepalive_expiry=120.0,
-        ),
-        verify=verify,
-        follow_redirects=False,
-        trust_env=False,
-    )
-
-
 def request_headers(deployment: Deployment) -> dict[str, str]:
     headers = {"Accept": "text/event-stream"}
     headers |= {k: v.get_secret_value() for k, v in deployment.headers.items()}
@@ -149,7 +126,7 @@ def request_headers(deployment: Deployment) -> dict[str, str]:
 
 
 async def _one_wave(
-    client: httpx.AsyncClient | ClientPool,
+    client: StreamClients | ClientPool,
     deployment: Deployment,
     workload: str,
     plan: SweepPlan,
@@ -215,10 +192,8 @@ async def run_sweep(
     items = plan_waves(plan)
     waves: list[WaveRecord] = []
     n_procs = plan.client_processes or available_cores()
-    client_cm: contextlib.AbstractAsyncContextManager[httpx.AsyncClient | ClientPool] = (
-        ClientPool(deployment, n_procs, max(plan.levels))
-        if n_procs > 1
-        else make_client(deployment, max(plan.levels))
+    client_cm: contextlib.AbstractAsyncContextManager[StreamClients | ClientPool] = (
+        ClientPool(deployment, n_procs) if n_procs > 1 else StreamClients(deployment)
     )
     async with client_cm as client:
         headers = request_headers(deployment)

@@ -19,11 +19,11 @@ from array import array
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
-import httpx
 import orjson
 import psutil
 
 from sparkcap.loadgen.client import stream_request
+from sparkcap.loadgen.connections import StreamClients
 from sparkcap.loadgen.records import ProcessTiming, RequestRecord, Status, WaveRecord
 from sparkcap.loadgen.workloads import StreamSpec
 
@@ -233,7 +233,7 @@ SPIN_BEFORE_RELEASE_NS = 2_000_000  # sleep until 2 ms before the release, then 
 
 
 async def release_streams(
-    client: httpx.AsyncClient,
+    clients: StreamClients,
     *,
     url: str,
     bodies: Sequence[bytes],
@@ -246,28 +246,42 @@ async def release_streams(
 ) -> ProcessTiming:
     """Run ``records``' streams on this loop, all released at one instant, and time the loop.
 
-    Every stream is started and parked at a gate first. ``release_gate`` (several processes
-    share one wave) is awaited once all are parked and returns the ``perf_counter_ns`` instant
-    of release, which every process of the wave was given; without it the release is now.
+    Every stream is sent but for its last byte and parked at a gate first (client.py).
+    ``release_gate`` (several processes share one wave) is awaited once all are parked and
+    returns the ``perf_counter_ns`` instant of release, which every process of the wave was
+    given; without it the release is now.
     """
     gate = asyncio.Event()
-    ready = 0
-    all_ready = asyncio.Event()
+    parked = 0
+    all_parked = asyncio.Event()
+
+    def on_parked() -> None:
+        nonlocal parked
+        parked += 1
+        if parked == len(records):
+            all_parked.set()
 
     async def one(i: int) -> None:
-        nonlocal ready
-        ready += 1
-        if ready == len(records):
-            all_ready.set()
-        await gate.wait()
+        rec = records[i]
+        slot = rec.stream_index
         await stream_request(
-            client, url, bodies[i], headers[i], records[i], anchor_perf_ns, total_timeout_s
+            clients[slot],
+            url,
+            bodies[i],
+            headers[i],
+            rec,
+            anchor_perf_ns,
+            total_timeout_s,
+            release=gate,
+            on_parked=on_parked,
+            answered_early=lambda: clients.answered_early(slot),
+            trace=clients.trace(slot),
         )
 
     monitor = LoopMonitor()
     tasks = [asyncio.create_task(one(i)) for i in range(len(records))]
     if records:
-        await all_ready.wait()
+        await all_parked.wait()
     release_ns = await release_gate() if release_gate is not None else time.perf_counter_ns()
     monitor.start()
     wait_ns = release_ns - time.perf_counter_ns() - SPIN_BEFORE_RELEASE_NS
@@ -328,7 +342,7 @@ def _max_or_none(values: Iterable[float | None]) -> float | None:
 
 
 async def run_wave(
-    client: httpx.AsyncClient,
+    clients: StreamClients,
     *,
     wave: WaveRecord,
     url: str,
@@ -341,7 +355,7 @@ async def run_wave(
     """Release ``specs`` together against ``url`` from this process's loop; record the wave."""
     bodies, per_request = prepare_streams(wave, specs, headers, extra_body, continuous_usage)
     timing = await release_streams(
-        client,
+        clients,
         url=url,
         bodies=bodies,
         headers=per_request,

@@ -62,7 +62,14 @@ def night(db: Path, endpoint: str, max_remeasures: int) -> str:
         model="glm",
         extra_body={"ignore_eos": True},
     )
-    plan = SweepPlan(levels=(1, 2, 4, 8), trials=1, max_tokens=64, max_remeasures=max_remeasures)
+    # the stall is injected into this process's loop: the waves must run on it
+    plan = SweepPlan(
+        levels=(1, 2, 4, 8),
+        trials=1,
+        max_tokens=64,
+        max_remeasures=max_remeasures,
+        client_processes=1,
+    )
     req = SweepRequest(deployment=dep, workload="code", plan=plan)
     return asyncio.run(run_sweeps([req], db)).run_id
 

@@ -29,6 +29,7 @@ final as (
         client_saturated,
         timing_error_bound,
         start_skew_ms,
+        client_process_count,
         attempt,
         is_superseded,
         spec_acceptance,

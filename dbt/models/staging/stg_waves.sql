@@ -30,7 +30,8 @@ final as (
         cast(timing_error_bound as double) as timing_error_bound,
         coalesce(cast(attempt as integer), 1) as attempt,
         cast(superseded_reason as varchar) as superseded_reason,
-        cast(metrics_error as varchar) as metrics_error
+        cast(metrics_error as varchar) as metrics_error,
+        cast(client_process_count as integer) as client_process_count
     from source
 )
 

@@ -1,0 +1,236 @@
+"""A wave spread over several load-generating processes (issue 13).
+
+What must hold: each process records its streams against the wave's one anchor (rates agree
+with the server's own log, whatever process ran them); the streams are released together
+(the server gets no complete request before the release, and every request within a few
+milliseconds); the per-process figures reach the warehouse; a process that dies stops the
+sweep with a clear error and leaves no process behind; a script without a main guard can use
+it (workers are plain ``python -m`` children, not multiprocessing's spawn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import duckdb
+import httpx
+import psutil
+import pytest
+
+from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.loadgen.procs import ClientProcessError
+from sparkcap.loadgen.records import Status
+from sparkcap.loadgen.sweep import new_run_id, run_sweep
+from sparkcap.runner import run_sweeps
+from sparkcap.sim.server import SimProcess
+
+pytestmark = [pytest.mark.integration]
+
+CONSTANT_RATE = {  # 60 tok/s per stream at any batch: every stream's true rate is the same
+    "model": "flat",
+    "step_s1": 0.05,
+    "batch_slowdown": 0.0,
+    "fixed_chunk_tokens": 3,
+    "prefill_tok_s": 1_000_000,
+}
+
+
+def workers() -> list[psutil.Process]:
+    return [
+        p
+        for p in psutil.Process().children(recursive=True)
+        if "sparkcap.loadgen.procs" in " ".join(p.cmdline())
+    ]
+
+
+def test_two_processes_time_their_streams_against_one_anchor(tmp_path: Path) -> None:
+    db = tmp_path / "procs.duckdb"
+    with SimProcess({"profiles": [CONSTANT_RATE]}) as sim:
+        dep = Deployment(name="flat", endpoint=sim.endpoint, model="flat")  # type: ignore[arg-type]
+        plan = SweepPlan(
+            levels=(1, 8), trials=1, max_tokens=60, max_remeasures=0, client_processes=2
+        )
+        result = asyncio.run(
+            run_sweeps([SweepRequest(deployment=dep, workload="code", plan=plan)], db)
+        )
+        log = {e["request_id"]: e for e in httpx.get(sim.base_url + "/sim/log").json()}
+    waves = {(w.concurrency, w.trial): w for w in result.waves}
+    one, eight = waves[(1, 1)], waves[(8, 1)]
+    assert [p.n_streams for p in one.client_processes] == [1]
+    assert [p.n_streams for p in eight.client_processes] == [4, 4]
+    pids = {p.pid for p in eight.client_processes}
+    assert len(pids) == 2 and os.getpid() not in pids
+    for w in (one, eight):
+        for r in w.requests:
+            assert r.status == Status.OK, r.error
+            s = log[r.request_id]
+            # the same instants, seen from two processes sharing CLOCK_MONOTONIC
+            late_first_ms = (w.anchor_perf_ns + r.first_token_ns - s["first_token_ns"]) / 1e6
+            assert 0 <= late_first_ms < 250
+            assert r.decode_tok_s == pytest.approx(s["decode_tok_s"], rel=0.03)
+        for p in w.client_processes:
+            mine = [
+                r for r in w.requests if r.stream_index % len(w.client_processes) == p.process_index
+            ]
+            assert len(mine) == p.n_streams
+            # every request was completed at or after its process's release, never before
+            assert all(r.sent_ns is not None and r.sent_ns >= p.released_ns for r in mine)
+    released = [p.released_ns for p in eight.client_processes]
+    assert max(released) - min(released) < 50e6  # one release instant, give or take scheduling
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute(
+            "select w.client_process_count, count(p.wave_id), sum(p.n_streams), w.n_requests "
+            "from raw.waves w join raw.client_processes p using (wave_id) "
+            "where w.wave_id = ? group by all",
+            [eight.wave_id],
+        ).fetchall()
+    assert rows == [(2, 2, 8, 8)]
+    assert not workers()  # the pool stopped its processes
+
+
+class HoldTimer:
+    """A server that notes, per connection, when the first byte of a request arrived and when
+    the request was complete, then answers one short finished stream."""
+
+    def __init__(self) -> None:
+        self.first_byte_ns: list[int] = []
+        self.complete_ns: list[int] = []
+        self.loop = asyncio.new_event_loop()
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                first = await reader.read(1)
+                if not first:
+                    return
+                self.first_byte_ns.append(time.perf_counter_ns())
+                head = first + await reader.readuntil(b"\r\n\r\n")
+                length = next(
+                    int(line.split(b":")[1])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                await reader.readexactly(length)
+                self.complete_ns.append(time.perf_counter_ns())
+                events = [
+                    {"choices": [{"index": 0, "delta": {"content": "a b "}}]},
+                    {
+                        "choices": [
+                            {"index": 0, "delta": {"content": "c "}, "finish_reason": "length"}
+                        ]
+                    },
+                    {"choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 4}},
+                ]
+                body = b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+                body += b"data: [DONE]\n\n"
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                    + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    def __enter__(self) -> HoldTimer:
+        self.sock.listen(256)
+        self._thread.start()
+        asyncio.run_coroutine_threadsafe(
+            asyncio.start_server(self._handle, sock=self.sock), self.loop
+        ).result(5)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.loop.close()
+        self.sock.close()
+
+
+def test_requests_are_written_ahead_and_completed_only_at_release() -> None:
+    with HoldTimer() as server:
+        dep = Deployment(
+            name="hold",
+            endpoint=f"http://127.0.0.1:{server.port}/v1",
+            model="m",  # type: ignore[arg-type]
+        )
+        plan = SweepPlan(
+            levels=(16,), trials=1, warmup=False, max_tokens=4, max_remeasures=0, client_processes=2
+        )
+        (wave,) = asyncio.run(run_sweep(dep, "code", plan, new_run_id()))
+    assert all(r.status == Status.OK for r in wave.requests), [r.error for r in wave.requests]
+    release_ns = wave.anchor_perf_ns + min(p.released_ns for p in wave.client_processes)
+    assert len(server.complete_ns) == 16
+    # the heavy part (connection, headers, all but one byte of the body) went out before ...
+    assert max(server.first_byte_ns) < release_ns
+    # ... and no request was complete before the release
+    assert min(server.complete_ns) >= release_ns
+    sent = [r.sent_ns for r in wave.requests if r.sent_ns is not None]
+    assert wave.start_skew_ms == pytest.approx((max(sent) - min(sent)) / 1e6)
+
+
+def test_a_dead_client_process_stops_the_sweep_and_leaves_nothing_behind() -> None:
+    async def sweep_and_kill(endpoint: str) -> None:
+        dep = Deployment(name="flat", endpoint=endpoint, model="flat")  # type: ignore[arg-type]
+        plan = SweepPlan(
+            levels=(4,), trials=2, max_tokens=300, max_remeasures=0, client_processes=2
+        )
+        started = asyncio.Event()
+
+        async def before_wave(_: object) -> None:
+            started.set()
+
+        task = asyncio.create_task(
+            run_sweep(dep, "code", plan, new_run_id(), before_wave=before_wave)
+        )
+        await asyncio.wait_for(started.wait(), 120)
+        await asyncio.sleep(1.0)  # inside the warm-up wave (5 s of decoding)
+        os.kill(workers()[0].pid, signal.SIGKILL)
+        await task
+
+    with (
+        SimProcess({"profiles": [CONSTANT_RATE]}) as sim,
+        pytest.raises(ClientProcessError, match="load-generating process exited"),
+    ):
+        asyncio.run(sweep_and_kill(sim.endpoint))
+    assert not workers()
+
+
+def test_a_script_without_a_main_guard_can_spread_waves(tmp_path: Path) -> None:
+    with SimProcess({"profiles": [CONSTANT_RATE]}) as sim:
+        script = tmp_path / "adhoc.py"
+        script.write_text(
+            textwrap.dedent(
+                f"""
+                import asyncio
+                from sparkcap.config import Deployment, SweepPlan
+                from sparkcap.loadgen.sweep import new_run_id, run_sweep
+                dep = Deployment(name="flat", endpoint="{sim.endpoint}", model="flat")
+                plan = SweepPlan(levels=(2,), trials=1, warmup=False, max_tokens=6,
+                                 client_processes=2)
+                waves = asyncio.run(run_sweep(dep, "code", plan, new_run_id()))
+                print(len(waves[0].client_processes), [r.status for r in waves[0].requests])
+                """
+            )
+        )
+        done = subprocess.run(
+            [sys.executable, str(script)], capture_output=True, text=True, timeout=120, check=False
+        )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "2 [<Status.OK: 'ok'>, <Status.OK: 'ok'>]"
