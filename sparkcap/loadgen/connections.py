@@ -19,8 +19,6 @@ import httpx
 
 from sparkcap.config import Deployment
 
-_CONNECTED = ("connection.connect_tcp.complete", "connection.start_tls.complete")
-
 
 def tls_verify(deployment: Deployment) -> ssl.SSLContext:
     if deployment.ca_bundle is not None:
@@ -57,7 +55,8 @@ class StreamClients:
     Each slot's client holds one connection, whose socket is noted when it is made (httpcore's
     ``trace`` extension): a held request (client.py) asks :meth:`answered_early` before its
     last byte, because writing to a server that already answered and closed draws a reset
-    that discards its answer.
+    that discards its answer. Plain TCP only: over TLS the answer cannot be told from the
+    peer's own records, and such a request is recorded as a lost connection.
     """
 
     def __init__(self, deployment: Deployment) -> None:
@@ -76,8 +75,12 @@ class StreamClients:
 
     def trace(self, slot: int) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
         async def note_connection(event: str, info: dict[str, Any]) -> None:
-            if event in _CONNECTED:
+            if event == "connection.connect_tcp.complete":
                 self._streams[slot] = info.get("return_value")
+            elif event == "connection.start_tls.complete":
+                # a TLS peer sends records of its own after the handshake (session tickets):
+                # a readable socket no longer means an answer, so TLS slots are not peeked
+                self._streams.pop(slot, None)
 
         return note_connection
 
