@@ -19,6 +19,7 @@ import httpcore
 import httpx
 import orjson
 
+from sparkcap.loadgen.arrivals import for_running_loop, socket_fd
 from sparkcap.loadgen.records import NO_TOKENS, CountSource, RequestRecord, Status
 from sparkcap.loadgen.sse import SSEParser, SSEProtocolError
 
@@ -240,11 +241,26 @@ async def stream_request(
                         rec.status = Status.SERVER_ERROR
                     rec.error = f"HTTP {response.status_code}: {text}"
                     return rec
-                async for part in response.aiter_raw():
-                    t = perf()
-                    state.feed(part, t)
-                    if rec.saw_done:
-                        break
+                arrivals = for_running_loop()
+                fd = socket_fd(response) if arrivals is not None else None
+                if arrivals is None or fd is None:
+                    async for part in response.aiter_raw():
+                        t = perf()
+                        state.feed(part, t)
+                        if rec.saw_done:
+                            break
+                else:
+                    readable_at = arrivals.readable_at
+                    prev = perf()
+                    async for part in response.aiter_raw():
+                        t = perf()
+                        polled = readable_at.get(fd, 0)
+                        if prev < polled <= t:
+                            t = polled  # when the loop learned the bytes were there
+                        prev = t
+                        state.feed(part, t)
+                        if rec.saw_done:
+                            break
                 state.close(perf())
             finally:
                 await response.aclose()

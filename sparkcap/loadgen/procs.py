@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -33,6 +34,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from sparkcap.config import Deployment
+from sparkcap.loadgen.arrivals import new_event_loop
 from sparkcap.loadgen.connections import StreamClients
 from sparkcap.loadgen.records import ProcessTiming, RequestRecord, WaveRecord
 from sparkcap.loadgen.wave import prepare_streams, release_streams, settle_wave
@@ -85,6 +87,7 @@ async def _recv(conn: Connection) -> Any:
 
 async def _serve(conn: Connection, deployment: Deployment, index: int) -> None:
     async with StreamClients(deployment) as clients:
+        gc.freeze()  # what start-up made lives for good: later collections skip it
         conn.send(("up", os.getpid()))
         while True:
             msg = await _recv(conn)
@@ -119,7 +122,8 @@ def _worker_main(fd: int, index: int) -> None:
     conn = Connection(fd)
     with contextlib.suppress(EOFError, BrokenPipeError, ConnectionResetError):
         deployment = conn.recv()
-        asyncio.run(_serve(conn, deployment, index))
+        with asyncio.Runner(loop_factory=new_event_loop) as runner:
+            runner.run(_serve(conn, deployment, index))
 
 
 class ClientPool:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import gc
 import os
 import time
 from array import array
@@ -282,18 +283,27 @@ async def release_streams(
     tasks = [asyncio.create_task(one(i)) for i in range(len(records))]
     if records:
         await all_parked.wait()
-    release_ns = await release_gate() if release_gate is not None else time.perf_counter_ns()
-    monitor.start()
-    wait_ns = release_ns - time.perf_counter_ns() - SPIN_BEFORE_RELEASE_NS
-    if wait_ns > 0:
-        await asyncio.sleep(wait_ns / 1e9)
-    while time.perf_counter_ns() < release_ns:
-        pass  # the last 2 ms: a timer would wake up to a millisecond late
-    released = time.perf_counter_ns()
-    gate.set()
-    await asyncio.gather(*tasks)
-    ended = time.perf_counter_ns()
-    await monitor.stop()
+    # A full collection over a process's objects stops the loop for tens of milliseconds: it
+    # runs here, before the release, and the collector stays off until every stream ended.
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        release_ns = await release_gate() if release_gate is not None else time.perf_counter_ns()
+        monitor.start()
+        wait_ns = release_ns - time.perf_counter_ns() - SPIN_BEFORE_RELEASE_NS
+        if wait_ns > 0:
+            await asyncio.sleep(wait_ns / 1e9)
+        while time.perf_counter_ns() < release_ns:
+            pass  # the last 2 ms: a timer would wake up to a millisecond late
+        released = time.perf_counter_ns()
+        gate.set()
+        await asyncio.gather(*tasks)
+        ended = time.perf_counter_ns()
+        await monitor.stop()
+    finally:
+        if gc_was_enabled:
+            gc.enable()
     return ProcessTiming(
         process_index=process_index,
         pid=os.getpid(),
