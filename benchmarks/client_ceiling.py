@@ -125,49 +125,58 @@ def sparkcap_level(sim: SimProcess, level: int, args: argparse.Namespace) -> dic
 def guidellm_level(sim: SimProcess, level: int, args: argparse.Namespace) -> dict[str, Any]:
     """GuideLLM's per-request rate vs the server's log, matched by first-token instant.
 
-    GuideLLM stamps with ``time.time()``; its instants are mapped onto the monotonic clock with
-    one offset read here. Every stream of a wave runs at the same server rate, so a match to
-    the wrong stream of the same wave changes nothing.
+    GuideLLM (0.8.1) runs ``level`` concurrent streams, ``--trials`` requests each, with its
+    own worker processes. Its per-request ``inter_token_latency_ms`` is (last − first)/(n − 1),
+    so its rate is 1000 / that. It stamps with ``time.time()``: its instants are mapped onto
+    the monotonic clock with one offset read here. Every stream runs at the same server rate,
+    so a match to the wrong stream of the same instant changes nothing.
     """
     server_log(sim.base_url)
+    n = level * args.trials
     with tempfile.TemporaryDirectory() as tmp:
-        n = level * args.trials
+        data = Path(tmp, "prompts.json")
+        rows = [
+            {"prompt": f"write function number {i}", "output_tokens_count": args.tokens}
+            for i in range(n)
+        ]
+        data.write_text(json.dumps(rows))
+        out = Path(tmp, "out.json")
         cmd = [
             args.guidellm,
-            "benchmark",
             "run",
-            f"--target={sim.base_url}",
-            "--model=bench",
-            "--request-type=chat_completions",
-            "--profile=concurrent",
-            f"--rate={level}",
-            f"--max-requests={n}",
-            f"--data=prompt_tokens=64,output_tokens={args.tokens}",
-            "--processor=hf-internal-testing/llama-tokenizer",
-            f"--output-path={tmp}/out.json",
+            "--backend",
+            f"kind=openai_http,target={sim.base_url},model=bench",
+            "--profile",
+            f"kind=concurrent,streams={level}",
+            "--constraint",
+            f"kind=max_requests,count={n}",
+            "--data",
+            f"kind=json_file,path={data}",
+            "--output",
+            f"kind=json,path={out}",
+            "--disable-console",
         ]
         env = {**os.environ, "HF_HUB_OFFLINE": "1"}
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-        if proc.returncode != 0:
+        if proc.returncode != 0 or not out.exists():
             return {"level": level, "error": (proc.stderr or proc.stdout)[-400:]}
-        report = json.loads(Path(tmp, "out.json").read_text())
-    log = list(server_log(sim.base_url).values())
+        report = json.loads(out.read_text())
+    log = [e for e in server_log(sim.base_url).values() if e["decode_tok_s"]]
     offset_ns = time.time_ns() - time.perf_counter_ns()
     errs: list[float] = []
     for bench in report.get("benchmarks", []):
         for req in bench.get("requests", {}).get("successful", []):
             itl_ms = req.get("inter_token_latency_ms")
-            timings = req.get("timings") or {}
-            first = req.get("first_token_time") or timings.get("first_token_iteration")
+            first = ((req.get("info") or {}).get("timings") or {}).get("first_token_iteration")
             if not itl_ms or first is None:
                 continue
             first_mono = first * 1e9 - offset_ns
-            s = min(log, key=lambda e: abs((e["first_token_ns"] or 0) - first_mono))
+            s = min(log, key=lambda e: abs(e["first_token_ns"] - first_mono))
             rate = 1000.0 / itl_ms
             errs.append((rate - s["decode_tok_s"]) / s["decode_tok_s"] * 100)
     if not errs:
         return {"level": level, "error": "no per-request rates in GuideLLM's report"}
-    return {"level": level, "err": summarize(errs)}
+    return {"level": level, "err": summarize(errs), "n": len(errs)}
 
 
 def main() -> int:
@@ -211,8 +220,9 @@ def main() -> int:
         else:
             e = g["err"]
             print(
-                f"GuideLLM {g['level']:>4} streams: |err| median {e['median']:.3f} % "
-                f"p95 {e['p95']:.3f} % max {e['max']:.3f} % signed {e['signed']:+.3f} %"
+                f"GuideLLM {g['level']:>4} streams ({g['n']} requests): |err| median "
+                f"{e['median']:.3f} % p95 {e['p95']:.3f} % max {e['max']:.3f} % "
+                f"signed {e['signed']:+.3f} %"
             )
     return 0
 

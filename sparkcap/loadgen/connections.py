@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import select
+import socket
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import httpx
@@ -53,8 +54,8 @@ class StreamClients:
     """Clients by stream slot, created on first use; ``async with`` closes them all.
 
     Each slot's client holds one connection, whose socket is noted when it is made (httpcore's
-    ``trace`` extension): a held request (client.py) asks :meth:`answered_early` before its
-    last byte, because writing to a server that already answered and closed draws a reset
+    ``trace`` extension): a held request (client.py) is checked with :meth:`answered_early`
+    before its last byte, because writing to a server that already answered and closed draws a reset
     that discards its answer. Plain TCP only: over TLS the answer cannot be told from the
     peer's own records, and such a request is recorded as a lost connection.
     """
@@ -63,7 +64,7 @@ class StreamClients:
         self.deployment = deployment
         self._verify = tls_verify(deployment)
         self._clients: dict[int, httpx.AsyncClient] = {}
-        self._streams: dict[int, Any] = {}
+        self._sockets: dict[int, socket.socket] = {}
 
     def __getitem__(self, slot: int) -> httpx.AsyncClient:
         client = self._clients.get(slot)
@@ -76,25 +77,31 @@ class StreamClients:
     def trace(self, slot: int) -> Callable[[str, dict[str, Any]], Awaitable[None]]:
         async def note_connection(event: str, info: dict[str, Any]) -> None:
             if event == "connection.connect_tcp.complete":
-                self._streams[slot] = info.get("return_value")
+                stream = info.get("return_value")
+                sock = stream.get_extra_info("socket") if stream is not None else None
+                if sock is not None:
+                    self._sockets[slot] = sock
             elif event == "connection.start_tls.complete":
                 # a TLS peer sends records of its own after the handshake (session tickets):
                 # a readable socket no longer means an answer, so TLS slots are not peeked
-                self._streams.pop(slot, None)
+                self._sockets.pop(slot, None)
 
         return note_connection
 
-    def answered_early(self, slot: int) -> bool:
-        """Has the server sent anything (an answer, or a close) on this slot's connection?"""
-        stream = self._streams.get(slot)
-        sock = stream.get_extra_info("socket") if stream is not None else None
-        if sock is None:
-            return False
-        try:
-            readable, _, _ = select.select([sock], [], [], 0)
-        except (OSError, ValueError):  # closed meanwhile: the send will say so
-            return False
-        return bool(readable)
+    def answered_early(self, slots: Iterable[int]) -> set[int]:
+        """The slots whose server has sent anything (an answer, or a close) already: one
+        poll for a whole wave, so the release itself only writes."""
+        socks = {}
+        for slot in slots:
+            sock = self._sockets.get(slot)
+            if sock is not None and sock.fileno() >= 0:
+                socks[sock.fileno()] = slot
+        if not socks:
+            return set()
+        poller = select.poll()
+        for fd in socks:
+            poller.register(fd, select.POLLIN)
+        return {socks[fd] for fd, _ in poller.poll(0)}
 
     async def __aenter__(self) -> StreamClients:
         return self

@@ -253,6 +253,7 @@ async def release_streams(
     given; without it the release is now.
     """
     gate = asyncio.Event()
+    answered_early: set[int] = set()
     parked = 0
     all_parked = asyncio.Event()
 
@@ -275,7 +276,7 @@ async def release_streams(
             total_timeout_s,
             release=gate,
             on_parked=on_parked,
-            answered_early=lambda: clients.answered_early(slot),
+            answered_early=lambda: slot in answered_early,
             trace=clients.trace(slot),
         )
 
@@ -296,6 +297,7 @@ async def release_streams(
             await asyncio.sleep(wait_ns / 1e9)
         while time.perf_counter_ns() < release_ns:
             pass  # the last 2 ms: a timer would wake up to a millisecond late
+        answered_early.update(clients.answered_early(r.stream_index for r in records))
         released = time.perf_counter_ns()
         gate.set()
         await asyncio.gather(*tasks)
