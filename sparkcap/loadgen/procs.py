@@ -114,6 +114,7 @@ async def _serve(conn: Connection, deployment: Deployment, index: int) -> None:
                 release_gate=gate,
             )
             conn.send(("done", (share.records, timing)))
+            gc.collect()  # between waves, where no stream is being timed
 
 
 def _worker_main(fd: int, index: int) -> None:

@@ -284,11 +284,7 @@ async def release_streams(
     tasks = [asyncio.create_task(one(i)) for i in range(len(records))]
     if records:
         await all_parked.wait()
-    # A full collection over a process's objects stops the loop for tens of milliseconds: it
-    # runs here, before the release, and the collector stays off until every stream ended.
-    gc_was_enabled = gc.isenabled()
-    gc.collect()
-    gc.disable()
+    _collector_off()
     try:
         release_ns = await release_gate() if release_gate is not None else time.perf_counter_ns()
         monitor.start()
@@ -304,8 +300,7 @@ async def release_streams(
         ended = time.perf_counter_ns()
         await monitor.stop()
     finally:
-        if gc_was_enabled:
-            gc.enable()
+        _collector_back()
     return ProcessTiming(
         process_index=process_index,
         pid=os.getpid(),
@@ -317,6 +312,28 @@ async def release_streams(
         cpu_pct=monitor.cpu_pct,
         timing_error_bound=timing_error_bound(records, monitor, anchor_perf_ns),
     )
+
+
+# A full collection over a process's objects stops its loop for tens of milliseconds (hundreds
+# in a process that has loaded dbt and Prefect): the collector is off while any wave of this
+# process is being timed. Counted, because sweeps of several deployments share a process.
+_timed_waves = 0
+_collector_was_on = False
+
+
+def _collector_off() -> None:
+    global _timed_waves, _collector_was_on
+    if _timed_waves == 0:
+        _collector_was_on = gc.isenabled()
+        gc.disable()
+    _timed_waves += 1
+
+
+def _collector_back() -> None:
+    global _timed_waves
+    _timed_waves -= 1
+    if _timed_waves == 0 and _collector_was_on:
+        gc.enable()
 
 
 def settle_wave(wave: WaveRecord, timings: Sequence[ProcessTiming]) -> WaveRecord:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import time
 
@@ -48,3 +49,16 @@ def test_socket_fd_is_none_when_the_stack_hides_the_socket() -> None:
             self.extensions: dict[str, object] = {}
 
     assert arrivals.socket_fd(Response()) is None
+
+
+def test_the_collector_is_off_while_any_wave_is_timed_and_back_after_the_last() -> None:
+    from sparkcap.loadgen import wave
+
+    assert gc.isenabled()
+    wave._collector_off()  # one sweep's wave
+    wave._collector_off()  # another deployment's, in the same process
+    assert not gc.isenabled()
+    wave._collector_back()
+    assert not gc.isenabled()  # the other wave is still being timed
+    wave._collector_back()
+    assert gc.isenabled()
