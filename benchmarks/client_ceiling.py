@@ -117,6 +117,10 @@ def sparkcap_level(sim: SimProcess, level: int, args: argparse.Namespace) -> dic
             }
         )
     out["err"] = summarize(errs)
+    if args.worst:
+        worst = sorted(zip(errs, late_first, late_last, strict=True), key=lambda x: -abs(x[0]))
+        for e, lf, ll in worst[: args.worst]:
+            print(f"  {level} streams: err {e:+.3f} % late first {lf:.2f} ms last {ll:.2f} ms")
     out["late_first_ms"] = statistics.median(late_first)
     out["late_last_ms"] = statistics.median(late_last)
     return out
@@ -185,6 +189,7 @@ def main() -> int:
     ap.add_argument("--procs", default="auto", help="client processes per wave (auto: per core)")
     ap.add_argument("--tokens", type=int, default=300)
     ap.add_argument("--trials", type=int, default=2)
+    ap.add_argument("--worst", type=int, default=0, help="print the N worst streams per level")
     ap.add_argument("--guidellm", help="path to a guidellm executable to compare against")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]

@@ -19,28 +19,101 @@ from __future__ import annotations
 
 import asyncio
 import selectors
+import socket
+import struct
 import time
 from typing import Any
 
 _by_loop: dict[int, ArrivalSelector] = {}
 
 
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux
+_PEEK_FLAGS = socket.MSG_PEEK | socket.MSG_DONTWAIT
+_CMSG_BYTES = socket.CMSG_SPACE(16)
+
+
 class ArrivalSelector(selectors.DefaultSelector):
-    """Notes, per file descriptor, when a poll last reported it readable."""
+    """Notes, per file descriptor, when the bytes a poll reported readable arrived.
+
+    For a socket given to :meth:`watch` that is the kernel's own receive time of the newest
+    bytes waiting on it (``SO_TIMESTAMPNS``, read with a peek that consumes nothing): it does
+    not move when this process was descheduled or busy between the arrival and the poll. For
+    any other descriptor, or when the kernel gave no time, it is the instant the poll returned.
+    Noted per descriptor: the arrival of the oldest and of the newest waiting bytes (both the
+    poll's instant when the kernel gave none); neither is ever later than the poll.
+    """
 
     def __init__(self) -> None:
         super().__init__()
-        self.readable_at: dict[int, int] = {}
+        # fd -> (oldest, newest) arrival of the bytes waiting when a poll reported it readable
+        self.readable_at: dict[int, tuple[int, int]] = {}
+        self._peekers: dict[int, socket.socket] = {}
+        self._peek_buf = bytearray(1 << 16)
+
+    def watch(self, sock: Any) -> bool:
+        """Have the kernel stamp this socket's arrivals, and read those stamps when polled."""
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            fd = int(sock.fileno())
+            self._forget(fd)
+            # a second object on the same descriptor, for recvmsg; detached, never closed
+            self._peekers[fd] = socket.socket(fileno=fd)
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def _forget(self, fd: int) -> None:
+        old = self._peekers.pop(fd, None)
+        if old is not None:
+            old.detach()
+
+    def _kernel_arrival_ns(self, fd: int, peeker: socket.socket, nbytes: int) -> int | None:
+        """CLOCK_REALTIME ns at which the kernel received the segment holding the last of the
+        first ``nbytes`` waiting bytes (``None``: nothing waiting, or no time given)."""
+        try:
+            nbytes, ancdata, _, _ = peeker.recvmsg_into(
+                [memoryview(self._peek_buf)[:nbytes]], _CMSG_BYTES, _PEEK_FLAGS
+            )
+        except BlockingIOError:
+            return None
+        except OSError:  # the descriptor is closed or now something else
+            self._forget(fd)
+            return None
+        if nbytes == 0:
+            return None
+        for level, kind, data in ancdata:
+            if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
+                sec, nsec = struct.unpack("qq", data[:16])
+                return int(sec * 1_000_000_000 + nsec)
+        return None
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         ready = super().select(timeout)
         if ready:
             t = time.perf_counter_ns()
+            realtime_minus_perf: int | None = None
             seen = self.readable_at
             for key, events in ready:
-                if events & selectors.EVENT_READ:
-                    seen[key.fd] = t
+                if not events & selectors.EVENT_READ:
+                    continue
+                fd = key.fd
+                oldest = newest = t
+                peeker = self._peekers.get(fd)
+                if peeker is not None:
+                    last = self._kernel_arrival_ns(fd, peeker, len(self._peek_buf))
+                    first = self._kernel_arrival_ns(fd, peeker, 1) if last is not None else None
+                    if last is not None and first is not None:
+                        if realtime_minus_perf is None:
+                            realtime_minus_perf = time.time_ns() - time.perf_counter_ns()
+                        newest = min(t, last - realtime_minus_perf)
+                        oldest = min(newest, first - realtime_minus_perf)
+                seen[fd] = (oldest, newest)
         return ready
+
+    def close(self) -> None:
+        for fd in list(self._peekers):
+            self._forget(fd)
+        super().close()
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:

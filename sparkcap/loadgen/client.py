@@ -54,11 +54,11 @@ def _delta_chars(choice: dict[str, Any]) -> int:
 class StreamState:
     """Applies parsed events to a record; separate from I/O so it can be tested on bytes."""
 
-    __slots__ = ("_anchor", "_last_usage_tokens", "_usage_chunks", "parser", "rec")
+    __slots__ = ("_last_usage_tokens", "_usage_chunks", "anchor", "parser", "rec")
 
     def __init__(self, rec: RequestRecord, anchor_perf_ns: int, parser: SSEParser) -> None:
         self.rec = rec
-        self._anchor = anchor_perf_ns
+        self.anchor = anchor_perf_ns
         self.parser = parser
         self._last_usage_tokens: int | None = None
         self._usage_chunks = 0
@@ -81,13 +81,16 @@ class StreamState:
             CountSource.USAGE if rec.completion_tokens is not None else CountSource.NONE
         )
 
-    def feed(self, data: bytes, t_perf_ns: int) -> None:
-        for ev in self.parser.feed(data):
-            self._event(ev.event, ev.data, t_perf_ns - self._anchor)
+    def feed(self, data: bytes, t_perf_ns: int, t_rest_perf_ns: int | None = None) -> None:
+        """Apply the events ``data`` completes: the first at ``t_perf_ns``, any later ones at
+        ``t_rest_perf_ns`` (when the bytes behind the first arrived before the rest)."""
+        later = t_perf_ns if t_rest_perf_ns is None else t_rest_perf_ns
+        for i, ev in enumerate(self.parser.feed(data)):
+            self._event(ev.event, ev.data, (t_perf_ns if i == 0 else later) - self.anchor)
 
     def close(self, t_perf_ns: int) -> None:
         for ev in self.parser.close():
-            self._event(ev.event, ev.data, t_perf_ns - self._anchor)
+            self._event(ev.event, ev.data, t_perf_ns - self.anchor)
 
     def _event(self, event: str, data: str, t_ns: int) -> None:
         rec = self.rec
@@ -142,6 +145,41 @@ class StreamState:
                 rec.first_token_ns = t_ns
             rec.last_token_ns = t_ns
             rec.chunks.append(t_ns, chunk_tokens, n_chars)
+
+
+async def _read_with_arrivals(
+    response: httpx.Response,
+    state: StreamState,
+    readable_at: dict[int, tuple[int, int]],
+    fd: int,
+    rec: RequestRecord,
+) -> None:
+    """Read the body, stamping events with the arrivals the loop's poll noted (arrivals.py).
+
+    A poll notes the oldest and the newest waiting bytes. The first part read after a new poll
+    begins with the oldest bytes, so its first event gets that instant; every other event of
+    the read gets the newest (never earlier than its own bytes). A part no poll accounts for
+    since the previous stamp (read together with earlier bytes, or a reused descriptor's old
+    note) is stamped on resumption. Nothing before this request was sent is ever used.
+    """
+    perf = time.perf_counter_ns
+    prev = state.anchor + (rec.sent_ns or 0)
+    last_oldest = 0
+    async for part in response.aiter_raw():
+        t = perf()
+        first = rest = t
+        polled = readable_at.get(fd)
+        if polled is not None:
+            oldest, newest = polled
+            if last_oldest < oldest and prev < oldest <= t:
+                first, rest = oldest, min(max(newest, oldest), t)
+                last_oldest = oldest
+            elif prev <= newest <= t:
+                first = rest = newest
+        prev = max(prev, rest)
+        state.feed(part, first, rest)
+        if rec.saw_done:
+            break
 
 
 def classify(rec: RequestRecord) -> Status:
@@ -250,17 +288,7 @@ async def stream_request(
                         if rec.saw_done:
                             break
                 else:
-                    readable_at = arrivals.readable_at
-                    prev = perf()
-                    async for part in response.aiter_raw():
-                        t = perf()
-                        polled = readable_at.get(fd, 0)
-                        if prev < polled <= t:
-                            t = polled  # when the loop learned the bytes were there
-                        prev = t
-                        state.feed(part, t)
-                        if rec.saw_done:
-                            break
+                    await _read_with_arrivals(response, state, arrivals.readable_at, fd, rec)
                 state.close(perf())
             finally:
                 await response.aclose()

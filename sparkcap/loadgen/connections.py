@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 
 from sparkcap.config import Deployment
+from sparkcap.loadgen.arrivals import for_running_loop
 
 
 def tls_verify(deployment: Deployment) -> ssl.SSLContext:
@@ -81,6 +82,9 @@ class StreamClients:
                 sock = stream.get_extra_info("socket") if stream is not None else None
                 if sock is not None:
                     self._sockets[slot] = sock
+                    arrivals = for_running_loop()
+                    if arrivals is not None:
+                        arrivals.watch(sock)
             elif event == "connection.start_tls.complete":
                 # a TLS peer sends records of its own after the handshake (session tickets):
                 # a readable socket no longer means an answer, so TLS slots are not peeked

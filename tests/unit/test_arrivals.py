@@ -23,11 +23,41 @@ def test_a_poll_notes_when_it_saw_a_socket_readable_and_nothing_else() -> None:
         (ready,) = sel.select(1)
         after = time.perf_counter_ns()
         assert ready[0].fd == a.fileno()
-        assert before <= sel.readable_at[a.fileno()] <= after
+        oldest, newest = sel.readable_at[a.fileno()]
+        assert before <= oldest == newest <= after  # not watched: the poll's own instant
         assert quiet_a.fileno() not in sel.readable_at
     finally:
         sel.close()
         for s in (a, b, quiet_a, quiet_b):
+            s.close()
+
+
+def test_a_watched_socket_is_stamped_with_the_kernels_receive_times() -> None:
+    """Bytes that waited 80 ms for a busy process still carry their arrival instants."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    server, _ = listener.accept()
+    sel = arrivals.ArrivalSelector()
+    try:
+        assert sel.watch(client)
+        sel.register(client, arrivals.selectors.EVENT_READ)
+        sent_first = time.perf_counter_ns()
+        server.send(b"data: first\n\n")
+        time.sleep(0.03)
+        sent_second = time.perf_counter_ns()
+        server.send(b"data: second\n\n")
+        time.sleep(0.05)  # the process is "busy": nothing polls meanwhile
+        polled = time.perf_counter_ns()
+        sel.select(1)
+        oldest, newest = sel.readable_at[client.fileno()]
+        # (the kernel may merge the two segments while they wait: the oldest is then the
+        # merged segment's, later than the first send but never earlier)
+        assert sent_first <= oldest <= newest and sent_second <= newest < polled
+        assert polled - newest > 40e6  # the wait is not in the stamp
+        assert client.recv(100) == b"data: first\n\ndata: second\n\n"  # a peek reads nothing
+    finally:
+        sel.close()
+        for s in (client, server, listener):
             s.close()
 
 
