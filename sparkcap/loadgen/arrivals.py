@@ -18,6 +18,7 @@ with an older report.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import selectors
 import socket
 import struct
@@ -49,6 +50,13 @@ class ArrivalSelector(selectors.DefaultSelector):
         self.readable_at: dict[int, tuple[int, int]] = {}
         self._peekers: dict[int, socket.socket] = {}
         self._peek_buf = bytearray(1 << 16)
+        # Linux turns receive timestamping on for the whole host while any socket asks for it,
+        # and switches it back on lazily (deferred work) after the last such socket closed: a
+        # wave's fresh connections could then get their first bytes unstamped. One socket that
+        # asks for it for this process's lifetime keeps it on.
+        self._keep_on = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with contextlib.suppress(OSError):
+            self._keep_on.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
 
     def watch(self, sock: Any) -> bool:
         """Have the kernel stamp this socket's arrivals, and read those stamps when polled."""
@@ -113,6 +121,7 @@ class ArrivalSelector(selectors.DefaultSelector):
     def close(self) -> None:
         for fd in list(self._peekers):
             self._forget(fd)
+        self._keep_on.close()
         super().close()
 
 
