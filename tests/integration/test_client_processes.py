@@ -34,7 +34,7 @@ from sparkcap.loadgen.sweep import new_run_id, run_sweep
 from sparkcap.runner import run_sweeps
 from sparkcap.sim.server import SimProcess
 
-pytestmark = [pytest.mark.integration]
+pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
 CONSTANT_RATE = {  # 60 tok/s per stream at any batch: every stream's true rate is the same
     "model": "flat",

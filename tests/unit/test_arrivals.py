@@ -7,6 +7,8 @@ import gc
 import socket
 import time
 
+import pytest
+
 from sparkcap.loadgen import arrivals
 
 
@@ -32,6 +34,7 @@ def test_a_poll_notes_when_it_saw_a_socket_readable_and_nothing_else() -> None:
             s.close()
 
 
+@pytest.mark.reliability
 def test_a_watched_socket_is_stamped_with_the_kernels_receive_times() -> None:
     """Bytes that waited 80 ms for a busy process still carry their arrival instants."""
     listener = socket.create_server(("127.0.0.1", 0))
