@@ -669,13 +669,35 @@ def build(
 @app.command()
 def report(
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    run: Annotated[str | None, typer.Option(help="run id (default: the latest built run)")] = None,
+    run: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="run id (default: the latest built run); repeat it to report several runs "
+            "as one (each deployment x workload from the newest run that measured it)"
+        ),
+    ] = None,
+    night: Annotated[
+        str | None,
+        typer.Option(help="report every built run that started on this UTC date (YYYY-MM-DD)"),
+    ] = None,
     out_dir: Annotated[Path | None, typer.Option("--out", help="report folder")] = None,
 ) -> None:
-    """Render the HTML report (and PNG/SVG charts) of a run from the marts."""
+    """Render the HTML report (and PNG/SVG charts) of a run, several runs or a night."""
+    from datetime import date
+
     from sparkcap.report import render_report
 
-    result = render_report(_db(db), run, out_dir)
+    if night is not None and run:
+        raise typer.BadParameter("give --run or --night, not both", param_hint="--night")
+    night_date = None
+    if night is not None:
+        try:
+            night_date = date.fromisoformat(night)
+        except ValueError:
+            raise typer.BadParameter(
+                f"expected a date YYYY-MM-DD, got {night!r}", param_hint="--night"
+            ) from None
+    result = render_report(_db(db), run or None, out_dir, night=night_date)
     out.print(f"report: {result.index.resolve()}", highlight=False)
     if result.latest is not None:
         out.print(f"latest: {result.latest.resolve()}", highlight=False)

@@ -7,11 +7,14 @@ bundle) so the page opens offline; charts are also exported with vl-convert for 
 
 from __future__ import annotations
 
+import hashlib
 import html
 import json
 import os
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +61,124 @@ def _latest_built_run(con: Any) -> str:
     if not rows:
         raise ReportError("no capacity results in the marts yet (run `sparkcap build` first)")
     return str(rows[0][0])
+
+
+def runs_of_night(db_path: Path, night: date) -> list[str]:
+    """Built runs that started on ``night`` (a UTC date), oldest first."""
+    with open_warehouse(db_path, read_only=True) as con:
+        rows = con.execute(
+            "select distinct c.run_id, r.started_at from marts.fct_capacity c "
+            "join raw.runs r using (run_id) "
+            "where cast(timezone('UTC', r.started_at) as date) = ? order by r.started_at",
+            [night],
+        ).fetchall()
+    if not rows:
+        raise ReportError(f"no built run started on {night.isoformat()} (UTC)")
+    return [str(r[0]) for r in rows]
+
+
+def combined_label(run_ids: Sequence[str], night: date | None = None) -> str:
+    """A folder name for a report over several runs: the night, or a digest of the runs."""
+    if night is not None:
+        return f"night-{night.isoformat()}"
+    digest = hashlib.sha256("\n".join(sorted(run_ids)).encode()).hexdigest()[:8]
+    return f"combined-{len(run_ids)}-runs-{digest}"
+
+
+def load_combined(db_path: Path, run_ids: Sequence[str], label: str) -> dict[str, Any]:
+    """Data for one report over several runs: hand-made sweeps read as one night.
+
+    Each deployment x workload comes from the newest of the runs that measured it, and the
+    fleet headline from ``marts.fleet_capacity_of`` (the fleet formula of
+    ``fct_fleet_capacity``, created by every build); nothing is computed here.
+    """
+    runs = list(dict.fromkeys(run_ids))
+    with open_warehouse(db_path, read_only=True) as con:
+        found = con.execute(
+            "select run_id, started_at, finished_at, status, status_reason, sparkcap_version "
+            "from raw.runs where list_contains(?, run_id) order by started_at",
+            [runs],
+        ).fetchall()
+        missing = sorted(set(runs) - {str(r[0]) for r in found})
+        if missing:
+            raise ReportError(f"no run {', '.join(missing)} in {db_path}")
+        has_macro = con.execute(
+            "select count(*) from duckdb_functions() where schema_name = 'marts' "
+            "and function_name = 'fleet_capacity_of'"
+        ).fetchall()[0][0]
+        if not has_macro:
+            raise ReportError(
+                "this warehouse was built by an older sparkcap: run `sparkcap build` once to "
+                "report over several runs"
+            )
+        p = {"runs": runs}
+        data: dict[str, Any] = {"run_id": label, "runs": found}
+        newest = found[-1]
+        data["run"] = (
+            label,
+            found[0][1],
+            newest[2],
+            "combined",
+            f"{len(found)} runs: " + ", ".join(str(r[0]) for r in found),
+            newest[5],
+        )
+        data["capacity"] = _df(
+            con,
+            "select c.*, coalesce(d.replicas, 1) as replicas, d.nodes, d.hardware, d.model "
+            "as model_name from marts.capacity_of($runs) c left join marts.dim_deployments d "
+            "using (run_id, deployment) order by deployment, workload",
+            p,
+        )
+        if data["capacity"].empty:
+            raise ReportError("none of these runs has capacity rows (run `sparkcap build`)")
+        data["fleet"] = _df(
+            con, "select * from marts.fleet_capacity_of($runs) order by workload", p
+        )
+        data["levels"] = _df(
+            con,
+            "select l.*, c.capacity_streams from marts.fct_levels l "
+            "join marts.capacity_of($runs) c using (run_id, deployment, workload) "
+            "order by deployment, workload, concurrency",
+            p,
+        )
+        data["gaps"] = _df(
+            con,
+            "select deployment, step, outcome, reason from marts.fct_step_outcomes "
+            "where list_contains($runs, run_id) and is_failed and (deployment is null or "
+            "deployment not in (select deployment from marts.capacity_of($runs))) "
+            "order by deployment, step",
+            p,
+        )
+        data["metrics_missing"] = _df(
+            con,
+            "select t.deployment, count(*) filter (where t.metrics_error is not null) "
+            "as n_missing, count(*) as n_waves, min(t.metrics_error) as example_error "
+            "from marts.fct_trials t join marts.capacity_of($runs) c "
+            "using (run_id, deployment, workload) group by t.deployment "
+            "having count(t.metrics_error) > 0 order by t.deployment",
+            p,
+        )
+        data["invalid"] = _df(
+            con,
+            "select t.deployment, t.workload, t.concurrency, t.trial, t.invalid_reasons "
+            "from marts.fct_trials t join marts.capacity_of($runs) c "
+            "using (run_id, deployment, workload) where t.trial > 0 and not t.is_valid "
+            "order by t.deployment, t.workload, t.concurrency, t.trial",
+            p,
+        )
+        newest_id = str(newest[0])
+        data["history"] = _df(
+            con,
+            "select c.run_id, r.started_at, c.deployment, c.workload, c.capacity_streams "
+            "from marts.fct_capacity c join raw.runs r using (run_id) "
+            "where r.started_at <= (select started_at from raw.runs where run_id = ?) "
+            "order by r.started_at",
+            [newest_id],
+        )
+        for key in ("prefill", "cache", "timeline", "output_length", "mixed", "links", "dq"):
+            data[key] = pd.DataFrame()
+        data["previous_run"] = None
+    return data
 
 
 def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
@@ -572,16 +693,27 @@ for (const [id, spec] of Object.entries(charts)) {{
 
 def render_report(
     db_path: Path,
-    run_id: str | None = None,
+    run_id: str | Sequence[str] | None = None,
     out_dir: Path | None = None,
     *,
     update_latest: bool = True,
     export_images: bool = True,
+    night: date | None = None,
 ) -> ReportResult:
+    """Render one run's report, or one over several runs (a list of ids, or ``night``: every
+    built run that started that UTC day), written under a folder named for them."""
     import vl_convert as vlc
     from altair.utils._importers import vl_version_for_vl_convert
 
-    data = load_data(Path(db_path), run_id)
+    if night is not None:
+        runs = runs_of_night(Path(db_path), night)
+        data = load_combined(Path(db_path), runs, combined_label(runs, night))
+    elif isinstance(run_id, str) or run_id is None:
+        data = load_data(Path(db_path), run_id)
+    elif len(run_id) == 1:
+        data = load_data(Path(db_path), run_id[0])
+    else:
+        data = load_combined(Path(db_path), run_id, combined_label(run_id))
     run_id = str(data["run_id"])
     root = Path(out_dir) if out_dir is not None else get_settings().reports_dir
     run_dir = root / run_id
@@ -803,6 +935,24 @@ def render_report(
     )
     run = data["run"]
     status = f"{run[3]}" + (f" ({run[4]})" if run[4] else "")
+    runs_section = (
+        [
+            "<section><h2>Runs in this report</h2><p class='note'>Each deployment and "
+            "workload comes from the newest of these runs that measured it; the headline sums "
+            "those rows.</p>"
+            + _table(
+                pd.DataFrame(
+                    [(r[0], r[1], r[3]) for r in data["runs"]],
+                    columns=["run_id", "started_at", "status"],
+                ),
+                {"run_id": "run", "started_at": "started", "status": "status"},
+                "",
+            )
+            + "</section>"
+        ]
+        if data.get("runs")
+        else []
+    )
     sections = [
         f"<section><h2>Headline</h2><p class='headline'>At {t:g} tok/s the fleet sustains "
         f"<b>{html.escape(headline_text)}</b> streams.</p>"
@@ -818,6 +968,7 @@ def render_report(
             else ""
         )
         + "<div id='chart-headline'></div></section>",
+        *runs_section,
         *(
             [
                 "<section><h2>Not measured tonight</h2><p class='note'>What an imperfect "
