@@ -63,6 +63,18 @@ def _latest_built_run(con: Any) -> str:
     return str(rows[0][0])
 
 
+def _history(con: Any, run_id: str) -> pd.DataFrame:
+    """Capacity of every night up to and including ``run_id``'s (never a later one)."""
+    return _df(
+        con,
+        "select c.run_id, r.started_at, c.deployment, c.workload, c.capacity_streams "
+        "from marts.fct_capacity c join raw.runs r using (run_id) "
+        "where r.started_at <= (select started_at from raw.runs where run_id = ?) "
+        "order by r.started_at",
+        [run_id],
+    )
+
+
 def runs_of_night(db_path: Path, night: date) -> list[str]:
     """Built runs that started on ``night`` (a UTC date), oldest first."""
     with open_warehouse(db_path, read_only=True) as con:
@@ -166,15 +178,7 @@ def load_combined(db_path: Path, run_ids: Sequence[str], label: str) -> dict[str
             "order by t.deployment, t.workload, t.concurrency, t.trial",
             p,
         )
-        newest_id = str(newest[0])
-        data["history"] = _df(
-            con,
-            "select c.run_id, r.started_at, c.deployment, c.workload, c.capacity_streams "
-            "from marts.fct_capacity c join raw.runs r using (run_id) "
-            "where r.started_at <= (select started_at from raw.runs where run_id = ?) "
-            "order by r.started_at",
-            [newest_id],
-        )
+        data["history"] = _history(con, str(newest[0]))
         for key in ("prefill", "cache", "timeline", "output_length", "mixed", "links", "dq"):
             data[key] = pd.DataFrame()
         data["previous_run"] = None
@@ -244,14 +248,7 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
             "order by deployment, workload, concurrency, trial",
             [run_id],
         )
-        data["history"] = _df(
-            con,
-            "select c.run_id, r.started_at, c.deployment, c.workload, c.capacity_streams "
-            "from marts.fct_capacity c join raw.runs r using (run_id) "
-            "where r.started_at <= (select started_at from raw.runs where run_id = ?) "
-            "order by r.started_at",
-            [run_id],
-        )
+        data["history"] = _history(con, run_id)
         has_probes = con.execute(
             "select count(*) from information_schema.tables "
             "where table_schema = 'marts' and table_name = 'fct_prefill_interference'"
