@@ -113,7 +113,9 @@ create table if not exists raw.requests (
     retry_after           varchar,
     saw_done              boolean not null,
     n_chunks              integer not null,
-    role                  varchar      -- probes: what the request was for
+    role                  varchar,     -- probes: what the request was for
+    first_token_exact     boolean,     -- stamp = kernel arrival of that event alone (0.3+)
+    last_token_exact      boolean
 );
 
 create table if not exists raw.chunks (
@@ -424,6 +426,8 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "saw_done": _col([r.saw_done for r in reqs], pa.bool_()),
             "n_chunks": _col([r.n_chunks for r in reqs], pa.int32()),
             "role": _col([r.role for r in reqs], pa.string()),
+            "first_token_exact": _col([r.first_token_exact for r in reqs], pa.bool_()),
+            "last_token_exact": _col([r.last_token_exact for r in reqs], pa.bool_()),
         }
     )
     counts = np.fromiter((len(r.chunks) for r in reqs), dtype=np.int64, count=len(reqs))

@@ -46,8 +46,9 @@ class ArrivalSelector(selectors.DefaultSelector):
 
     def __init__(self) -> None:
         super().__init__()
-        # fd -> (oldest, newest) arrival of the bytes waiting when a poll reported it readable
-        self.readable_at: dict[int, tuple[int, int]] = {}
+        # fd -> (oldest, newest) arrival of the bytes waiting when a poll reported it readable,
+        # and whether the oldest is exact: a kernel time of bytes holding one event only
+        self.readable_at: dict[int, tuple[int, int, bool]] = {}
         self._peekers: dict[int, socket.socket] = {}
         self._peek_buf = bytearray(1 << 16)
         # Linux turns receive timestamping on for the whole host while any socket asks for it,
@@ -75,25 +76,34 @@ class ArrivalSelector(selectors.DefaultSelector):
         if old is not None:
             old.detach()
 
-    def _kernel_arrival_ns(self, fd: int, peeker: socket.socket, nbytes: int) -> int | None:
+    def _kernel_arrival_ns(
+        self, fd: int, peeker: socket.socket, nbytes: int
+    ) -> tuple[int | None, int]:
         """CLOCK_REALTIME ns at which the kernel received the segment holding the last of the
-        first ``nbytes`` waiting bytes (``None``: nothing waiting, or no time given)."""
+        first ``nbytes`` waiting bytes (``None``: nothing waiting, or no time given), and how
+        many bytes the peek copied into ``_peek_buf``."""
         try:
-            nbytes, ancdata, _, _ = peeker.recvmsg_into(
+            got, ancdata, _, _ = peeker.recvmsg_into(
                 [memoryview(self._peek_buf)[:nbytes]], _CMSG_BYTES, _PEEK_FLAGS
             )
         except BlockingIOError:
-            return None
+            return None, 0
         except OSError:  # the descriptor is closed or now something else
             self._forget(fd)
-            return None
-        if nbytes == 0:
-            return None
+            return None, 0
+        if got == 0:
+            return None, 0
         for level, kind, data in ancdata:
             if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) >= 16:
                 sec, nsec = struct.unpack("qq", data[:16])
-                return int(sec * 1_000_000_000 + nsec)
-        return None
+                return int(sec * 1_000_000_000 + nsec), got
+        return None, got
+
+    def _events_waiting(self, nbytes: int) -> int:
+        """Server-sent events completed in the first ``nbytes`` peeked bytes (plain HTTP: over
+        TLS the bytes are ciphertext and none are found, which only ever costs exactness)."""
+        buf = self._peek_buf
+        return buf.count(b"\n\n", 0, nbytes) + buf.count(b"\r\n\r\n", 0, nbytes)
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         ready = super().select(timeout)
@@ -106,16 +116,21 @@ class ArrivalSelector(selectors.DefaultSelector):
                     continue
                 fd = key.fd
                 oldest = newest = t
+                exact = False
                 peeker = self._peekers.get(fd)
                 if peeker is not None:
-                    last = self._kernel_arrival_ns(fd, peeker, len(self._peek_buf))
-                    first = self._kernel_arrival_ns(fd, peeker, 1) if last is not None else None
+                    last, waiting = self._kernel_arrival_ns(fd, peeker, len(self._peek_buf))
+                    lone = self._events_waiting(waiting) == 1
+                    first = self._kernel_arrival_ns(fd, peeker, 1)[0] if last is not None else None
                     if last is not None and first is not None:
                         if realtime_minus_perf is None:
                             realtime_minus_perf = time.time_ns() - time.perf_counter_ns()
                         newest = min(t, last - realtime_minus_perf)
                         oldest = min(newest, first - realtime_minus_perf)
-                seen[fd] = (oldest, newest)
+                        # one event alone in the kernel's queue: nothing later was merged into
+                        # its segment, so its stamp is its own arrival however late the poll
+                        exact = lone
+                seen[fd] = (oldest, newest, exact)
         return ready
 
     def close(self) -> None:

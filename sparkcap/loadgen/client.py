@@ -81,18 +81,28 @@ class StreamState:
             CountSource.USAGE if rec.completion_tokens is not None else CountSource.NONE
         )
 
-    def feed(self, data: bytes, t_perf_ns: int, t_rest_perf_ns: int | None = None) -> None:
-        """Apply the events ``data`` completes: the first at ``t_perf_ns``, any later ones at
-        ``t_rest_perf_ns`` (when the bytes behind the first arrived before the rest)."""
+    def feed(
+        self,
+        data: bytes,
+        t_perf_ns: int,
+        t_rest_perf_ns: int | None = None,
+        first_exact: bool = False,
+    ) -> None:
+        """Apply the events ``data`` completes: the first at ``t_perf_ns`` (``first_exact``:
+        that is the kernel's arrival time of it alone), any later ones at ``t_rest_perf_ns``
+        (when the bytes behind the first arrived before the rest)."""
         later = t_perf_ns if t_rest_perf_ns is None else t_rest_perf_ns
         for i, ev in enumerate(self.parser.feed(data)):
-            self._event(ev.event, ev.data, (t_perf_ns if i == 0 else later) - self.anchor)
+            if i == 0:
+                self._event(ev.event, ev.data, t_perf_ns - self.anchor, first_exact)
+            else:
+                self._event(ev.event, ev.data, later - self.anchor)
 
     def close(self, t_perf_ns: int) -> None:
         for ev in self.parser.close():
             self._event(ev.event, ev.data, t_perf_ns - self.anchor)
 
-    def _event(self, event: str, data: str, t_ns: int) -> None:
+    def _event(self, event: str, data: str, t_ns: int, exact: bool = False) -> None:
         rec = self.rec
         if rec.saw_done:
             return  # anything after [DONE] carries no measurement
@@ -143,21 +153,24 @@ class StreamState:
         if n_chars:
             if rec.first_token_ns is None:
                 rec.first_token_ns = t_ns
+                rec.first_token_exact = exact
             rec.last_token_ns = t_ns
+            rec.last_token_exact = exact
             rec.chunks.append(t_ns, chunk_tokens, n_chars)
 
 
 async def _read_with_arrivals(
     response: httpx.Response,
     state: StreamState,
-    readable_at: dict[int, tuple[int, int]],
+    readable_at: dict[int, tuple[int, int, bool]],
     fd: int,
     rec: RequestRecord,
 ) -> None:
     """Read the body, stamping events with the arrivals the loop's poll noted (arrivals.py).
 
-    A poll notes the oldest and the newest waiting bytes. The first part read after a new poll
-    begins with the oldest bytes, so its first event gets that instant; every other event of
+    A poll notes the oldest and the newest waiting bytes, and whether the oldest is exact. The
+    first part read after a new poll begins with the oldest bytes, so its first event gets
+    that instant (and its exactness); every other event of
     the read gets the newest (never earlier than its own bytes). A part no poll accounts for
     since the previous stamp (read together with earlier bytes, or a reused descriptor's old
     note) is stamped on resumption. Nothing before this request was sent is ever used.
@@ -168,16 +181,18 @@ async def _read_with_arrivals(
     async for part in response.aiter_raw():
         t = perf()
         first = rest = t
+        first_exact = False
         polled = readable_at.get(fd)
         if polled is not None:
-            oldest, newest = polled
+            oldest, newest, exact = polled
             if last_oldest < oldest and prev < oldest <= t:
                 first, rest = oldest, min(max(newest, oldest), t)
+                first_exact = exact
                 last_oldest = oldest
             elif prev <= newest <= t:
                 first = rest = newest
         prev = max(prev, rest)
-        state.feed(part, first, rest)
+        state.feed(part, first, rest, first_exact)
         if rec.saw_done:
             break
 

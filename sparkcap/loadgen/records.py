@@ -63,6 +63,10 @@ class RequestRecord:
     headers_ns: int | None = None
     first_token_ns: int | None = None
     last_token_ns: int | None = None
+    # the stamp is the kernel's receive time of bytes that held this event alone (arrivals.py):
+    # no stall of the client can have moved it
+    first_token_exact: bool = False
+    last_token_exact: bool = False
     end_ns: int | None = None
     completion_tokens: int | None = None
     prompt_tokens: int | None = None

@@ -106,7 +106,9 @@ def timing_error_bound(
     A stream's rate is (n − 1) / (last − first); if the first timestamp is late by ``a`` and
     the last by ``b`` the interval is off by at most ``a + b``, so the rate by at most
     ``(a + b) / (last − first)``. The trial value is a median over streams, so it is off by no
-    more than the largest per-stream bound. ``None`` when no stream decoded.
+    more than the largest per-stream bound. A stamp that is the kernel's own arrival time of
+    its event (``*_token_exact``) is late by nothing the loop did. ``None`` when no stream
+    decoded.
     """
     worst: float | None = None
     for r in requests:
@@ -115,8 +117,8 @@ def timing_error_bound(
         span = r.last_token_ns - r.first_token_ns
         if span <= 0:
             continue
-        late = monitor.lateness_ns(anchor_ns + r.first_token_ns) + monitor.lateness_ns(
-            anchor_ns + r.last_token_ns
+        late = (0 if r.first_token_exact else monitor.lateness_ns(anchor_ns + r.first_token_ns)) + (
+            0 if r.last_token_exact else monitor.lateness_ns(anchor_ns + r.last_token_ns)
         )
         bound = late / span
         worst = bound if worst is None else max(worst, bound)

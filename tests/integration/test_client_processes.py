@@ -87,16 +87,21 @@ def test_two_processes_time_their_streams_against_one_anchor(tmp_path: Path) -> 
             assert len(mine) == p.n_streams
             # every request was completed at or after its process's release, never before
             assert all(r.sent_ns is not None and r.sent_ns >= p.released_ns for r in mine)
+    # a first token arrives alone (the next chunk is a decode step later): the kernel's time
+    exact = [r.first_token_exact for w in (one, eight) for r in w.requests]
+    assert sum(exact) >= len(exact) / 2, exact
     released = [p.released_ns for p in eight.client_processes]
     assert max(released) - min(released) < 50e6  # one release instant, give or take scheduling
     with duckdb.connect(str(db), read_only=True) as con:
         rows = con.execute(
-            "select w.client_process_count, count(p.wave_id), sum(p.n_streams), w.n_requests "
+            "select w.client_process_count, count(p.wave_id), sum(p.n_streams), w.n_requests, "
+            "(select count(*) from raw.requests q where q.wave_id = w.wave_id "
+            "and q.first_token_exact) > 0 "
             "from raw.waves w join raw.client_processes p using (wave_id) "
             "where w.wave_id = ? group by all",
             [eight.wave_id],
         ).fetchall()
-    assert rows == [(2, 2, 8, 8)]
+    assert rows == [(2, 2, 8, 8, True)]
     assert not workers()  # the pool stopped its processes
 
 

@@ -25,8 +25,9 @@ def test_a_poll_notes_when_it_saw_a_socket_readable_and_nothing_else() -> None:
         (ready,) = sel.select(1)
         after = time.perf_counter_ns()
         assert ready[0].fd == a.fileno()
-        oldest, newest = sel.readable_at[a.fileno()]
+        oldest, newest, exact = sel.readable_at[a.fileno()]
         assert before <= oldest == newest <= after  # not watched: the poll's own instant
+        assert not exact
         assert quiet_a.fileno() not in sel.readable_at
     finally:
         sel.close()
@@ -52,12 +53,19 @@ def test_a_watched_socket_is_stamped_with_the_kernels_receive_times() -> None:
         time.sleep(0.05)  # the process is "busy": nothing polls meanwhile
         polled = time.perf_counter_ns()
         sel.select(1)
-        oldest, newest = sel.readable_at[client.fileno()]
+        oldest, newest, exact = sel.readable_at[client.fileno()]
         # (the kernel may merge the two segments while they wait: the oldest is then the
         # merged segment's, later than the first send but never earlier)
         assert sent_first <= oldest <= newest and sent_second <= newest < polled
         assert polled - newest > 40e6  # the wait is not in the stamp
+        assert not exact  # two events waited together, so the first one's stamp may be late
         assert client.recv(100) == b"data: first\n\ndata: second\n\n"  # a peek reads nothing
+        sent_third = time.perf_counter_ns()
+        server.send(b"data: third\n\n")
+        time.sleep(0.05)
+        sel.select(1)
+        oldest, newest, exact = sel.readable_at[client.fileno()]
+        assert exact and sent_third <= oldest == newest < sent_third + 40e6  # alone: exact
     finally:
         sel.close()
         for s in (client, server, listener):

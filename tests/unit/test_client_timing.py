@@ -44,6 +44,18 @@ def test_a_stall_at_a_first_token_bounds_the_rate_error() -> None:
     assert bound == (80 + 0) * MS / (2000 * MS)  # 4 %: only stream 1's first token is late
 
 
+def test_a_kernel_stamp_of_an_event_alone_is_late_by_no_stall() -> None:
+    # the same 80 ms stall, but stream 1's first token carries the kernel's arrival time of
+    # bytes that held it alone (arrivals.py): the stall delayed reading it, not its stamp
+    m = monitor([(990, 0), (1080, 80), (1090, 0), (2990, 1), (3000, 0)])
+    exact = stream(1, 1080, 3080)
+    exact.first_token_exact = True
+    assert timing_error_bound([stream(0, 500, 2500), exact], m, anchor_ns=0) == 0.0
+    exact.last_token_exact = True
+    exact.first_token_exact = False  # the last one alone does not cover the first
+    assert timing_error_bound([exact], m, anchor_ns=0) == 80 * MS / (2000 * MS)
+
+
 def test_a_stall_in_the_middle_of_the_streams_moves_no_rate() -> None:
     m = monitor([(1500, 60), (1510, 0)])
     assert timing_error_bound([stream(0, 500, 2500)], m, anchor_ns=0) == 0.0
