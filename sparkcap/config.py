@@ -89,6 +89,10 @@ class SweepPlan(Strict):
     # Load-generating processes a wave is spread over (None: one per core this process may
     # use). 1 runs every stream on the sweep's own event loop. See loadgen/procs.py.
     client_processes: int | None = Field(None, ge=1, le=256)
+    # A wave is spread only as far as this many streams per process: below it, releasing
+    # from several processes costs more start skew (a process not scheduled at the instant)
+    # than one loop's stamping of a few streams loses.
+    min_streams_per_process: int = Field(16, ge=1, le=4096)
 
     @field_validator("levels", mode="before")
     @classmethod

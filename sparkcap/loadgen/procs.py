@@ -130,11 +130,14 @@ def _worker_main(fd: int, index: int) -> None:
 class ClientPool:
     """``n`` worker processes that run waves for one deployment; use with ``async with``."""
 
-    def __init__(self, deployment: Deployment, n_processes: int) -> None:
+    def __init__(
+        self, deployment: Deployment, n_processes: int, min_streams_per_process: int = 16
+    ) -> None:
         if n_processes < 2:
             raise ValueError("a pool needs at least two processes (one runs in-process)")
         self.deployment = deployment
         self.n_processes = n_processes
+        self.min_streams_per_process = min_streams_per_process
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
 
@@ -207,10 +210,11 @@ class ClientPool:
         continuous_usage: bool,
         total_timeout_s: float,
     ) -> WaveRecord:
-        """Deal the wave's streams round-robin over the processes, release them together."""
+        """Deal the wave's streams round-robin over as many processes as have at least
+        ``min_streams_per_process`` each, and release them together."""
         bodies, per_request = prepare_streams(wave, specs, headers, extra_body, continuous_usage)
         n = len(wave.requests)
-        used = max(1, min(self.n_processes, n))
+        used = max(1, min(self.n_processes, n // self.min_streams_per_process))
         shares = [list(range(k, n, used)) for k in range(used)]
         conns = self._conns[:used]
         for conn, idx in zip(conns, shares, strict=True):

@@ -193,7 +193,9 @@ async def run_sweep(
     waves: list[WaveRecord] = []
     n_procs = plan.client_processes or available_cores()
     client_cm: contextlib.AbstractAsyncContextManager[StreamClients | ClientPool] = (
-        ClientPool(deployment, n_procs) if n_procs > 1 else StreamClients(deployment)
+        ClientPool(deployment, n_procs, plan.min_streams_per_process)
+        if n_procs > 1
+        else StreamClients(deployment)
     )
     async with client_cm as client:
         headers = request_headers(deployment)

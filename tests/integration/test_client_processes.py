@@ -58,7 +58,12 @@ def test_two_processes_time_their_streams_against_one_anchor(tmp_path: Path) -> 
     with SimProcess({"profiles": [CONSTANT_RATE]}) as sim:
         dep = Deployment(name="flat", endpoint=sim.endpoint, model="flat")  # type: ignore[arg-type]
         plan = SweepPlan(
-            levels=(1, 8), trials=1, max_tokens=60, max_remeasures=0, client_processes=2
+            levels=(1, 8),
+            trials=1,
+            max_tokens=60,
+            max_remeasures=0,
+            client_processes=2,
+            min_streams_per_process=4,
         )
         result = asyncio.run(
             run_sweeps([SweepRequest(deployment=dep, workload="code", plan=plan)], db)
@@ -178,7 +183,13 @@ def test_requests_are_written_ahead_and_completed_only_at_release() -> None:
             model="m",  # type: ignore[arg-type]
         )
         plan = SweepPlan(
-            levels=(16,), trials=1, warmup=False, max_tokens=4, max_remeasures=0, client_processes=2
+            levels=(16,),
+            trials=1,
+            warmup=False,
+            max_tokens=4,
+            max_remeasures=0,
+            client_processes=2,
+            min_streams_per_process=8,
         )
         (wave,) = asyncio.run(run_sweep(dep, "code", plan, new_run_id()))
     assert all(r.status == Status.OK for r in wave.requests), [r.error for r in wave.requests]
@@ -196,7 +207,12 @@ def test_a_dead_client_process_stops_the_sweep_and_leaves_nothing_behind() -> No
     async def sweep_and_kill(endpoint: str) -> None:
         dep = Deployment(name="flat", endpoint=endpoint, model="flat")  # type: ignore[arg-type]
         plan = SweepPlan(
-            levels=(4,), trials=2, max_tokens=300, max_remeasures=0, client_processes=2
+            levels=(4,),
+            trials=2,
+            max_tokens=300,
+            max_remeasures=0,
+            client_processes=2,
+            min_streams_per_process=1,
         )
         started = asyncio.Event()
 
@@ -230,7 +246,7 @@ def test_a_script_without_a_main_guard_can_spread_waves(tmp_path: Path) -> None:
                 from sparkcap.loadgen.sweep import new_run_id, run_sweep
                 dep = Deployment(name="flat", endpoint="{sim.endpoint}", model="flat")
                 plan = SweepPlan(levels=(2,), trials=1, warmup=False, max_tokens=6,
-                                 client_processes=2)
+                                 client_processes=2, min_streams_per_process=1)
                 waves = asyncio.run(run_sweep(dep, "code", plan, new_run_id()))
                 print(len(waves[0].client_processes), [r.status for r in waves[0].requests])
                 """
