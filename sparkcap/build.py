@@ -14,10 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkcap.resources import dbt_project_dir
 from sparkcap.settings import get_settings
 from sparkcap.warehouse import ensure_schema, open_warehouse
-
-DBT_DIR = Path(__file__).resolve().parent.parent / "dbt"
 
 
 class BuildError(RuntimeError):
@@ -38,12 +37,13 @@ def dbt_args(
     dbt_vars: dict[str, Any] | None = None,
 ) -> list[str]:
     work = get_settings().work_dir
+    project = str(dbt_project_dir())
     args = [
         command,
         "--project-dir",
-        str(DBT_DIR),
+        project,
         "--profiles-dir",
-        str(DBT_DIR),
+        project,
         "--target-path",
         str((work / "dbt-target").resolve()),
         "--log-path",
@@ -112,7 +112,7 @@ def known_vars() -> dict[str, Any]:
     """The dbt vars the project declares, with their defaults (dbt/dbt_project.yml)."""
     import yaml
 
-    project = yaml.safe_load((DBT_DIR / "dbt_project.yml").read_text())
+    project = yaml.safe_load((dbt_project_dir() / "dbt_project.yml").read_text())
     return dict(project.get("vars") or {})
 
 

@@ -19,7 +19,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from sparkcap import __version__
 from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.pipeline import Profile
 from sparkcap.settings import get_settings
 
 app = typer.Typer(
@@ -29,6 +31,26 @@ app = typer.Typer(
     help="Measure how many concurrent streams an LLM fleet sustains at an interactive rate.",
 )
 err = Console(stderr=True, soft_wrap=True)
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        print(f"sparkcap {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_print_version, is_eager=True, help="print the version and exit"
+        ),
+    ] = False,
+) -> None:
+    """Measure how many concurrent streams an LLM fleet sustains at an interactive rate."""
+
+
 out = Console(width=None if sys.stdout.isatty() else 120, soft_wrap=not sys.stdout.isatty())
 
 
@@ -56,6 +78,7 @@ def run_with_progress(requests: list[SweepRequest], db: Path, **kwargs: Any) -> 
 
 
 OutputFormat = Literal["table", "csv", "json"]
+ProbeName = Literal["prefill-interference", "prompt-cache", "output-length", "mixed"]
 LEVEL_COLUMNS = (
     "deployment",
     "workload",
@@ -297,9 +320,7 @@ def _safe_name(model: str) -> str:
 
 @app.command()
 def probe(
-    name: Annotated[
-        str, typer.Argument(help="prefill-interference, prompt-cache, output-length or mixed")
-    ],
+    name: Annotated[ProbeName, typer.Argument(help="which probe")],
     endpoint: Annotated[str, typer.Option(help="OpenAI-compatible base URL")],
     model: Annotated[str, typer.Option(help="model name the server serves")],
     deployment: Annotated[str | None, typer.Option(help="deployment name (default: model)")] = None,
@@ -325,9 +346,6 @@ def probe(
     """Measure what long prefills and prompt caches do to responsiveness."""
     from sparkcap.runner import run_probe
 
-    names = ("prefill-interference", "prompt-cache", "output-length", "mixed")
-    if name not in names:
-        raise typer.BadParameter(f"must be one of {', '.join(names)}", param_hint="NAME")
     try:
         extra = json.loads(extra_body) if extra_body else {}
     except ValueError as exc:
@@ -455,15 +473,13 @@ def compare_cmd(
 def sql(
     query: Annotated[str, typer.Argument(help="SQL to run read-only")],
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    format: Annotated[str, typer.Option(help="table, csv or json")] = "table",
+    format: Annotated[OutputFormat, typer.Option(help="how rows are printed")] = "table",
 ) -> None:
     """Run ad-hoc SQL against the warehouse, read-only."""
     import duckdb
 
     from sparkcap.warehouse import open_warehouse
 
-    if format not in ("table", "csv", "json"):
-        raise typer.BadParameter("must be table, csv or json", param_hint="--format")
     with open_warehouse(_db(db), read_only=True) as con:
         try:
             cur = con.execute(query)
@@ -511,7 +527,9 @@ def load_nightly_flow() -> Any:
     from sparkcap.settings import prepare_prefect_env
 
     prepare_prefect_env()
-    path = Path(__file__).resolve().parent.parent / "flows" / "nightly.py"
+    from sparkcap.resources import nightly_flow_file
+
+    path = nightly_flow_file()
     spec = importlib.util.spec_from_file_location("sparkcap_nightly_flow", path)
     if spec is None or spec.loader is None:
         raise CLIError(f"cannot load the nightly flow from {path}")
@@ -524,7 +542,9 @@ def load_nightly_flow() -> Any:
 def run(
     fleet: Annotated[Path, typer.Option(help="fleet file (YAML)")],
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    profile: Annotated[str, typer.Option(help="full, demo or smoke")] = "full",
+    profile: Annotated[Profile, typer.Option(help="how much of the fleet file's plan to run")] = (
+        "full"
+    ),
     reports: Annotated[Path | None, typer.Option(help="report folder")] = None,
     no_prefect: Annotated[
         bool, typer.Option("--no-prefect", help="run the same steps without Prefect")
@@ -755,10 +775,15 @@ def validate(
 @app.command()
 def demo(
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    fleet: Annotated[Path, typer.Option(help="fleet file")] = Path("fleets/twin.yaml"),
+    fleet: Annotated[
+        Path | None, typer.Option(help="fleet file (default: the twin fleet shipped with sparkcap)")
+    ] = None,
     reports: Annotated[Path | None, typer.Option(help="report folder")] = None,
 ) -> None:
     """The nightly flow on the simulated twin fleet with the demo profile; prints the report."""
+    from sparkcap.resources import bundled_fleet
+
+    fleet = fleet or bundled_fleet("twin")
     run(fleet=fleet, db=db, profile="demo", reports=reports, no_prefect=False, fmt="table")
 
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sparkcap.fleet import Fleet, load_fleet
 from sparkcap.runner import DEMO_PROFILE, ProgressFn, RunResult, run_fleet
 
+Profile = Literal["full", "demo", "smoke"]
 PROFILES: dict[str, dict[str, Any]] = {
     "full": {},
     "demo": dict(DEMO_PROFILE),

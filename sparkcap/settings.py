@@ -1,40 +1,48 @@
 """The one place sparkcap reads its environment.
 
-Everything else takes explicit arguments; keeping environment reads here makes it possible to
-say exactly which variables change behaviour (the README lists them) and to test that secrets
-are only ever read by name, on demand.
+Everything else takes explicit arguments; keeping environment reads in one ``pydantic-settings``
+class makes it possible to say exactly which variables change behaviour (the README lists them),
+to reject a bad value with one clear line, and to test that secrets are only ever read by name,
+on demand (``read_secret``), never swept into a settings object that could be logged.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import SecretStr
+from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_DB = Path("warehouse") / "sparkcap.duckdb"
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    db_path: Path
-    work_dir: Path
-    cache_dir: Path
-    reports_dir: Path
-    log_level: str
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        frozen=True, extra="ignore", env_ignore_empty=True, populate_by_name=True
+    )
+
+    db_path: Path = Field(DEFAULT_DB, validation_alias="SPARKCAP_DB")
+    work_dir: Path = Field(Path(".sparkcap"), validation_alias="SPARKCAP_HOME")
+    cache_dir: Path = Field(
+        default_factory=lambda: Path.home() / ".cache" / "sparkcap",
+        validation_alias="SPARKCAP_CACHE",
+    )
+    reports_dir: Path = Field(Path("reports"), validation_alias="SPARKCAP_REPORTS")
+    log_level: str = Field("WARNING", validation_alias="SPARKCAP_LOG_LEVEL")
+    # how long a writer waits for another process's DuckDB lock before saying so
+    busy_wait_s: float = Field(
+        10.0, ge=0, validation_alias=AliasChoices("SPARKCAP_BUSY_WAIT_S", "busy_wait_s")
+    )
+
+    @field_validator("log_level")
+    @classmethod
+    def _upper(cls, value: str) -> str:
+        return value.upper()
 
 
 def get_settings() -> Settings:
-    work = Path(os.environ.get("SPARKCAP_HOME", ".sparkcap"))
-    cache = os.environ.get("SPARKCAP_CACHE") or str(Path.home() / ".cache" / "sparkcap")
-    return Settings(
-        db_path=Path(os.environ.get("SPARKCAP_DB", str(DEFAULT_DB))),
-        work_dir=work,
-        cache_dir=Path(cache),
-        reports_dir=Path(os.environ.get("SPARKCAP_REPORTS", "reports")),
-        log_level=os.environ.get("SPARKCAP_LOG_LEVEL", "WARNING").upper(),
-    )
+    return Settings()
 
 
 def prepare_prefect_env() -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import os
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -28,6 +27,7 @@ import pyarrow as pa
 from sparkcap import __version__
 from sparkcap.config import Deployment
 from sparkcap.loadgen.records import NO_TOKENS, WaveRecord
+from sparkcap.settings import get_settings
 
 SCHEMA_SQL = """
 create schema if not exists raw;
@@ -198,8 +198,6 @@ create table if not exists raw.link_tests (
 );
 """
 
-BUSY_WAIT_S = 10.0
-
 
 class WarehouseBusy(RuntimeError):
     """Another process holds the DuckDB write lock."""
@@ -215,7 +213,7 @@ def connect(
 ) -> duckdb.DuckDBPyConnection:
     """Open the warehouse, waiting a bounded time for another writer to let go."""
     if busy_wait_s is None:
-        busy_wait_s = float(os.environ.get("SPARKCAP_BUSY_WAIT_S", BUSY_WAIT_S))
+        busy_wait_s = get_settings().busy_wait_s
     path = Path(db_path)
     if read_only and not path.exists():
         raise FileNotFoundError(f"no warehouse at {path} (run a sweep first)")

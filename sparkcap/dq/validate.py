@@ -25,10 +25,10 @@ import pandas as pd
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
+from sparkcap import resources
 from sparkcap.settings import get_settings
 from sparkcap.warehouse import open_warehouse, replace_run_rows
 
-EXPECTATIONS_DIR = Path(__file__).resolve().parents[2] / "expectations"
 # probe requests are another population: a long prompt, short probe replies, a warm cache
 # check. They never feed a capacity, so the length rules for code and prose do not apply to
 # them; their own suite only checks that what was recorded is whole (and blocks nothing).
@@ -144,8 +144,9 @@ class ValidationResult:
         return not self.blocking_failures
 
 
-def load_suite_spec(name: str, directory: Path = EXPECTATIONS_DIR) -> dict[str, Any]:
-    spec: dict[str, Any] = json.loads((directory / f"{name}.json").read_text(encoding="utf-8"))
+def load_suite_spec(name: str, directory: Path | None = None) -> dict[str, Any]:
+    folder = directory if directory is not None else resources.expectations_dir()
+    spec: dict[str, Any] = json.loads((folder / f"{name}.json").read_text(encoding="utf-8"))
     return spec
 
 
@@ -232,7 +233,7 @@ def run_validation(
     *,
     config: DQConfig | None = None,
     docs_dir: Path | None = None,
-    expectations_dir: Path = EXPECTATIONS_DIR,
+    expectations_dir: Path | None = None,
 ) -> ValidationResult:
     """Validate one run (the latest by default) and store the results in the warehouse."""
     import great_expectations as gx

@@ -18,7 +18,8 @@ import pytest
 from sparkcap.build import build
 from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.dq.offline import remote_resources
-from sparkcap.dq.validate import EXPECTATIONS_DIR, run_validation
+from sparkcap.dq.validate import run_validation
+from sparkcap.resources import expectations_dir
 from sparkcap.runner import run_sweeps
 from sparkcap.sim.server import SimServer
 from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile, faulty
@@ -162,7 +163,7 @@ def test_validation_after_build_triggers_rebuild_of_that_run(
     # a stricter suite that the clean streams (16 tokens) fail: only the validation can
     # invalidate these trials, so the rebuild must have picked it up
     exp_dir = tmp_path / "expectations"
-    shutil.copytree(EXPECTATIONS_DIR, exp_dir)
+    shutil.copytree(expectations_dir(), exp_dir)
     spec = json.loads((exp_dir / "requests.json").read_text())
     spec["expectations"].append(
         {

@@ -1,0 +1,34 @@
+"""pyproject's explicit package list must cover the tree: a new subpackage left out would be
+missing from every wheel while the editable checkout keeps working."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from sparkcap import resources
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_subpackage_and_part_is_shipped() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    on_disk = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "sparkcap").rglob("__init__.py")
+        if "_project" not in p.parts
+    }
+    assert on_disk <= listed, on_disk - listed
+    mapped = config["package-dir"]
+    assert {f"sparkcap._project.{name}" for name in resources.PARTS} == set(mapped)
+    for package, folder in mapped.items():
+        assert package in listed
+        assert (ROOT / folder).is_dir()
+
+
+def test_parts_resolve_in_a_checkout() -> None:
+    assert (resources.dbt_project_dir() / "dbt_project.yml").is_file()
+    assert (resources.expectations_dir() / "waves.json").is_file()
+    assert resources.nightly_flow_file().is_file()
+    assert resources.bundled_fleet("twin").is_file()
