@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkcap import __version__
-from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.config import Deployment, SweepPlan, SweepRequest, WorkloadName
 from sparkcap.pipeline import Profile
 from sparkcap.settings import get_settings
 
@@ -208,7 +208,7 @@ def sweep(
         str, typer.Option(help="OpenAI-compatible base URL, e.g. http://h:8000/v1")
     ],
     model: Annotated[str, typer.Option(help="model name the server serves")],
-    workload: Annotated[str, typer.Option(help="code or prose")],
+    workload: Annotated[WorkloadName, typer.Option(help="which prompts")],
     deployment: Annotated[str | None, typer.Option(help="deployment name (default: model)")] = None,
     levels: Annotated[str, typer.Option(help="concurrency levels")] = "1,2,4,8,16",
     trials: Annotated[int, typer.Option(help="counted trials per level (1..5)")] = 3,
@@ -269,8 +269,6 @@ def sweep(
         extra = json.loads(extra_body) if extra_body else {}
     except ValueError as exc:
         raise CLIError(f"--extra-body is not JSON: {exc}") from None
-    if workload not in ("code", "prose"):
-        raise typer.BadParameter("must be code or prose", param_hint="--workload")
     req = SweepRequest(
         deployment=Deployment(
             name=deployment or _safe_name(model),
@@ -333,7 +331,7 @@ def probe(
     warm_requests: Annotated[int, typer.Option(help="warm repeats (prompt-cache)")] = 3,
     concurrency: Annotated[int, typer.Option(help="streams (output-length, mixed)")] = 8,
     lengths: Annotated[str, typer.Option(help="output lengths (output-length)")] = "400,1000",
-    workload: Annotated[str, typer.Option(help="code or prose (output-length)")] = "prose",
+    workload: Annotated[WorkloadName, typer.Option(help="prompts (output-length)")] = "prose",
     code_share: Annotated[float, typer.Option(help="share of code streams (mixed)")] = 0.5,
     trials: Annotated[int, typer.Option(help="counted waves (output-length, mixed)")] = 2,
     max_tokens: Annotated[int | None, typer.Option(help="output length (mixed)")] = None,
