@@ -19,6 +19,7 @@ import httpx
 
 from sparkcap.config import Deployment, SweepPlan
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
+from sparkcap.progress import live_decode_tok_s
 from sparkcap.sim.server import SimProcess
 
 PROFILE = {
@@ -59,7 +60,7 @@ def main() -> int:
                 print(f"token count mismatch on {r.request_id}")
                 return 1
             errs.append((r.decode_tok_s - s["decode_tok_s"]) / s["decode_tok_s"] * 100)
-            client.append(r.decode_tok_s)
+            client.append(live_decode_tok_s(r))
             server.append(s["decode_tok_s"])
         mx = max(abs(e) for e in errs)
         worst = max(worst, mx)

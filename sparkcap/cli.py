@@ -342,6 +342,7 @@ def probe(
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
 ) -> None:
     """Measure what long prefills and prompt caches do to responsiveness."""
+    from sparkcap.progress import live_ttft_s
     from sparkcap.runner import run_probe
 
     try:
@@ -391,9 +392,10 @@ def probe(
     for r in [r for w in result.waves[:1] for r in w.requests]:
         if r.role in ("background", "code", "prose"):
             continue
-        ttft = "—" if r.ttft_s is None else f"{r.ttft_s:.2f} s"
+        ttft_s = live_ttft_s(r)
+        ttft = "—" if ttft_s is None else f"{ttft_s:.2f} s"
         out.print(
-            f"{r.role:8} sent {(r.sent_ns or 0) / 1e9:6.2f} s  TTFT {ttft:>9}  prompt "
+            f"{r.role:8} sent {(r.sent_ns or 0) / 1e9:6.2f} s  live TTFT {ttft:>9}  prompt "
             f"{r.prompt_tokens} tok, cached {r.cached_prompt_tokens}  {r.status.value}",
             highlight=False,
         )

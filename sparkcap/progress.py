@@ -33,7 +33,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from sparkcap.loadgen.records import Status, WaveRecord
+from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
 
 ProgressFn = Callable[[WaveRecord, int, int], None]
 _sinks: list[ProgressFn] = []
@@ -59,9 +59,27 @@ def emit(wave: WaveRecord, done: int, total: int) -> None:
         fn(wave, done, total)
 
 
+def live_decode_tok_s(r: RequestRecord) -> float | None:
+    """A stream's rate for a progress line, before anything is staged. The number of record is
+    ``int_stream_rates.decode_tok_s`` (dbt); this live figure is labelled as such wherever it
+    is shown and never stored."""
+    if r.status is not Status.OK or r.completion_tokens is None or r.completion_tokens < 2:
+        return None
+    if r.first_token_ns is None or r.last_token_ns is None or r.last_token_ns <= r.first_token_ns:
+        return None
+    return (r.completion_tokens - 1) / ((r.last_token_ns - r.first_token_ns) / 1e9)
+
+
+def live_ttft_s(r: RequestRecord) -> float | None:
+    """Time to first token for a live line (the number of record: ``int_stream_rates.ttft_s``)."""
+    if r.first_token_ns is None or r.sent_ns is None:
+        return None
+    return (r.first_token_ns - r.sent_ns) / 1e9
+
+
 def live_median_tok_s(wave: WaveRecord) -> float | None:
     """The wave's median stream rate as the client saw it: a progress figure only."""
-    rates = sorted(r.decode_tok_s for r in wave.requests if r.decode_tok_s is not None)
+    rates = sorted(x for x in map(live_decode_tok_s, wave.requests) if x is not None)
     if not rates:
         return None
     mid = len(rates) // 2

@@ -58,10 +58,10 @@ create table if not exists raw.waves (
     client_saturated       boolean,     -- legacy (before 0.2): capture-time verdict; now NULL
     saturation_reasons     varchar,     -- legacy, likewise; the verdict lives in dbt
     duration_s             double,
-    effective_concurrency  double,      -- time-weighted streams decoding at once
-    peak_concurrency       integer,     -- most streams decoding at one instant
-    queued                 boolean,     -- some stream waited for another to finish
-    queued_reason          varchar,
+    effective_concurrency  double,      -- legacy (before 0.4): now computed by dbt; NULL
+    peak_concurrency       integer,     -- legacy, likewise (int_trials)
+    queued                 boolean,     -- legacy, likewise: the verdict lives in dbt
+    queued_reason          varchar,     -- legacy, likewise
     n_requests             integer not null,
     staged_at              timestamptz,        -- when this wave was (re)staged
     probe                  varchar,            -- NULL for sweeps; else the probe's name
@@ -388,10 +388,6 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "metrics_error": _col([wave.metrics_error], pa.string()),
             "client_process_count": _col([len(wave.client_processes) or None], pa.int32()),
             "duration_s": _col([wave.duration_s], pa.float64()),
-            "effective_concurrency": _col([wave.effective_concurrency], pa.float64()),
-            "peak_concurrency": _col([wave.peak_concurrency], pa.int32()),
-            "queued": _col([wave.queued], pa.bool_()),
-            "queued_reason": _col([wave.queued_reason], pa.string()),
             "n_requests": _col([len(reqs)], pa.int32()),
             "staged_at": _col([datetime.now(UTC)], pa.timestamp("us", tz="UTC")),
             "probe": _col([wave.extra.get("probe")], pa.string()),

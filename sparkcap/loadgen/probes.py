@@ -23,7 +23,7 @@ from sparkcap.loadgen.client import stream_request
 from sparkcap.loadgen.connections import make_client
 from sparkcap.loadgen.records import RequestRecord, WaveRecord
 from sparkcap.loadgen.sweep import request_headers
-from sparkcap.loadgen.wave import LoopMonitor, build_body, effective_concurrency, peak_concurrency
+from sparkcap.loadgen.wave import LoopMonitor, build_body
 from sparkcap.loadgen.workloads import StreamSpec, build_streams
 
 WORDS = [
@@ -172,8 +172,6 @@ class _Probe:
         w.duration_s = (time.perf_counter_ns() - w.anchor_perf_ns) / 1e9
         w.loop_lag_p99_ms = monitor.lag_p99_ms
         w.client_cpu_pct = monitor.cpu_pct
-        w.effective_concurrency = effective_concurrency(w.requests)
-        w.peak_concurrency = peak_concurrency(w.requests)
         return w
 
 

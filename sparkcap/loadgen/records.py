@@ -85,32 +85,6 @@ class RequestRecord:
     def n_chunks(self) -> int:
         return len(self.chunks)
 
-    @property
-    def decode_tok_s(self) -> float | None:
-        """The study's stream rate: (tokens − 1) / (last − first token), ``ok`` streams only."""
-        return decode_rate(
-            self.completion_tokens, self.first_token_ns, self.last_token_ns, self.status
-        )
-
-    @property
-    def ttft_s(self) -> float | None:
-        if self.first_token_ns is None or self.sent_ns is None:
-            return None
-        return (self.first_token_ns - self.sent_ns) / 1e9
-
-
-def decode_rate(
-    completion_tokens: int | None,
-    first_token_ns: int | None,
-    last_token_ns: int | None,
-    status: Status | str = Status.OK,
-) -> float | None:
-    if status != Status.OK or completion_tokens is None or completion_tokens < 2:
-        return None
-    if first_token_ns is None or last_token_ns is None or last_token_ns <= first_token_ns:
-        return None
-    return (completion_tokens - 1) / ((last_token_ns - first_token_ns) / 1e9)
-
 
 @dataclass(slots=True)
 class ProcessTiming:
@@ -153,10 +127,6 @@ class WaveRecord:
     attempt: int = 1  # > 1: this wave re-measures one the client spoiled
     superseded_reason: str | None = None  # set when a later attempt replaces this wave
     duration_s: float | None = None
-    effective_concurrency: float | None = None
-    peak_concurrency: int = 0
-    queued: bool = False
-    queued_reason: str | None = None
     # (phase, name, labels, value) from the server's /metrics around the wave
     server_metrics: list[tuple[str, str, dict[str, str], float]] = field(default_factory=list)
     metrics_error: str | None = None  # why a scrape around this wave failed

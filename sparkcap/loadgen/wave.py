@@ -125,50 +125,6 @@ def timing_error_bound(
     return worst
 
 
-def effective_concurrency(requests: Sequence[RequestRecord]) -> float | None:
-    """Time-weighted number of streams decoding at once, over the wave's decode span.
-
-    Each stream counts as decoding from its first to its last content chunk. If a server runs
-    fewer slots than requested, streams decode one after another and this number falls below
-    the requested level even when every stream eventually succeeds.
-    """
-    spans = [
-        (r.first_token_ns, r.last_token_ns)
-        for r in requests
-        if r.first_token_ns is not None
-        and r.last_token_ns is not None
-        and r.last_token_ns > r.first_token_ns
-    ]
-    if not spans:
-        return None
-    start = min(s for s, _ in spans)
-    end = max(e for _, e in spans)
-    if end <= start:
-        return None
-    busy = sum(e - s for s, e in spans)
-    return busy / (end - start)
-
-
-def peak_concurrency(requests: Sequence[RequestRecord]) -> int:
-    """Most streams decoding at one instant (first to last content chunk, inclusive).
-
-    If it is below the number of streams that decoded, some stream only started after another
-    had finished: the server queued it (fewer slots than streams), whatever the rates say.
-    """
-    events: list[tuple[int, int]] = []
-    for r in requests:
-        if r.first_token_ns is not None and r.last_token_ns is not None:
-            events.append((r.first_token_ns, 1))
-            events.append((r.last_token_ns, 0))
-    # a stream that starts at the instant another ends did not overlap it: ends sort first
-    events.sort(key=lambda e: (e[0], e[1]))
-    cur = peak = 0
-    for _, is_start in events:
-        cur += 1 if is_start else -1
-        peak = max(peak, cur)
-    return peak
-
-
 def build_body(
     spec: StreamSpec, model: str, continuous_usage: bool, extra_body: dict[str, Any]
 ) -> dict[str, Any]:
@@ -355,15 +311,6 @@ def settle_wave(wave: WaveRecord, timings: Sequence[ProcessTiming]) -> WaveRecor
     wave.loop_lag_max_ms = _max_or_none(t.loop_lag_max_ms for t in timings)
     wave.client_cpu_pct = _max_or_none(t.cpu_pct for t in timings)
     wave.timing_error_bound = _max_or_none(t.timing_error_bound for t in timings)
-    wave.effective_concurrency = effective_concurrency(wave.requests)
-    wave.peak_concurrency = peak_concurrency(wave.requests)
-    decoded = sum(1 for r in wave.requests if r.first_token_ns is not None)
-    if wave.peak_concurrency < decoded:
-        wave.queued = True
-        wave.queued_reason = (
-            f"at most {wave.peak_concurrency} of {decoded} streams decoded at once "
-            "(the server queued the rest)"
-        )
     return wave
 
 

@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import statistics
+from pathlib import Path
 
+import duckdb
 import httpx
 import pytest
 
+from sparkcap.build import build
+from sparkcap.config import SweepPlan, SweepRequest
+from sparkcap.progress import live_decode_tok_s, live_ttft_s
+from sparkcap.runner import run_sweeps
 from sparkcap.sim.engine import SimProfile
 from sparkcap.sim.fleet import expected_tokens_per_step
 from sparkcap.sim.server import SimServer
-from tests.integration.helpers import fast_profile, sweep
+from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile, sweep
 
 pytestmark = pytest.mark.integration
 
@@ -37,8 +43,8 @@ def test_rate_falls_with_concurrency_and_chunks_carry_several_tokens() -> None:
     prof = fast_profile("m", step_s1=0.05, batch_slowdown=1.0, draft_tokens=3)
     with SimServer([prof]) as s:
         w1, w4 = sweep(s.endpoint, "m", levels=(1, 4), max_tokens=40)
-    r1 = statistics.median(r.decode_tok_s for r in w1.requests)
-    r4 = statistics.median(r.decode_tok_s for r in w4.requests)
+    r1 = statistics.median(map(live_decode_tok_s, w1.requests))  # type: ignore[type-var]
+    r4 = statistics.median(map(live_decode_tok_s, w4.requests))  # type: ignore[type-var]
     assert r4 < r1 * 0.7
     assert all(r.n_chunks < r.completion_tokens for r in w1.requests + w4.requests)
 
@@ -107,13 +113,25 @@ def test_long_prefill_stalls_other_streams() -> None:
         asyncio.run(go())
 
 
-def test_slots_queue_requests() -> None:
+def test_slots_queue_requests(tmp_path: Path) -> None:
+    """Two slots, four streams: the marts see the second pair wait (overlap, not rates)."""
+    db = tmp_path / "q.duckdb"
     with SimServer([fast_profile("m", max_slots=2)]) as s:
-        (w,) = sweep(s.endpoint, "m", levels=(4,), max_tokens=40)
-    ttfts = sorted(r.ttft_s for r in w.requests)
+        plan = SweepPlan(levels=(4,), trials=1, warmup=False, max_tokens=40, max_remeasures=0)
+        req = SweepRequest(deployment=dep(s.endpoint), workload="code", plan=plan)
+        result = asyncio.run(run_sweeps([req], db))
+    ttfts = sorted(t for t in map(live_ttft_s, result.waves[0].requests) if t is not None)
     assert ttfts[2] > ttfts[1] * 3  # the second pair waited for the first to finish
-    assert w.effective_concurrency is not None and w.effective_concurrency < 2.6
-    assert w.peak_concurrency == 2 and w.queued and "2 of 4" in (w.queued_reason or "")
+    build(db, dbt_vars=SHORT_STREAM_VARS)
+    with duckdb.connect(str(db), read_only=True) as con:
+        row = con.execute(
+            "select effective_concurrency, peak_concurrency, queued, invalid_reasons "
+            "from marts.fct_trials"
+        ).fetchone()
+    assert row is not None
+    effective, peak, queued, reasons = row
+    assert effective is not None and effective < 2.6
+    assert peak == 2 and queued and "at most 2 of 4 streams decoded at once" in reasons
 
 
 def test_speculative_expectation() -> None:

@@ -9,6 +9,7 @@ import pytest
 from sparkcap.loadgen.client import StreamState, _InBandError, classify
 from sparkcap.loadgen.records import NO_TOKENS, CountSource, RequestRecord, Status
 from sparkcap.loadgen.sse import SSEParser, SSEProtocolError
+from sparkcap.progress import live_decode_tok_s
 
 
 def rec(required: int | None = 5) -> RequestRecord:
@@ -111,7 +112,7 @@ def test_no_usage_means_null_count_never_a_guess() -> None:
     assert r.completion_tokens is None
     assert r.count_source is CountSource.NONE
     assert r.status is Status.OK  # ended properly; the missing length is a data-quality failure
-    assert r.decode_tok_s is None
+    assert live_decode_tok_s(r) is None
 
 
 def test_short_output() -> None:

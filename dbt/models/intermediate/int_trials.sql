@@ -21,6 +21,36 @@ server as (
     select * from {{ ref('int_wave_server_metrics') }}
 ),
 
+decode_events as (
+    -- a stream decodes from its first to its last content chunk; at one instant an end sorts
+    -- before a start, so streams that only touch did not overlap
+    select wave_id, first_token_ns as at_ns, 1 as delta
+    from streams
+    where first_token_ns is not null and last_token_ns is not null
+    union all
+    select wave_id, last_token_ns as at_ns, -1 as delta
+    from streams
+    where first_token_ns is not null and last_token_ns is not null
+),
+
+decoding as (
+    select
+        wave_id,
+        sum(delta) over (
+            partition by wave_id order by at_ns, delta
+            rows between unbounded preceding and current row
+        ) as n_decoding
+    from decode_events
+),
+
+overlap as (
+    -- peak concurrency below the streams that decoded: some stream only started after
+    -- another had finished, i.e. the server queued it (fewer slots than streams)
+    select wave_id, cast(max(n_decoding) as integer) as peak_concurrency
+    from decoding
+    group by wave_id
+),
+
 per_wave as (
     select
         wave_id,
@@ -43,6 +73,14 @@ per_wave as (
         median(last_token_ns - first_token_ns) filter (
             where first_token_ns is not null and last_token_ns is not null
         ) / 1e9 as median_decode_span_s,
+        count(first_token_ns) as n_decoded,
+        -- time-weighted streams decoding at once over the wave's decode span
+        sum(last_token_ns - first_token_ns) filter (where last_token_ns > first_token_ns)
+        / nullif(
+            max(last_token_ns) filter (where last_token_ns > first_token_ns)
+            - min(first_token_ns) filter (where last_token_ns > first_token_ns),
+            0
+        ) as effective_concurrency,
         median(ttft_s) as median_ttft_s,
         min(ttft_s) as min_ttft_s,
         max(ttft_s) as max_ttft_s,
@@ -62,8 +100,7 @@ joined as (
         w.concurrency,
         w.trial,
         w.started_at,
-        w.effective_concurrency,
-        w.peak_concurrency,
+        coalesce(o.peak_concurrency, 0) as peak_concurrency,
         w.client_saturated as legacy_client_saturated,
         w.saturation_reasons as legacy_saturation_reasons,
         w.timing_error_bound,
@@ -73,8 +110,9 @@ joined as (
         w.attempt,
         w.superseded_reason,
         w.metrics_error,
-        w.queued as queued_by_overlap,
-        w.queued_reason,
+        coalesce(o.peak_concurrency, 0) < p.n_decoded as queued_by_overlap,
+        'at most ' || coalesce(o.peak_concurrency, 0) || ' of ' || p.n_decoded
+        || ' streams decoded at once (the server queued the rest)' as queued_reason,
         w.n_requests,
         p.* exclude (wave_id, run_id),
         case
@@ -87,6 +125,7 @@ joined as (
         sv.server_generated_tokens
     from waves as w
     inner join per_wave as p on p.wave_id = w.wave_id
+    left join overlap as o on o.wave_id = w.wave_id
     left join dq_failures as d on d.wave_id = w.wave_id
     left join server as sv on sv.wave_id = w.wave_id
 ),
