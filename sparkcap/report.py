@@ -25,7 +25,7 @@ from sparkcap import __version__
 from sparkcap.settings import get_settings
 from sparkcap.warehouse import open_warehouse
 
-WORKLOAD_COLORS = alt.Scale(domain=["code", "prose"], range=["#1f77b4", "#e45756"])
+WORKLOAD_COLORS = {"code": "#1f77b4", "prose": "#e45756"}
 
 
 @dataclass
@@ -324,13 +324,31 @@ def _threshold(data: dict[str, Any]) -> float:
     return float(data["capacity"]["threshold_tok_s"].iloc[0])
 
 
-def _concurrency_axis() -> Any:
-    """Concurrency levels double (1, 2, 4, ...): a log-2 axis spaces them evenly."""
-    return alt.X("concurrency:Q", title="concurrent streams", scale=alt.Scale(type="log", base=2))
+def _concurrency_axis(frame: pd.DataFrame) -> Any:
+    """Concurrency levels double (1, 2, 4, ...): a log-2 axis spaces them evenly. Ticks sit at
+    the tested levels only: Vega's own ticks on a short log range read 1.2, 1.6, 2.2, and on a
+    long one name levels nobody tested."""
+    levels = sorted({int(x) for x in frame["concurrency"].dropna()})
+    return alt.X(
+        "concurrency:Q",
+        title="concurrent streams",
+        scale=alt.Scale(type="log", base=2, domain=[levels[0], levels[-1]])
+        if levels
+        else alt.Scale(type="log", base=2),
+        axis=alt.Axis(values=levels, format="d", grid=True),
+    )
 
 
-def _workload_color() -> Any:
-    return alt.Color("workload:N", scale=WORKLOAD_COLORS)
+def _workload_color(frame: pd.DataFrame) -> Any:
+    """One colour per workload, the same in every chart; the legend lists the measured ones."""
+    measured = [w for w in WORKLOAD_COLORS if w in set(frame["workload"])]
+    others = sorted(set(frame["workload"]) - set(WORKLOAD_COLORS))
+    domain = measured + others
+    return alt.Color(
+        "workload:N",
+        scale=alt.Scale(domain=domain, range=[WORKLOAD_COLORS.get(w, "#7f7f7f") for w in domain]),
+        legend=alt.Legend(symbolOpacity=1),
+    )
 
 
 def headline_chart(data: dict[str, Any]) -> Any:
@@ -351,8 +369,13 @@ def headline_chart(data: dict[str, Any]) -> Any:
         .mark_bar()
         .encode(
             y=alt.Y("workload:N", title=None, sort=["code", "prose"]),
-            x=alt.X("streams:Q", title=f"concurrent streams with median ≥ {t:g} tok/s"),
-            color=alt.Color("label:N", title="deployment"),
+            # room to the right of the longest bar for its bold total
+            x=alt.X(
+                "streams:Q",
+                title=f"concurrent streams with median ≥ {t:g} tok/s",
+                scale=alt.Scale(domain=[0, max(1.0, float(totals["streams"].max()) * 1.12)]),
+            ),
+            color=alt.Color("label:N", title="deployment", legend=alt.Legend(labelLimit=0)),
             opacity=alt.condition("datum.replicas > 1", alt.value(0.65), alt.value(1.0)),
             order=alt.Order("deployment:O"),
             tooltip=["deployment", "workload", "capacity_streams", "replicas", "streams"],
@@ -384,8 +407,8 @@ def rate_chart(data: dict[str, Any]) -> Any:
     lv["is_capacity"] = lv["concurrency"] == lv["capacity_streams"]
     t = _threshold(data)
     base = alt.Chart(lv).encode(
-        x=_concurrency_axis(),
-        color=_workload_color(),
+        x=_concurrency_axis(lv),
+        color=_workload_color(lv),
     )
     band = base.mark_area(opacity=0.15).encode(
         y=alt.Y("min_decode_tok_s:Q", title="decode rate per stream (tok/s)"),
@@ -430,8 +453,8 @@ def ttft_chart(data: dict[str, Any]) -> Any:
         alt.Chart(lv)
         .mark_line(point=True)
         .encode(
-            x=_concurrency_axis(),
-            color=_workload_color(),
+            x=_concurrency_axis(lv),
+            color=_workload_color(lv),
             y=alt.Y("median_ttft_s:Q", title="median time to first token (s)"),
             tooltip=["workload", "concurrency", alt.Tooltip("median_ttft_s:Q", format=".2f")],
         )
@@ -465,8 +488,8 @@ def throughput_chart(data: dict[str, Any]) -> Any:
         alt.Chart(lv)
         .mark_line(point=True)
         .encode(
-            x=_concurrency_axis(),
-            color=_workload_color(),
+            x=_concurrency_axis(lv),
+            color=_workload_color(lv),
             y=alt.Y("tok_s:Q", title="tokens per second"),
             strokeDash=alt.StrokeDash("measure:N", title=None),
             tooltip=["workload", "measure", "concurrency", alt.Tooltip("tok_s:Q", format=".1f")],

@@ -30,10 +30,8 @@ summary as (
         min(l.concurrency) as lowest_level,
         max(l.concurrency) as top_level,
         f.first_failing_level,
-        max(l.concurrency) filter (
-            where l.passes_threshold
-                and (f.first_failing_level is null or l.concurrency < f.first_failing_level)
-        ) as capacity_level,
+        {{ capacity_level('l.concurrency', 'l.passes_threshold', 'f.first_failing_level') }}
+            as capacity_level,
         coalesce(bool_or(l.passes_threshold and l.concurrency > f.first_failing_level), false)
             as is_non_monotonic,
         cast(sum(l.n_valid_trials) as integer) as n_valid_trials,

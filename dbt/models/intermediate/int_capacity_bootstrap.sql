@@ -1,9 +1,9 @@
 {{ config(materialized='incremental', unique_key='run_id', incremental_strategy='delete+insert') }}
 -- depends_on: {{ ref('int_run_watermarks') }}
 
--- Capacity recomputed on every bootstrap sample of the level medians (same rule as
--- int_capacity: largest level passing with all smaller levels passing; queued levels and
--- levels without valid trials never pass).
+-- Capacity recomputed on every bootstrap sample of the level medians, by the same rule as
+-- int_capacity (macros/capacity_rule.sql). A level without valid trials has no bootstrap
+-- median, so it never passes.
 with boot as (
     select * from {{ ref('int_level_bootstrap') }}
     where {{ changed_runs_filter('run_id') }}
@@ -33,8 +33,7 @@ grid as (
 passes as (
     select
         *,
-        coalesce(not any_queued and boot_median_tok_s >= {{ var('threshold_tok_s') }}, false)
-            as passes
+        {{ level_passes('boot_median_tok_s', 'any_queued') }} as passes
     from grid
 ),
 
@@ -48,10 +47,9 @@ first_fail as (
 final as (
     select
         p.run_id, p.deployment, p.workload, p.sample,
-        coalesce(max(p.concurrency) filter (
-            where p.passes
-                and (f.first_failing_level is null or p.concurrency < f.first_failing_level)
-        ), 0) as capacity_streams,
+        coalesce(
+            {{ capacity_level('p.concurrency', 'p.passes', 'f.first_failing_level') }}, 0
+        ) as capacity_streams,
         max(p.run_watermark) as run_watermark,
         {{ judgement_settings() }} as judgement_settings
     from passes as p

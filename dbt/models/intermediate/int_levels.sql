@@ -33,10 +33,11 @@ final as (
         median(effective_concurrency) filter (where is_valid) as effective_concurrency,
         bool_or(queued) as any_queued,
         {{ var('threshold_tok_s') }} as threshold_tok_s,
-        count(*) filter (where is_valid) > 0
-            and not bool_or(queued)
-            and median(median_decode_tok_s) filter (where is_valid)
-                >= {{ var('threshold_tok_s') }} as passes_threshold,
+        {{ level_passes(
+            'median(median_decode_tok_s) filter (where is_valid)',
+            'bool_or(queued)',
+            'count(*) filter (where is_valid) > 0'
+        ) }} as passes_threshold,
         max(run_watermark) as run_watermark,
         {{ judgement_settings() }} as judgement_settings
     from counted

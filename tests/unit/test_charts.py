@@ -1,0 +1,93 @@
+"""What a reader sees in the charts: ticks at the tested levels only, legends naming only the
+measured workloads, and the headline's total inside the plot."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from sparkcap.report import headline_chart, rate_chart, throughput_chart, ttft_chart
+
+
+def _levels(levels: list[int], workloads: list[str]) -> pd.DataFrame:
+    rows = []
+    for wl in workloads:
+        for c in levels:
+            rate = 40.0 / c
+            rows.append(
+                dict(
+                    deployment="d",
+                    workload=wl,
+                    concurrency=c,
+                    median_decode_tok_s=rate,
+                    min_decode_tok_s=rate * 0.9,
+                    max_decode_tok_s=rate * 1.1,
+                    ci_low_tok_s=rate * 0.95,
+                    ci_high_tok_s=rate * 1.05,
+                    n_valid_trials=3,
+                    median_ttft_s=0.2,
+                    aggregate_tok_s=rate * c,
+                    concurrency_x_median_tok_s=rate * c,
+                    capacity_streams=2,
+                )
+            )
+    return pd.DataFrame(rows)
+
+
+def _data(levels: list[int], workloads: list[str]) -> dict[str, Any]:
+    cap = pd.DataFrame(
+        [
+            dict(deployment="d", workload=wl, capacity_streams=27, replicas=1, threshold_tok_s=20)
+            for wl in workloads
+        ]
+    )
+    return {"levels": _levels(levels, workloads), "capacity": cap}
+
+
+def _encodings(spec: dict[str, Any], channel: str) -> list[dict[str, Any]]:
+    """Every encoding of ``channel`` anywhere in a (layered, faceted) spec."""
+    found: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            enc = node.get("encoding")
+            if isinstance(enc, dict) and channel in enc:
+                found.append(enc[channel])
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    walk(spec)
+    return found
+
+
+def test_concurrency_ticks_are_the_tested_levels() -> None:
+    for chart in (rate_chart, ttft_chart, throughput_chart):
+        spec = chart(_data([1, 2, 4], ["code", "prose"])).to_dict()
+        xs = [x for x in _encodings(spec, "x") if x.get("field") == "concurrency"]
+        assert xs, chart.__name__
+        for x in xs:
+            assert x["axis"]["values"] == [1, 2, 4], chart.__name__
+            assert x["axis"]["format"] == "d"
+            assert x["scale"]["domain"] == [1, 4]
+
+
+def test_legend_lists_only_the_measured_workloads() -> None:
+    spec = rate_chart(_data([1, 2], ["prose"])).to_dict()
+    colors = [c for c in _encodings(spec, "color") if c.get("field") == "workload"]
+    assert colors and all(c["scale"]["domain"] == ["prose"] for c in colors)
+    assert all(c["scale"]["range"] == ["#e45756"] for c in colors)  # prose keeps its colour
+    both = rate_chart(_data([1, 2], ["code", "prose"])).to_dict()
+    colors = [c for c in _encodings(both, "color") if c.get("field") == "workload"]
+    assert all(c["scale"]["domain"] == ["code", "prose"] for c in colors)
+
+
+def test_headline_total_has_room_inside_the_plot() -> None:
+    spec = headline_chart(_data([1, 2], ["code"])).to_dict()
+    xs = [x for x in _encodings(spec, "x") if x.get("field") == "streams" and "scale" in x]
+    assert xs and xs[0]["scale"]["domain"][1] > 27 * 1.1
+    legends = [c for c in _encodings(spec, "color") if c.get("field") == "label"]
+    assert legends and legends[0]["legend"]["labelLimit"] == 0  # "qwen ×2 (extrapolated)"
