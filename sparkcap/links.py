@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
-import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
+from sparkcap.schema import raw_table
 from sparkcap.warehouse import replace_run_rows
 
 
@@ -130,22 +130,23 @@ def run_link(deployment: str, spec: LinkSpec, min_share: float) -> LinkResult:
 
 def store(db_path: Path, run_id: str, results: list[LinkResult]) -> None:
     now = datetime.now(UTC)
-    table = pa.table(
+    table = raw_table(
+        "link_tests",
         {
-            "run_id": pa.array([run_id] * len(results), pa.string()),
-            "deployment": pa.array([r.deployment for r in results], pa.string()),
-            "link": pa.array([r.spec.name for r in results], pa.string()),
-            "node_a": pa.array([r.spec.a or None for r in results], pa.string()),
-            "node_b": pa.array([r.spec.b or None for r in results], pa.string()),
-            "nominal_gbps": pa.array([r.spec.nominal_gbps for r in results], pa.float64()),
-            "achieved_gbps": pa.array([r.achieved_gbps for r in results], pa.float64()),
-            "share": pa.array([r.share for r in results], pa.float64()),
-            "healthy": pa.array([r.healthy for r in results], pa.bool_()),
-            "min_share": pa.array([r.min_share for r in results], pa.float64()),
-            "tool": pa.array([r.spec.format for r in results], pa.string()),
-            "error": pa.array([r.error for r in results], pa.string()),
-            "measured_at": pa.array([now] * len(results), pa.timestamp("us", tz="UTC")),
-        }
+            "run_id": [run_id] * len(results),
+            "deployment": [r.deployment for r in results],
+            "link": [r.spec.name for r in results],
+            "node_a": [r.spec.a or None for r in results],
+            "node_b": [r.spec.b or None for r in results],
+            "nominal_gbps": [r.spec.nominal_gbps for r in results],
+            "achieved_gbps": [r.achieved_gbps for r in results],
+            "share": [r.share for r in results],
+            "healthy": [r.healthy for r in results],
+            "min_share": [r.min_share for r in results],
+            "tool": [r.spec.format for r in results],
+            "error": [r.error for r in results],
+            "measured_at": [now] * len(results),
+        },
     )
     replace_run_rows(db_path, "raw.link_tests", run_id, table)
 

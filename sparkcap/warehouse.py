@@ -1,6 +1,6 @@
 """The DuckDB warehouse: the ``raw`` schema and the staging of waves into it.
 
-Contract for ad-hoc SQL users: the tables and columns created in ``SCHEMA_SQL`` keep their
+Contract for ad-hoc SQL users: the tables and columns defined in ``sparkcap.schema`` keep their
 names (columns may be added, never renamed). Staging rules:
 - one transaction per wave (delete-then-insert by ``wave_id``), so a crash loses at most the
   wave in flight and re-staging never duplicates rows;
@@ -27,176 +27,10 @@ import pyarrow as pa
 from sparkcap import __version__
 from sparkcap.config import Deployment
 from sparkcap.loadgen.records import NO_TOKENS, WaveRecord
+from sparkcap.schema import RAW_TABLES, SCHEMA_SQL, columns, raw_table
 from sparkcap.settings import get_settings
 
-SCHEMA_SQL = """
-create schema if not exists raw;
-
-create table if not exists raw.runs (
-    run_id            varchar primary key,
-    started_at        timestamptz not null,
-    finished_at       timestamptz,
-    sparkcap_version  varchar not null,
-    config_json       json,
-    status            varchar default 'running',   -- running | complete | incomplete
-    status_reason     varchar
-);
-
-create table if not exists raw.waves (
-    wave_id                varchar not null,  -- unique (staging replaces by wave)
-    run_id                 varchar not null,
-    deployment             varchar not null,
-    model                  varchar not null,
-    endpoint               varchar not null,
-    workload               varchar not null,
-    concurrency            integer not null,
-    trial                  integer not null,       -- 0 = warm-up, never counted
-    started_at             timestamptz not null,   -- wall-clock anchor of the wave
-    start_skew_ms          double,
-    loop_lag_p99_ms        double,
-    client_cpu_pct         double,
-    client_saturated       boolean,     -- legacy (before 0.2): capture-time verdict; now NULL
-    saturation_reasons     varchar,     -- legacy, likewise; the verdict lives in dbt
-    duration_s             double,
-    effective_concurrency  double,      -- legacy (before 0.4): now computed by dbt; NULL
-    peak_concurrency       integer,     -- legacy, likewise (int_trials)
-    queued                 boolean,     -- legacy, likewise: the verdict lives in dbt
-    queued_reason          varchar,     -- legacy, likewise
-    n_requests             integer not null,
-    staged_at              timestamptz,        -- when this wave was (re)staged
-    probe                  varchar,            -- NULL for sweeps; else the probe's name
-    loop_lag_max_ms        double,
-    timing_error_bound     double,      -- largest rate error loop stalls can explain (share)
-    attempt                integer,     -- 1, or n > 1 when it re-measures a spoiled wave
-    superseded_reason      varchar,     -- set when a later attempt replaced this wave
-    metrics_error          varchar,     -- why a /metrics scrape around the wave failed
-    client_process_count   integer      -- load-generating processes that ran the wave
-);
-
--- one row per load-generating process per wave (loadgen/procs.py): its share of the streams,
--- its release instant and what it saw of its own event loop
-create table if not exists raw.client_processes (
-    wave_id             varchar not null,
-    process_index       integer not null,  -- stream i ran in process i % client_process_count
-    pid                 integer,
-    n_streams           integer not null,
-    released_ns         bigint,            -- ns from the wave's anchor, like raw.requests
-    ended_ns            bigint,
-    loop_lag_p99_ms     double,
-    loop_lag_max_ms     double,
-    cpu_pct             double,            -- of one core
-    timing_error_bound  double             -- over this process's streams (share)
-);
-
-create table if not exists raw.requests (
-    request_id            varchar not null,  -- unique (staging replaces by wave)
-    wave_id               varchar not null,
-    run_id                varchar not null,
-    stream_index          integer not null,
-    prompt_id             varchar not null,
-    requested_tokens      integer not null,
-    required_tokens       integer,
-    temperature           double not null,
-    sent_ns               bigint,      -- ns offsets from the wave's monotonic anchor
-    first_token_ns        bigint,
-    last_token_ns         bigint,
-    end_ns                bigint,
-    headers_ns            bigint,
-    completion_tokens     integer,     -- NULL when the server gave no count
-    prompt_tokens         integer,
-    cached_prompt_tokens  integer,
-    count_source          varchar not null,  -- usage | continuous_usage | none
-    finish_reason         varchar,
-    status                varchar not null,  -- ok | short | truncated | server_error | ...
-    http_status           integer,
-    error                 varchar,
-    retry_after           varchar,
-    saw_done              boolean not null,
-    n_chunks              integer not null,
-    role                  varchar,     -- probes: what the request was for
-    first_token_exact     boolean,     -- stamp = kernel arrival of that event alone (0.3+)
-    last_token_exact      boolean
-);
-
-create table if not exists raw.chunks (
-    request_id  varchar not null,
-    seq         integer not null,
-    t_ns        bigint not null,
-    n_tokens    integer,   -- NULL unless the server gave per-chunk counts
-    n_chars     integer not null
-);
-
-create table if not exists raw.deployments (
-    run_id          varchar not null,
-    deployment      varchar not null,
-    model           varchar not null,
-    endpoint        varchar not null,
-    nodes           integer not null,
-    hardware        varchar,
-    replicas        integer not null,
-    parallel_slots  integer,
-    reports_usage   boolean not null,
-    extra_body_json json,
-    timeout_total_s double
-);
-
-create table if not exists raw.server_metrics (
-    wave_id  varchar not null,
-    phase    varchar not null,   -- before | after
-    name     varchar not null,
-    labels   varchar not null,   -- sorted JSON of the labels ('' when none), for reading
-    value    double,
-    label_map map(varchar, varchar)  -- the labels, structured: filter with element_at/map_values
-);
-
--- written by `sparkcap validate` (one run's rows replaced per validation)
-create table if not exists raw.dq_results (
-    run_id              varchar not null,
-    wave_id             varchar,          -- NULL: the expectation's overall result
-    deployment          varchar,
-    workload            varchar,
-    concurrency         integer,
-    trial               integer,
-    suite               varchar not null,
-    expectation         varchar not null, -- sparkcap's id, e.g. code_output_length_exact
-    expectation_type    varchar not null,
-    blocking            boolean not null,
-    success             boolean not null,
-    observed_value      varchar,
-    element_count       bigint,
-    unexpected_count    bigint,
-    sample_ids          varchar,          -- up to 10 offending request / wave ids
-    validated_at        timestamptz not null
-);
-
--- what each step of a night did per deployment: a night against an imperfect fleet measures
--- what it can, and says here what is missing and why
-create table if not exists raw.step_outcomes (
-    run_id       varchar not null,
-    deployment   varchar,            -- NULL: a step of the whole night
-    step         varchar not null,   -- preflight | sweep | probe:<name> | link-check
-    status       varchar not null,   -- ok | failed
-    reason       varchar,
-    recorded_at  timestamptz not null
-);
-
--- written by `sparkcap link-check` (one run's rows replaced per check)
-create table if not exists raw.link_tests (
-    run_id          varchar not null,
-    deployment      varchar not null,
-    link            varchar not null,
-    node_a          varchar,
-    node_b          varchar,
-    nominal_gbps    double,
-    achieved_gbps   double,       -- NULL when the command failed or printed nothing usable
-    share           double,       -- achieved / nominal
-    healthy         boolean,
-    min_share       double,
-    tool            varchar,      -- iperf3-json | ib-bw | plain
-    error           varchar,
-    measured_at     timestamptz not null
-);
-"""
+__all__ = ["SCHEMA_SQL", "ensure_schema", "open_warehouse", "stage_wave"]
 
 
 class WarehouseBusy(RuntimeError):
@@ -250,19 +84,6 @@ def open_warehouse(
 
 
 @functools.cache
-def _expected_columns() -> dict[tuple[str, str], list[tuple[str, str]]]:
-    with duckdb.connect(":memory:") as mem:
-        mem.execute(SCHEMA_SQL)
-        rows = mem.execute(
-            "select table_name, column_name, data_type from information_schema.columns "
-            "where table_schema = 'raw' order by table_name, ordinal_position"
-        ).fetchall()
-    out: dict[tuple[str, str], list[tuple[str, str]]] = {}
-    for table, column, dtype in rows:
-        out.setdefault(("raw", table), []).append((column, dtype))
-    return out
-
-
 def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     """Create the raw schema, and add any column a newer sparkcap expects to an older file.
 
@@ -277,10 +98,10 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
             "where table_schema = 'raw'"
         ).fetchall()
     }
-    for (schema, table), columns in _expected_columns().items():
-        for column, dtype in columns:
+    for table in RAW_TABLES:
+        for column, dtype in columns(table):
             if (table, column) not in have:
-                con.execute(f'alter table {schema}.{table} add column "{column}" {dtype}')
+                con.execute(f'alter table raw.{table} add column "{column}" {dtype}')
     # 0.2 stopped judging saturation at capture time: the legacy column must admit NULL
     (legacy_not_null,) = con.execute(
         "select count(*) from information_schema.columns where table_schema = 'raw' "
@@ -359,70 +180,68 @@ def record_run_end(
     con.execute("checkpoint")
 
 
-def _col(values: Sequence[Any], typ: pa.DataType) -> pa.Array:
-    return pa.array(values, type=typ)
-
-
 def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
     """Arrow tables for one wave: ``waves`` (one row), ``requests``, ``chunks``,
     ``client_processes``."""
     reqs = wave.requests
-    waves = pa.table(
+    waves = raw_table(
+        "waves",
         {
-            "wave_id": _col([wave.wave_id], pa.string()),
-            "run_id": _col([wave.run_id], pa.string()),
-            "deployment": _col([wave.deployment], pa.string()),
-            "model": _col([wave.model], pa.string()),
-            "endpoint": _col([wave.endpoint], pa.string()),
-            "workload": _col([wave.workload], pa.string()),
-            "concurrency": _col([wave.concurrency], pa.int32()),
-            "trial": _col([wave.trial], pa.int32()),
-            "started_at": _col([_ts(wave.started_at_ns)], pa.timestamp("us", tz="UTC")),
-            "start_skew_ms": _col([wave.start_skew_ms], pa.float64()),
-            "loop_lag_p99_ms": _col([wave.loop_lag_p99_ms], pa.float64()),
-            "client_cpu_pct": _col([wave.client_cpu_pct], pa.float64()),
-            "loop_lag_max_ms": _col([wave.loop_lag_max_ms], pa.float64()),
-            "timing_error_bound": _col([wave.timing_error_bound], pa.float64()),
-            "attempt": _col([wave.attempt], pa.int32()),
-            "superseded_reason": _col([wave.superseded_reason], pa.string()),
-            "metrics_error": _col([wave.metrics_error], pa.string()),
-            "client_process_count": _col([len(wave.client_processes) or None], pa.int32()),
-            "duration_s": _col([wave.duration_s], pa.float64()),
-            "n_requests": _col([len(reqs)], pa.int32()),
-            "staged_at": _col([datetime.now(UTC)], pa.timestamp("us", tz="UTC")),
-            "probe": _col([wave.extra.get("probe")], pa.string()),
-        }
+            "wave_id": [wave.wave_id],
+            "run_id": [wave.run_id],
+            "deployment": [wave.deployment],
+            "model": [wave.model],
+            "endpoint": [wave.endpoint],
+            "workload": [wave.workload],
+            "concurrency": [wave.concurrency],
+            "trial": [wave.trial],
+            "started_at": [_ts(wave.started_at_ns)],
+            "start_skew_ms": [wave.start_skew_ms],
+            "loop_lag_p99_ms": [wave.loop_lag_p99_ms],
+            "client_cpu_pct": [wave.client_cpu_pct],
+            "loop_lag_max_ms": [wave.loop_lag_max_ms],
+            "timing_error_bound": [wave.timing_error_bound],
+            "attempt": [wave.attempt],
+            "superseded_reason": [wave.superseded_reason],
+            "metrics_error": [wave.metrics_error],
+            "client_process_count": [len(wave.client_processes) or None],
+            "duration_s": [wave.duration_s],
+            "n_requests": [len(reqs)],
+            "staged_at": [datetime.now(UTC)],
+            "probe": [wave.extra.get("probe")],
+        },
     )
-    requests = pa.table(
+    requests = raw_table(
+        "requests",
         {
-            "request_id": _col([r.request_id for r in reqs], pa.string()),
-            "wave_id": _col([wave.wave_id] * len(reqs), pa.string()),
-            "run_id": _col([wave.run_id] * len(reqs), pa.string()),
-            "stream_index": _col([r.stream_index for r in reqs], pa.int32()),
-            "prompt_id": _col([r.prompt_id for r in reqs], pa.string()),
-            "requested_tokens": _col([r.requested_tokens for r in reqs], pa.int32()),
-            "required_tokens": _col([r.required_tokens for r in reqs], pa.int32()),
-            "temperature": _col([r.temperature for r in reqs], pa.float64()),
-            "sent_ns": _col([r.sent_ns for r in reqs], pa.int64()),
-            "first_token_ns": _col([r.first_token_ns for r in reqs], pa.int64()),
-            "last_token_ns": _col([r.last_token_ns for r in reqs], pa.int64()),
-            "end_ns": _col([r.end_ns for r in reqs], pa.int64()),
-            "headers_ns": _col([r.headers_ns for r in reqs], pa.int64()),
-            "completion_tokens": _col([r.completion_tokens for r in reqs], pa.int32()),
-            "prompt_tokens": _col([r.prompt_tokens for r in reqs], pa.int32()),
-            "cached_prompt_tokens": _col([r.cached_prompt_tokens for r in reqs], pa.int32()),
-            "count_source": _col([str(r.count_source) for r in reqs], pa.string()),
-            "finish_reason": _col([r.finish_reason for r in reqs], pa.string()),
-            "status": _col([str(r.status) for r in reqs], pa.string()),
-            "http_status": _col([r.http_status for r in reqs], pa.int32()),
-            "error": _col([r.error for r in reqs], pa.string()),
-            "retry_after": _col([r.retry_after for r in reqs], pa.string()),
-            "saw_done": _col([r.saw_done for r in reqs], pa.bool_()),
-            "n_chunks": _col([r.n_chunks for r in reqs], pa.int32()),
-            "role": _col([r.role for r in reqs], pa.string()),
-            "first_token_exact": _col([r.first_token_exact for r in reqs], pa.bool_()),
-            "last_token_exact": _col([r.last_token_exact for r in reqs], pa.bool_()),
-        }
+            "request_id": [r.request_id for r in reqs],
+            "wave_id": [wave.wave_id] * len(reqs),
+            "run_id": [wave.run_id] * len(reqs),
+            "stream_index": [r.stream_index for r in reqs],
+            "prompt_id": [r.prompt_id for r in reqs],
+            "requested_tokens": [r.requested_tokens for r in reqs],
+            "required_tokens": [r.required_tokens for r in reqs],
+            "temperature": [r.temperature for r in reqs],
+            "sent_ns": [r.sent_ns for r in reqs],
+            "first_token_ns": [r.first_token_ns for r in reqs],
+            "last_token_ns": [r.last_token_ns for r in reqs],
+            "end_ns": [r.end_ns for r in reqs],
+            "headers_ns": [r.headers_ns for r in reqs],
+            "completion_tokens": [r.completion_tokens for r in reqs],
+            "prompt_tokens": [r.prompt_tokens for r in reqs],
+            "cached_prompt_tokens": [r.cached_prompt_tokens for r in reqs],
+            "count_source": [str(r.count_source) for r in reqs],
+            "finish_reason": [r.finish_reason for r in reqs],
+            "status": [str(r.status) for r in reqs],
+            "http_status": [r.http_status for r in reqs],
+            "error": [r.error for r in reqs],
+            "retry_after": [r.retry_after for r in reqs],
+            "saw_done": [r.saw_done for r in reqs],
+            "n_chunks": [r.n_chunks for r in reqs],
+            "role": [r.role for r in reqs],
+            "first_token_exact": [r.first_token_exact for r in reqs],
+            "last_token_exact": [r.last_token_exact for r in reqs],
+        },
     )
     counts = np.fromiter((len(r.chunks) for r in reqs), dtype=np.int64, count=len(reqs))
     total = int(counts.sum())
@@ -440,19 +259,20 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
         idx, pa.array([r.request_id for r in reqs], pa.string()), seq, t_ns, n_tok, n_chars
     )
     procs = wave.client_processes
-    client_processes = pa.table(
+    client_processes = raw_table(
+        "client_processes",
         {
-            "wave_id": _col([wave.wave_id] * len(procs), pa.string()),
-            "process_index": _col([p.process_index for p in procs], pa.int32()),
-            "pid": _col([p.pid for p in procs], pa.int32()),
-            "n_streams": _col([p.n_streams for p in procs], pa.int32()),
-            "released_ns": _col([p.released_ns for p in procs], pa.int64()),
-            "ended_ns": _col([p.ended_ns for p in procs], pa.int64()),
-            "loop_lag_p99_ms": _col([p.loop_lag_p99_ms for p in procs], pa.float64()),
-            "loop_lag_max_ms": _col([p.loop_lag_max_ms for p in procs], pa.float64()),
-            "cpu_pct": _col([p.cpu_pct for p in procs], pa.float64()),
-            "timing_error_bound": _col([p.timing_error_bound for p in procs], pa.float64()),
-        }
+            "wave_id": [wave.wave_id] * len(procs),
+            "process_index": [p.process_index for p in procs],
+            "pid": [p.pid for p in procs],
+            "n_streams": [p.n_streams for p in procs],
+            "released_ns": [p.released_ns for p in procs],
+            "ended_ns": [p.ended_ns for p in procs],
+            "loop_lag_p99_ms": [p.loop_lag_p99_ms for p in procs],
+            "loop_lag_max_ms": [p.loop_lag_max_ms for p in procs],
+            "cpu_pct": [p.cpu_pct for p in procs],
+            "timing_error_bound": [p.timing_error_bound for p in procs],
+        },
     )
     return {
         "waves": waves,
@@ -471,14 +291,15 @@ def chunk_table(
     n_chars: np.ndarray,
 ) -> pa.Table:
     """Chunk rows as Arrow columns; request ids dictionary-encoded so they cost an int each."""
-    return pa.table(
+    return raw_table(
+        "chunks",
         {
             "request_id": pa.DictionaryArray.from_arrays(pa.array(request_index), request_ids),
             "seq": pa.array(seq.astype(np.int32)),
             "t_ns": pa.array(t_ns),
             "n_tokens": pa.array(n_tokens.astype(np.int32), mask=n_tokens == NO_TOKENS),
             "n_chars": pa.array(n_chars.astype(np.int32)),
-        }
+        },
     )
 
 
@@ -540,17 +361,16 @@ def metrics_table(wave: WaveRecord) -> pa.Table:
     from sparkcap.metrics_scrape import labels_text
 
     rows = wave.server_metrics
-    return pa.table(
+    return raw_table(
+        "server_metrics",
         {
-            "wave_id": pa.array([wave.wave_id] * len(rows), pa.string()),
-            "phase": pa.array([r[0] for r in rows], pa.string()),
-            "name": pa.array([r[1] for r in rows], pa.string()),
-            "labels": pa.array([labels_text(r[2]) for r in rows], pa.string()),
-            "value": pa.array([r[3] for r in rows], pa.float64()),
-            "label_map": pa.array(
-                [list(r[2].items()) for r in rows], pa.map_(pa.string(), pa.string())
-            ),
-        }
+            "wave_id": [wave.wave_id] * len(rows),
+            "phase": [r[0] for r in rows],
+            "name": [r[1] for r in rows],
+            "labels": [labels_text(r[2]) for r in rows],
+            "value": [r[3] for r in rows],
+            "label_map": [list(r[2].items()) for r in rows],
+        },
     )
 
 

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from sparkcap import resources
+from sparkcap.schema import RAW_TABLES, raw_table
 from sparkcap.settings import get_settings
 from sparkcap.warehouse import open_warehouse, replace_run_rows
 
@@ -386,27 +386,7 @@ def _group_offenders(frame: pd.DataFrame, index_col: str, ids: list[str]) -> lis
 
 def store_results(db_path: Path, run_id: str, outcomes: list[ExpectationOutcome]) -> None:
     now = datetime.now(UTC)
-    rows: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "run_id",
-            "wave_id",
-            "deployment",
-            "workload",
-            "concurrency",
-            "trial",
-            "suite",
-            "expectation",
-            "expectation_type",
-            "blocking",
-            "success",
-            "observed_value",
-            "element_count",
-            "unexpected_count",
-            "sample_ids",
-            "validated_at",
-        )
-    }
+    rows: dict[str, list[Any]] = {name: [] for name in RAW_TABLES["dq_results"].names}
 
     def add(o: ExpectationOutcome, g: dict[str, Any] | None) -> None:
         ids = g["ids"] if g else o.sample_ids
@@ -435,31 +415,5 @@ def store_results(db_path: Path, run_id: str, outcomes: list[ExpectationOutcome]
         add(o, None)
         for g in o.by_group:
             add(o, g)
-    table = pa.table(
-        {
-            **{
-                k: pa.array(v, pa.string())
-                for k, v in rows.items()
-                if k
-                in (
-                    "run_id",
-                    "wave_id",
-                    "deployment",
-                    "workload",
-                    "suite",
-                    "expectation",
-                    "expectation_type",
-                    "observed_value",
-                    "sample_ids",
-                )
-            },
-            "concurrency": pa.array(rows["concurrency"], pa.int32()),
-            "trial": pa.array(rows["trial"], pa.int32()),
-            "blocking": pa.array(rows["blocking"], pa.bool_()),
-            "success": pa.array(rows["success"], pa.bool_()),
-            "element_count": pa.array(rows["element_count"], pa.int64()),
-            "unexpected_count": pa.array(rows["unexpected_count"], pa.int64()),
-            "validated_at": pa.array(rows["validated_at"], pa.timestamp("us", tz="UTC")),
-        }
-    )
+    table = raw_table("dq_results", rows)
     replace_run_rows(db_path, "raw.dq_results", run_id, table)

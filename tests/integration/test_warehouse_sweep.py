@@ -225,7 +225,7 @@ def test_sql_is_read_only(sim: SimServer, db_path: Path) -> None:
                 "--workload",
                 "poetry",
             ],
-            "code or prose",
+            "is not one of 'code', 'prose'",
         ),
         (["sweep", "--endpoint", "not a url", "--model", "m", "--workload", "code"], "endpoint"),
         (

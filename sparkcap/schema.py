@@ -1,0 +1,298 @@
+"""The raw schema, defined once.
+
+Each raw table is one ``pa.schema`` here. The DuckDB DDL (``SCHEMA_SQL``), the Arrow tables
+staging writes (``raw_table``), the upgrade of an older warehouse (columns are only ever added)
+and the checks that the README's contract and dbt's ``_sources.yml`` name the same tables and
+columns (``tests/unit/test_schema.py``) all come from these definitions. A column's comment
+lives in its field metadata (``doc``) and is written into the DDL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+STR = pa.string()
+I32 = pa.int32()
+I64 = pa.int64()
+F64 = pa.float64()
+BOOL = pa.bool_()
+TS = pa.timestamp("us", tz="UTC")
+MAP = pa.map_(pa.string(), pa.string())
+
+_DUCKDB_TYPES: dict[pa.DataType, str] = {
+    STR: "varchar",
+    I32: "integer",
+    I64: "bigint",
+    F64: "double",
+    BOOL: "boolean",
+    TS: "timestamptz",
+    MAP: "map(varchar, varchar)",
+}
+
+
+def _c(
+    name: str,
+    typ: pa.DataType,
+    *,
+    null: bool = True,
+    primary_key: bool = False,
+    default: str | None = None,
+    doc: str | None = None,
+    json: bool = False,
+) -> pa.Field:
+    """One column; ``json=True`` stores text as DuckDB ``json``."""
+    meta = {"doc": doc or ""}
+    if json:
+        meta["duckdb_type"] = "json"
+    if primary_key:
+        meta["primary_key"] = "true"
+    if default is not None:
+        meta["default"] = default
+    return pa.field(name, typ, nullable=null, metadata=meta)
+
+
+def _table(doc: str | None, *fields: pa.Field) -> pa.Schema:
+    return pa.schema(fields, metadata={"doc": doc or ""})
+
+
+RAW_TABLES: dict[str, pa.Schema] = {
+    "runs": _table(
+        None,
+        _c("run_id", STR, null=False, primary_key=True),
+        _c("started_at", TS, null=False),
+        _c("finished_at", TS),
+        _c("sparkcap_version", STR, null=False),
+        _c("config_json", STR, json=True),
+        _c("status", STR, default="running", doc="running | complete | incomplete"),
+        _c("status_reason", STR),
+    ),
+    "waves": _table(
+        None,
+        _c("wave_id", STR, null=False, doc="unique (staging replaces by wave)"),
+        _c("run_id", STR, null=False),
+        _c("deployment", STR, null=False),
+        _c("model", STR, null=False),
+        _c("endpoint", STR, null=False),
+        _c("workload", STR, null=False),
+        _c("concurrency", I32, null=False),
+        _c("trial", I32, null=False, doc="0 = warm-up, never counted"),
+        _c("started_at", TS, null=False, doc="wall-clock anchor of the wave"),
+        _c("start_skew_ms", F64),
+        _c("loop_lag_p99_ms", F64),
+        _c("client_cpu_pct", F64),
+        _c("client_saturated", BOOL, doc="legacy (before 0.2): capture-time verdict; now NULL"),
+        _c("saturation_reasons", STR, doc="legacy, likewise; the verdict lives in dbt"),
+        _c("duration_s", F64),
+        _c("effective_concurrency", F64, doc="legacy (before 0.4): now computed by dbt; NULL"),
+        _c("peak_concurrency", I32, doc="legacy, likewise (int_trials)"),
+        _c("queued", BOOL, doc="legacy, likewise: the verdict lives in dbt"),
+        _c("queued_reason", STR, doc="legacy, likewise"),
+        _c("n_requests", I32, null=False),
+        _c("staged_at", TS, doc="when this wave was (re)staged"),
+        _c("probe", STR, doc="NULL for sweeps; else the probe's name"),
+        _c("loop_lag_max_ms", F64),
+        _c("timing_error_bound", F64, doc="largest rate error loop stalls can explain (share)"),
+        _c("attempt", I32, doc="1, or n > 1 when it re-measures a spoiled wave"),
+        _c("superseded_reason", STR, doc="set when a later attempt replaced this wave"),
+        _c("metrics_error", STR, doc="why a /metrics scrape around the wave failed"),
+        _c("client_process_count", I32, doc="load-generating processes that ran the wave"),
+    ),
+    "client_processes": _table(
+        None,
+        _c("wave_id", STR, null=False),
+        _c(
+            "process_index", I32, null=False, doc="stream i ran in process i % client_process_count"
+        ),
+        _c("pid", I32),
+        _c("n_streams", I32, null=False),
+        _c("released_ns", I64, doc="ns from the wave's anchor, like raw.requests"),
+        _c("ended_ns", I64),
+        _c("loop_lag_p99_ms", F64),
+        _c("loop_lag_max_ms", F64),
+        _c("cpu_pct", F64, doc="of one core"),
+        _c("timing_error_bound", F64, doc="over this process's streams (share)"),
+    ),
+    "requests": _table(
+        None,
+        _c("request_id", STR, null=False, doc="unique (staging replaces by wave)"),
+        _c("wave_id", STR, null=False),
+        _c("run_id", STR, null=False),
+        _c("stream_index", I32, null=False),
+        _c("prompt_id", STR, null=False),
+        _c("requested_tokens", I32, null=False),
+        _c("required_tokens", I32),
+        _c("temperature", F64, null=False),
+        _c("sent_ns", I64, doc="ns offsets from the wave's monotonic anchor"),
+        _c("first_token_ns", I64),
+        _c("last_token_ns", I64),
+        _c("end_ns", I64),
+        _c("headers_ns", I64),
+        _c("completion_tokens", I32, doc="NULL when the server gave no count"),
+        _c("prompt_tokens", I32),
+        _c("cached_prompt_tokens", I32),
+        _c("count_source", STR, null=False, doc="usage | continuous_usage | none"),
+        _c("finish_reason", STR),
+        _c("status", STR, null=False, doc="ok | short | truncated | server_error | ..."),
+        _c("http_status", I32),
+        _c("error", STR),
+        _c("retry_after", STR),
+        _c("saw_done", BOOL, null=False),
+        _c("n_chunks", I32, null=False),
+        _c("role", STR, doc="probes: what the request was for"),
+        _c("first_token_exact", BOOL, doc="stamp = kernel arrival of that event alone (0.3+)"),
+        _c("last_token_exact", BOOL),
+    ),
+    "chunks": _table(
+        None,
+        _c("request_id", STR, null=False),
+        _c("seq", I32, null=False),
+        _c("t_ns", I64, null=False),
+        _c("n_tokens", I32, doc="NULL unless the server gave per-chunk counts"),
+        _c("n_chars", I32, null=False),
+    ),
+    "deployments": _table(
+        None,
+        _c("run_id", STR, null=False),
+        _c("deployment", STR, null=False),
+        _c("model", STR, null=False),
+        _c("endpoint", STR, null=False),
+        _c("nodes", I32, null=False),
+        _c("hardware", STR),
+        _c("replicas", I32, null=False),
+        _c("parallel_slots", I32),
+        _c("reports_usage", BOOL, null=False),
+        _c("extra_body_json", STR, json=True),
+        _c("timeout_total_s", F64),
+    ),
+    "server_metrics": _table(
+        None,
+        _c("wave_id", STR, null=False),
+        _c("phase", STR, null=False, doc="before | after"),
+        _c("name", STR, null=False),
+        _c("labels", STR, null=False, doc="sorted JSON of the labels ('' when none), for reading"),
+        _c("value", F64),
+        _c("label_map", MAP, doc="the labels, structured: filter with element_at/map_values"),
+    ),
+    "dq_results": _table(
+        None,
+        _c("run_id", STR, null=False),
+        _c("wave_id", STR, doc="NULL: the expectation's overall result"),
+        _c("deployment", STR),
+        _c("workload", STR),
+        _c("concurrency", I32),
+        _c("trial", I32),
+        _c("suite", STR, null=False),
+        _c("expectation", STR, null=False, doc="sparkcap's id, e.g. code_output_length_exact"),
+        _c("expectation_type", STR, null=False),
+        _c("blocking", BOOL, null=False),
+        _c("success", BOOL, null=False),
+        _c("observed_value", STR),
+        _c("element_count", I64),
+        _c("unexpected_count", I64),
+        _c("sample_ids", STR, doc="up to 10 offending request / wave ids"),
+        _c("validated_at", TS, null=False),
+    ),
+    "step_outcomes": _table(
+        None,
+        _c("run_id", STR, null=False),
+        _c("deployment", STR, doc="NULL: a step of the whole night"),
+        _c("step", STR, null=False, doc="preflight | sweep | probe:<name> | link-check"),
+        _c("status", STR, null=False, doc="ok | failed"),
+        _c("reason", STR),
+        _c("recorded_at", TS, null=False),
+    ),
+    "link_tests": _table(
+        None,
+        _c("run_id", STR, null=False),
+        _c("deployment", STR, null=False),
+        _c("link", STR, null=False),
+        _c("node_a", STR),
+        _c("node_b", STR),
+        _c("nominal_gbps", F64),
+        _c("achieved_gbps", F64, doc="NULL when the command failed or printed nothing usable"),
+        _c("share", F64, doc="achieved / nominal"),
+        _c("healthy", BOOL),
+        _c("min_share", F64),
+        _c("tool", STR, doc="iperf3-json | ib-bw | plain"),
+        _c("error", STR),
+        _c("measured_at", TS, null=False),
+    ),
+}
+
+
+def duckdb_type(field: pa.Field) -> str:
+    meta = field.metadata or {}
+    if b"duckdb_type" in meta:
+        return str(meta[b"duckdb_type"].decode())
+    return _DUCKDB_TYPES[field.type]
+
+
+def _column_ddl(field: pa.Field, width: int) -> str:
+    meta = field.metadata or {}
+    parts = [f"{field.name:<{width}}{duckdb_type(field)}"]
+    if meta.get(b"primary_key") == b"true":
+        parts.append("primary key")
+    elif not field.nullable:
+        parts.append("not null")
+    if b"default" in meta:
+        parts.append(f"default '{meta[b'default'].decode()}'")
+    return " ".join(parts)
+
+
+def create_table_sql(name: str) -> str:
+    schema = RAW_TABLES[name]
+    lines = []
+    doc = (schema.metadata or {}).get(b"doc", b"").decode()
+    if doc:
+        lines.append(f"-- {doc}")
+    cols = []
+    width = max(len(f.name) for f in schema) + 2  # aligned, as a person would write it
+    for i, field in enumerate(schema):
+        comma = "," if i < len(schema) - 1 else ""
+        comment = (field.metadata or {}).get(b"doc", b"").decode()
+        cols.append(
+            f"    {_column_ddl(field, width)}{comma}" + (f"  -- {comment}" if comment else "")
+        )
+    lines.append(f"create table if not exists raw.{name} (")
+    lines += cols
+    lines.append(");")
+    return "\n".join(lines)
+
+
+SCHEMA_SQL = "create schema if not exists raw;\n\n" + "\n\n".join(
+    create_table_sql(name) for name in RAW_TABLES
+)
+
+
+def columns(name: str) -> list[tuple[str, str]]:
+    """(column, DuckDB type) of a raw table, in order."""
+    return [(f.name, duckdb_type(f)) for f in RAW_TABLES[name]]
+
+
+def raw_table(name: str, data: Mapping[str, Sequence[Any] | pa.Array]) -> pa.Table:
+    """An Arrow table for ``raw.<name>`` with the schema's types; columns it lacks stay NULL
+    when inserted (legacy columns, or columns a caller does not know)."""
+    schema = RAW_TABLES[name]
+    unknown = set(data) - set(schema.names)
+    if unknown:
+        raise KeyError(f"raw.{name} has no column(s) {', '.join(sorted(unknown))}")
+    arrays: list[pa.Array] = []
+    fields: list[pa.Field] = []
+    for field in schema:
+        if field.name not in data:
+            continue
+        values = data[field.name]
+        if isinstance(values, pa.DictionaryArray):
+            if values.type.value_type != field.type:
+                raise TypeError(f"raw.{name}.{field.name}: {values.type} is not {field.type}")
+            array: pa.Array = values
+        elif isinstance(values, pa.Array):
+            array = values if values.type == field.type else values.cast(field.type)
+        else:
+            array = pa.array(values, type=field.type)
+        arrays.append(array)
+        fields.append(pa.field(field.name, array.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
