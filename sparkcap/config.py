@@ -36,9 +36,11 @@ class Timeouts(Strict):
     total_s: float = Field(1800.0, gt=0, description="deadline for one whole request")
 
 
-class Deployment(Strict):
+class DeploymentBase(Strict):
+    """What a deployment is, however it is given (CLI flags or a fleet file): one definition,
+    so a fleet file and ``sparkcap sweep`` accept the same options with the same checks."""
+
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
-    endpoint: HttpUrl = Field(description="OpenAI-compatible base URL, e.g. http://host:8000/v1")
     model: str = Field(min_length=1)
     nodes: int = Field(1, ge=1)
     hardware: str = ""
@@ -66,6 +68,12 @@ class Deployment(Strict):
         if any(k.lower() == "authorization" for k in v):
             raise ValueError("put the API key in an environment variable named by api_key_env")
         return v
+
+
+class Deployment(DeploymentBase):
+    """A deployment with its endpoint known: what a sweep measures."""
+
+    endpoint: HttpUrl = Field(description="OpenAI-compatible base URL, e.g. http://host:8000/v1")
 
     @property
     def chat_url(self) -> str:

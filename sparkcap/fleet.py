@@ -17,7 +17,6 @@ from pydantic import (
     ConfigDict,
     Field,
     HttpUrl,
-    SecretStr,
     ValidationError,
     field_validator,
     model_validator,
@@ -25,10 +24,9 @@ from pydantic import (
 
 from sparkcap.config import (
     Deployment,
-    EnvVarName,
+    DeploymentBase,
     SweepPlan,
     SweepRequest,
-    Timeouts,
     WorkloadName,
 )
 from sparkcap.links import LinkSpec
@@ -58,24 +56,12 @@ class Launch(_Strict):
     extra_args: tuple[str, ...] = ()
 
 
-class FleetDeployment(_Strict):
-    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
-    model: str = Field(min_length=1)
+class FleetDeployment(DeploymentBase):
+    """A deployment in a fleet file: an endpoint, or a server sparkcap launches for the night,
+    plus what to run against it."""
+
     endpoint: HttpUrl | None = None
     launch: Launch | None = None
-    nodes: int = Field(1, ge=1)
-    hardware: str = ""
-    replicas: int = Field(1, ge=1)
-    api_key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
-    extra_body: dict[str, Any] = Field(default_factory=dict)
-    headers: dict[str, SecretStr] = Field(default_factory=dict)
-    header_env: dict[str, EnvVarName] = Field(default_factory=dict)
-    parallel_slots: int | None = Field(None, ge=1)
-    continuous_usage: bool = False
-    reports_usage: bool = True
-    metrics_url: HttpUrl | None = None
-    ca_bundle: Path | None = None
-    timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
     workloads: tuple[WorkloadName, ...] | None = Field(
         None, description="subset of the fleet's workloads to run here (default: all)"
     )
@@ -122,24 +108,8 @@ class FleetDeployment(_Strict):
         if url is None:
             raise FleetError(f"deployment {self.name} has not been launched")
         slots = self.parallel_slots or (self.launch.slots if self.launch else None)
-        return Deployment(
-            name=self.name,
-            endpoint=url,
-            model=self.model,
-            nodes=self.nodes,
-            hardware=self.hardware,
-            replicas=self.replicas,
-            api_key_env=self.api_key_env,
-            extra_body=self.extra_body,
-            headers=self.headers,
-            header_env=self.header_env,
-            parallel_slots=slots,
-            continuous_usage=self.continuous_usage,
-            reports_usage=self.reports_usage,
-            metrics_url=self.metrics_url,
-            ca_bundle=self.ca_bundle,
-            timeouts=self.timeouts,
-        )
+        shared = {name: getattr(self, name) for name in DeploymentBase.model_fields}
+        return Deployment(**{**shared, "parallel_slots": slots}, endpoint=url)
 
 
 class Schedule(_Strict):

@@ -208,7 +208,7 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "duration_s": [wave.duration_s],
             "n_requests": [len(reqs)],
             "staged_at": [datetime.now(UTC)],
-            "probe": [wave.extra.get("probe")],
+            "probe": [wave.probe],
         },
     )
     requests = raw_table(

@@ -141,7 +141,7 @@ class _Probe:
             started_at_ns=time.time_ns(),
             anchor_perf_ns=time.perf_counter_ns(),
         )
-        self.wave.extra["probe"] = probe
+        self.wave.probe = probe
         self.headers = request_headers(dep)
 
     async def send(self, client: httpx.AsyncClient, spec: StreamSpec, role: str) -> RequestRecord:
@@ -247,7 +247,6 @@ async def prefill_interference(
         await prober_task
         await asyncio.gather(*background, *probes)
         await monitor.stop()
-    p.wave.extra["long_prompt_chars"] = len(doc)
     del long_rec
     return p.finish(monitor)
 
@@ -319,7 +318,7 @@ async def _synchronized(
         started_at_ns=time.time_ns(),
         anchor_perf_ns=time.perf_counter_ns(),
     )
-    wave.extra["probe"] = probe
+    wave.probe = probe
     async with StreamClients(dep) as clients:
         await run_wave(
             clients,

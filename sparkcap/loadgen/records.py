@@ -130,4 +130,4 @@ class WaveRecord:
     # (phase, name, labels, value) from the server's /metrics around the wave
     server_metrics: list[tuple[str, str, dict[str, str], float]] = field(default_factory=list)
     metrics_error: str | None = None  # why a scrape around this wave failed
-    extra: dict[str, object] = field(default_factory=dict)
+    probe: str | None = None  # the probe that made this wave; None for sweep waves
