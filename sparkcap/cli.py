@@ -20,7 +20,14 @@ from rich.console import Console
 from rich.table import Table
 
 from sparkcap import __version__
-from sparkcap.config import Deployment, SweepPlan, SweepRequest, WorkloadName
+from sparkcap.config import (
+    Deployment,
+    ProbeName,
+    SweepPlan,
+    SweepRequest,
+    WorkloadName,
+    probe_options,
+)
 from sparkcap.pipeline import Profile
 from sparkcap.settings import get_settings
 
@@ -78,7 +85,6 @@ def run_with_progress(requests: list[SweepRequest], db: Path, **kwargs: Any) -> 
 
 
 OutputFormat = Literal["table", "csv", "json"]
-ProbeName = Literal["prefill-interference", "prompt-cache", "output-length", "mixed"]
 LEVEL_COLUMNS = (
     "deployment",
     "workload",
@@ -356,38 +362,31 @@ def probe(
         api_key_env=api_key_env,
         extra_body=extra,
     )
-    options: dict[str, Any]
-    if name == "prefill-interference":
-        options = {
+    # each probe takes its own options; the shared flags map onto them here (one model each)
+    given: dict[str, dict[str, Any]] = {
+        "prefill-interference": {
             "background_streams": background_streams,
             "background_tokens": background_tokens,
             "long_prompt_tokens": prompt_tokens,
             "probe_interval_s": probe_interval,
-        }
-    elif name == "prompt-cache":
-        options = {"document_tokens": prompt_tokens, "warm_requests": warm_requests}
-    elif name == "output-length":
-        try:
-            lens = tuple(int(x) for x in lengths.split(",") if x.strip())
-        except ValueError:
-            raise typer.BadParameter("comma-separated integers", param_hint="--lengths") from None
-        if workload not in ("code", "prose"):
-            raise typer.BadParameter("must be code or prose", param_hint="--workload")
-        options = {
+        },
+        "prompt-cache": {"document_tokens": prompt_tokens, "warm_requests": warm_requests},
+        "output-length": {
             "concurrency": concurrency,
-            "lengths": lens,
+            "lengths": [x for x in lengths.split(",") if x.strip()],
             "workload": workload,
             "trials": trials,
-        }
-    else:
-        options = {
+        },
+        "mixed": {
             "concurrency": concurrency,
             "code_share": code_share,
             "trials": trials,
             "max_tokens": max_tokens,
-        }
+        },
+    }
+    options = probe_options(name, **given[name])
     path = _db(db)
-    result = asyncio.run(run_probe(dep, name, path, **options))
+    result = asyncio.run(run_probe(dep, options, path))
     out.print(f"run id: {result.run_id}", highlight=False)
     for r in [r for w in result.waves[:1] for r in w.requests]:
         if r.role in ("background", "code", "prose"):

@@ -134,6 +134,77 @@ class SweepRequest(Strict):
     seed: int = 0
 
 
+class PrefillInterferenceOptions(Strict):
+    """A long uncached prompt sent while background streams decode; short probes measure
+    TTFT throughout (the study: a 32k prompt stalled Qwen's decode ~16 s)."""
+
+    kind: Literal["prefill-interference"] = "prefill-interference"
+    background_streams: int = Field(4, ge=1, le=256)
+    background_tokens: int = Field(400, ge=2)
+    long_prompt_tokens: int = Field(4000, ge=1)
+    settle_s: float = Field(2.0, ge=0)
+    probe_interval_s: float = Field(0.5, gt=0)
+    probe_tokens: int = Field(4, ge=1)
+    tail_s: float = Field(2.0, ge=0)
+
+
+class PromptCacheOptions(Strict):
+    """A long document cold, then warm with other questions, then a control document."""
+
+    kind: Literal["prompt-cache"] = "prompt-cache"
+    document_tokens: int = Field(4000, ge=1)
+    warm_requests: int = Field(3, ge=1, le=100)
+    answer_tokens: int = Field(4, ge=1)
+
+
+class OutputLengthOptions(Strict):
+    """One concurrency at several output lengths (one warm-up wave first)."""
+
+    kind: Literal["output-length"] = "output-length"
+    concurrency: int = Field(8, ge=1, le=4096)
+    lengths: tuple[int, ...] = Field((400, 1000), min_length=1)
+    workload: WorkloadName = "prose"
+    trials: int = Field(2, ge=1, le=5)
+
+    @field_validator("lengths")
+    @classmethod
+    def _lengths(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if any(n < 2 for n in v):
+            raise ValueError("output lengths must be at least 2 tokens")
+        return v
+
+
+class MixedOptions(Strict):
+    """Code and prose streams in one synchronized wave."""
+
+    kind: Literal["mixed"] = "mixed"
+    concurrency: int = Field(8, ge=2, le=4096)
+    code_share: float = Field(0.5, gt=0, lt=1)
+    trials: int = Field(2, ge=1, le=5)
+    max_tokens: int | None = Field(None, ge=2)
+
+
+ProbeName = Literal["prefill-interference", "prompt-cache", "output-length", "mixed"]
+# One options model per probe, told apart by ``kind``: the CLI, fleet files and the probes
+# themselves all take these, so an option means the same everywhere and a typo is rejected.
+ProbeOptions = Annotated[
+    PrefillInterferenceOptions | PromptCacheOptions | OutputLengthOptions | MixedOptions,
+    Field(discriminator="kind"),
+]
+_PROBE_ADAPTER: Any = None
+
+
+def probe_options(kind: str, **options: Any) -> ProbeOptions:
+    """The validated options of probe ``kind`` (unknown options and bad values rejected)."""
+    global _PROBE_ADAPTER
+    from pydantic import TypeAdapter
+
+    if _PROBE_ADAPTER is None:
+        _PROBE_ADAPTER = TypeAdapter(ProbeOptions)
+    result: ProbeOptions = _PROBE_ADAPTER.validate_python({**options, "kind": kind})
+    return result
+
+
 def redacted_config(obj: BaseModel) -> dict[str, Any]:
     """A JSON-able dump for ``raw.runs.config_json``: names of key variables, never values."""
     return obj.model_dump(mode="json")

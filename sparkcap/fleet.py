@@ -25,6 +25,8 @@ from pydantic import (
 from sparkcap.config import (
     Deployment,
     DeploymentBase,
+    ProbeName,
+    ProbeOptions,
     SweepPlan,
     SweepRequest,
     WorkloadName,
@@ -68,9 +70,7 @@ class FleetDeployment(DeploymentBase):
     plans: dict[WorkloadName, SweepPlan] = Field(
         default_factory=dict, description="per-workload plan overriding the fleet's"
     )
-    probes: dict[
-        Literal["prefill-interference", "prompt-cache", "output-length", "mixed"], dict[str, Any]
-    ] = Field(
+    probes: dict[ProbeName, ProbeOptions] = Field(
         default_factory=dict,
         description="responsiveness probes to run after the sweeps, with their options",
     )
@@ -79,21 +79,15 @@ class FleetDeployment(DeploymentBase):
         (), description="interconnect links to check, each with its probe command"
     )
 
-    @field_validator("probes")
+    @field_validator("probes", mode="before")
     @classmethod
-    def _probe_options(cls, v: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-        import inspect
-
-        from sparkcap.loadgen.probes import PROBES
-
-        for name, options in v.items():
-            allowed = set(inspect.signature(PROBES[name]).parameters) - {"dep", "run_id"}
-            unknown = sorted(set(options) - allowed)
-            if unknown:
-                raise ValueError(
-                    f"unknown option(s) for {name}: {', '.join(unknown)} "
-                    f"(allowed: {', '.join(sorted(allowed))})"
-                )
+    def _kind_from_key(cls, v: Any) -> Any:
+        """In a fleet file a probe's options sit under its name: the name is the kind."""
+        if isinstance(v, dict):
+            return {
+                k: {**(o or {}), "kind": k} if isinstance(o, dict | None) else o
+                for k, o in v.items()
+            }
         return v
 
     @model_validator(mode="after")
@@ -229,6 +223,8 @@ def load_fleet(path: Path | str) -> Fleet:
     except ValidationError as exc:
         e = exc.errors()[0]
         loc = tuple(x for x in e["loc"] if not (isinstance(x, str) and x.startswith("function-")))
+        # a probe's options are told apart by kind, which pydantic repeats after the probe's key
+        loc = tuple(x for i, x in enumerate(loc) if i == 0 or x != loc[i - 1])
         line = _locate(loc, lines)
         where = f":{line}" if line else ""
         dotted = ".".join(str(x) for x in loc) or "(top level)"

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 
 from sparkcap import spool
-from sparkcap.config import Deployment, SweepRequest
+from sparkcap.config import Deployment, ProbeOptions, SweepRequest, probe_options
 from sparkcap.fleet import Fleet
 from sparkcap.loadgen.connections import make_client
 from sparkcap.loadgen.records import WaveRecord
@@ -261,7 +261,7 @@ async def run_fleet(
 
 async def run_probe(
     deployment: Deployment,
-    probe: str,
+    probe: str | ProbeOptions,
     db_path: Path,
     *,
     run_id: str | None = None,
@@ -269,21 +269,25 @@ async def run_probe(
     **options: Any,
 ) -> RunResult:
     """Run one responsiveness probe, staged like a sweep's waves: as its own run, or
-    (``record_run=False``) inside an existing run such as a nightly sweep's."""
+    (``record_run=False``) inside an existing run such as a nightly sweep's. ``probe`` is the
+    probe's options model, or its name with the options as keywords (validated the same way)."""
     from sparkcap.loadgen.probes import PROBES
 
-    if probe not in PROBES:
-        raise ValueError(f"unknown probe {probe!r} (choose from {', '.join(PROBES)})")
+    chosen = probe_options(probe, **options) if isinstance(probe, str) else probe
     await preflight(deployment)
     await asyncio.to_thread(spool.stage_spool, db_path)
     run_id = run_id or new_run_id()
-    config = {"probe": probe, "options": options, "deployment": deployment.model_dump(mode="json")}
+    config = {
+        "probe": chosen.kind,
+        "options": chosen.model_dump(mode="json", exclude={"kind"}),
+        "deployment": deployment.model_dump(mode="json"),
+    }
     if record_run:
         run_start_to(db_path, run_id, config, time.time_ns(), [deployment])
     result = RunResult(run_id=run_id, db_path=db_path)
     try:
         before, after = scrape_into(deployment)
-        produced = await PROBES[probe](deployment, run_id, **options)
+        produced = await PROBES[chosen.kind](deployment, run_id, chosen)
         for wave in produced if isinstance(produced, list) else [produced]:
             await asyncio.to_thread(spool.write_wave, wave, db_path)
             await asyncio.to_thread(spool.stage_spool, db_path, None, run_id)
@@ -319,7 +323,7 @@ async def run_fleet_probes(fleet: Fleet, db_path: Path, run_id: str) -> list[str
             for name, options in d.probes.items():
                 dep = d.resolve(endpoints.get(d.name))
                 try:
-                    await run_probe(dep, name, db_path, run_id=run_id, record_run=False, **options)
+                    await run_probe(dep, options, db_path, run_id=run_id, record_run=False)
                 except Exception as exc:  # any failure is this probe's alone
                     failed.append(f"{d.name}:{name}")
                     status, reason = "failed", f"{type(exc).__name__}: {exc}".strip()

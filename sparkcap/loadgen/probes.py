@@ -18,7 +18,13 @@ from typing import Any
 
 import httpx
 
-from sparkcap.config import Deployment
+from sparkcap.config import (
+    Deployment,
+    MixedOptions,
+    OutputLengthOptions,
+    PrefillInterferenceOptions,
+    PromptCacheOptions,
+)
 from sparkcap.loadgen.client import stream_request
 from sparkcap.loadgen.connections import make_client
 from sparkcap.loadgen.records import RequestRecord, WaveRecord
@@ -188,19 +194,17 @@ async def _until_decoding(
 
 
 async def prefill_interference(
-    dep: Deployment,
-    run_id: str,
-    *,
-    background_streams: int = 4,
-    background_tokens: int = 400,
-    long_prompt_tokens: int = 4000,
-    settle_s: float = 2.0,
-    probe_interval_s: float = 0.5,
-    probe_tokens: int = 4,
-    tail_s: float = 2.0,
+    dep: Deployment, run_id: str, options: PrefillInterferenceOptions
 ) -> WaveRecord:
     """Hold N decode streams; once steady, inject one long uncached prompt; meanwhile send
     short probe requests at a fixed interval. Roles: ``background``, ``long``, ``probe``."""
+    background_streams = options.background_streams
+    background_tokens = options.background_tokens
+    long_prompt_tokens = options.long_prompt_tokens
+    settle_s = options.settle_s
+    probe_interval_s = options.probe_interval_s
+    probe_tokens = options.probe_tokens
+    tail_s = options.tail_s
     p = _Probe(dep, run_id, "prefill-interference", "code", background_streams)
     monitor = LoopMonitor()
     async with make_client(dep, background_streams + 64) as client:
@@ -251,16 +255,12 @@ async def prefill_interference(
     return p.finish(monitor)
 
 
-async def prompt_cache(
-    dep: Deployment,
-    run_id: str,
-    *,
-    document_tokens: int = 4000,
-    warm_requests: int = 3,
-    answer_tokens: int = 4,
-) -> WaveRecord:
+async def prompt_cache(dep: Deployment, run_id: str, options: PromptCacheOptions) -> WaveRecord:
     """Send a long document cold, then with other questions (warm), then a distinct document
     of the same size (control). Roles: ``cold``, ``warm``, ``control``."""
+    document_tokens = options.document_tokens
+    warm_requests = options.warm_requests
+    answer_tokens = options.answer_tokens
     p = _Probe(dep, run_id, "prompt-cache", "prose", 1)
     monitor = LoopMonitor()
     async with make_client(dep, 4) as client:
@@ -336,16 +336,14 @@ async def _synchronized(
 
 
 async def output_length(
-    dep: Deployment,
-    run_id: str,
-    *,
-    concurrency: int = 8,
-    lengths: tuple[int, ...] = (400, 1000),
-    workload: str = "prose",
-    trials: int = 2,
+    dep: Deployment, run_id: str, options: OutputLengthOptions
 ) -> list[WaveRecord]:
     """The same concurrency at several output lengths (the study: GLM, 8 streams, 400 → 1000
     tokens, 19.8 → 17.3 tok/s). One warm-up wave first, never counted."""
+    concurrency = options.concurrency
+    lengths = options.lengths
+    workload = options.workload
+    trials = options.trials
     waves = []
     for trial in range(0, trials + 1):
         for length in lengths:
@@ -362,17 +360,13 @@ async def output_length(
     return waves
 
 
-async def mixed(
-    dep: Deployment,
-    run_id: str,
-    *,
-    concurrency: int = 8,
-    code_share: float = 0.5,
-    trials: int = 2,
-    max_tokens: int | None = None,
-) -> list[WaveRecord]:
+async def mixed(dep: Deployment, run_id: str, options: MixedOptions) -> list[WaveRecord]:
     """Code and prose streams in one synchronized wave: a mixed load, to set beside the sum
     of the alternative workloads' capacities (which the study says is not a mixed result)."""
+    concurrency = options.concurrency
+    code_share = options.code_share
+    trials = options.trials
+    max_tokens = options.max_tokens
     n_code = max(1, min(concurrency - 1, round(concurrency * code_share)))
     waves = []
     for trial in range(0, trials + 1):

@@ -100,3 +100,29 @@ def test_build_var_overrides_accept_declared_numbers_only() -> None:
     ]:
         with pytest.raises(BuildError, match=why):
             parse_var_overrides([bad])
+
+
+def test_probe_options_are_one_model_per_probe() -> None:
+    """Fleet files (options under the probe's name), the CLI and run_probe share the models."""
+    from pydantic import ValidationError
+
+    from sparkcap.config import OutputLengthOptions, PromptCacheOptions, probe_options
+    from sparkcap.fleet import FleetDeployment
+
+    d = FleetDeployment.model_validate(
+        {
+            "name": "a",
+            "model": "m",
+            "endpoint": "http://127.0.0.1:9/v1",
+            "probes": {"prompt-cache": {"document_tokens": 100}, "output-length": None},
+        }
+    )
+    cache = d.probes["prompt-cache"]
+    assert isinstance(cache, PromptCacheOptions) and cache.document_tokens == 100
+    assert cache.warm_requests == 3  # the default lives in the model only
+    assert isinstance(d.probes["output-length"], OutputLengthOptions)
+    assert probe_options("output-length", lengths=["20", "200"]).lengths == (20, 200)  # type: ignore[union-attr]
+    with pytest.raises(ValidationError, match="warm_requets"):
+        probe_options("prompt-cache", warm_requets=2)
+    with pytest.raises(ValidationError):
+        probe_options("mixed", code_share=1.5)
