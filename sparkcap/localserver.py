@@ -21,14 +21,12 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from sparkcap.fleet import Fleet
+from sparkcap.procman import ManagedProcess, ManagedProcessError
 from sparkcap.settings import get_settings
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
@@ -202,9 +200,16 @@ class LocalServer:
     """A running llama-server process; use :func:`start_local_server` to make one."""
 
     port: int
-    process: subprocess.Popen[bytes]
-    log_path: Path
+    managed: ManagedProcess
     args: list[str] = field(default_factory=list)
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        return self.managed.process
+
+    @property
+    def log_path(self) -> Path:
+        return self.managed.log_path
 
     @property
     def endpoint(self) -> str:
@@ -215,13 +220,7 @@ class LocalServer:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=timeout_s)
+        self.managed.stop(timeout_s)
 
 
 def start_local_server(
@@ -262,26 +261,18 @@ def start_local_server(
     args += list(extra_args)
     logs = log_dir or (get_settings().work_dir / "logs")
     logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"llama-server-{port}.log"
-    fh = log_path.open("wb")
-    proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-    fh.close()
-    server = LocalServer(port=port, process=proc, log_path=log_path, args=args)
-    deadline = time.monotonic() + ready_timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:]
-            raise LocalServerError(
-                f"llama-server exited with {proc.returncode} on port {port}: "
-                f"{tail[0] if tail else 'no output'}"
-            )
-        with contextlib.suppress(httpx.HTTPError):
-            r = httpx.get(f"{server.base_url}/health", timeout=2.0)
-            if r.status_code == 200:
-                return server
-        time.sleep(0.25)
-    server.stop()
-    raise LocalServerError(f"llama-server on port {port} not healthy after {ready_timeout_s:.0f} s")
+    managed = ManagedProcess.spawn(
+        f"llama-server on port {port}",
+        args,
+        logs / f"llama-server-{port}.log",
+        new_session=True,
+    )
+    server = LocalServer(port=port, managed=managed, args=args)
+    try:
+        managed.wait_healthy(f"{server.base_url}/health", ready_timeout_s)
+    except ManagedProcessError as exc:
+        raise LocalServerError(str(exc)) from None
+    return server
 
 
 @contextlib.contextmanager

@@ -1,13 +1,17 @@
 """The nightly pipeline's steps, as plain functions: sweep, stage, validate, build, report.
 
-The Prefect flow (``flows/nightly.py``) and ``sparkcap run --no-prefect`` both call these, one
-after another, so that exactly one process writes the DuckDB file at a time.
+A night is one ``Night`` object walked through ``STEPS``: by the Prefect flow
+(``flows/nightly.py``, one task per step) and by ``sparkcap run --no-prefect`` (``run_night``),
+one step after another, so that exactly one process writes the DuckDB file at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -43,15 +47,20 @@ def sweep(
     db_path: Path,
     progress: ProgressFn | None = None,
     run_id: str | None = None,
+    endpoints: dict[str, str] | None = None,
 ) -> RunResult:
     """Sweep the fleet; a deployment whose server died leaves the run ``incomplete``."""
-    return asyncio.run(run_fleet(fleet, db_path, progress=progress, run_id=run_id))
+    return asyncio.run(
+        run_fleet(fleet, db_path, progress=progress, run_id=run_id, endpoints=endpoints)
+    )
 
 
-def probes(fleet: Fleet, db_path: Path, run_id: str) -> list[str]:
+def probes(
+    fleet: Fleet, db_path: Path, run_id: str, endpoints: dict[str, str] | None = None
+) -> list[str]:
     from sparkcap.runner import run_fleet_probes
 
-    return asyncio.run(run_fleet_probes(fleet, db_path, run_id))
+    return asyncio.run(run_fleet_probes(fleet, db_path, run_id, endpoints))
 
 
 def link_check(fleet: Fleet, db_path: Path, run_id: str) -> int:
@@ -162,6 +171,156 @@ def capacity_markdown(db_path: Path, run_id: str) -> str:
     return "\n".join(lines)
 
 
+class DataQualityFailed(RuntimeError):
+    """A blocking expectation failed for this run (the night goes on; its result says so)."""
+
+
+@dataclass
+class Night:
+    """One night: the fleet, its run id, where it lands, and the servers it launched, held
+    from the first step to the last (a launched server is started once a night, so the probes
+    meet the server the sweep measured, at the endpoint ``raw.deployments`` recorded).
+
+    Both ways of running a night walk the same ``STEPS`` in the same order with this object:
+    ``run_night`` (``sparkcap run --no-prefect``) and the Prefect flow (``flows/nightly.py``),
+    which wraps each step in a task with the step's retries.
+    """
+
+    fleet: Fleet
+    db_path: Path
+    reports_dir: Path
+    run_id: str | None = None
+    progress: ProgressFn | None = None
+    endpoints: dict[str, str] | None = None
+    sweep: RunResult | None = None
+    failed_probes: list[str] = field(default_factory=list)
+    dq: DQOutcome | None = None
+    report_index: Path | None = None
+
+    @contextlib.contextmanager
+    def servers(self) -> Iterator[Night]:
+        """Launch what the fleet asks sparkcap to launch, for the whole night."""
+        from sparkcap.localserver import launched
+
+        with launched(self.fleet) as endpoints:
+            self.endpoints = endpoints
+            try:
+                yield self
+            finally:
+                self.endpoints = None
+
+    def require_run_id(self) -> str:
+        if self.run_id is None:
+            raise RuntimeError("the night has no run id before its sweep")
+        return self.run_id
+
+    def result(self) -> dict[str, Any]:
+        """What the CLI and the flow report: the numbers themselves are in the marts."""
+        run_id = self.require_run_id()
+        return {
+            "run_id": run_id,
+            "report": str(self.report_index) if self.report_index else None,
+            "db": str(self.db_path),
+            "dq_success": self.dq.success if self.dq else None,
+            "dq_failed": self.dq.failed if self.dq else [],
+            "run_status": self.sweep.status if self.sweep else "incomplete",
+            "run_reason": self.sweep.reason if self.sweep else "no sweep",
+            "gaps": night_gaps(self.db_path, run_id),
+        }
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: str
+    summary: str
+
+
+def _sweep_step(night: Night) -> StepResult:
+    result = sweep(night.fleet, night.db_path, night.progress, night.run_id, night.endpoints)
+    night.sweep, night.run_id = result, result.run_id
+    return StepResult("sweep", f"{len(result.waves)} waves, run {result.status}")
+
+
+def _probes_step(night: Night) -> StepResult:
+    run_id = night.require_run_id()
+    night.failed_probes = probes(night.fleet, night.db_path, run_id, night.endpoints)
+    failed = night.failed_probes
+    return StepResult("probes", ("failed: " + ", ".join(failed)) if failed else "ok")
+
+
+def _links_step(night: Night) -> StepResult:
+    n = link_check(night.fleet, night.db_path, night.require_run_id())
+    return StepResult("link-check", f"{n} link(s) measured")
+
+
+def _stage_step(night: Night) -> StepResult:
+    return StepResult("stage", f"{stage_pending(night.db_path)} spooled wave(s) staged")
+
+
+def _validate_step(night: Night) -> StepResult:
+    night.dq = validate(night.db_path, night.require_run_id(), night.reports_dir)
+    if not night.dq.success:
+        raise DataQualityFailed(f"blocking expectations failed: {', '.join(night.dq.failed)}")
+    return StepResult("validate", "every blocking expectation met")
+
+
+def _build_step(night: Night) -> StepResult:
+    n = build(night.db_path, night.fleet.threshold_tok_s)
+    return StepResult("dbt-build", f"{n} dbt nodes")
+
+
+def _report_step(night: Night) -> StepResult:
+    night.report_index = report(night.db_path, night.require_run_id(), night.reports_dir)
+    return StepResult("report", str(night.report_index))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a night. Load generation is never retried (a retried wave is another
+    measurement); staging, dbt and the report are. A step that may fail without stopping the
+    night (``night_goes_on``) fails alone: data quality fails the validate step, the marts are
+    still built (failed trials excluded) and the report says why."""
+
+    name: str
+    run: Callable[[Night], StepResult]
+    retries: int = 0
+    retry_delay_s: float = 0.0
+    night_goes_on: bool = False
+
+
+STEPS: tuple[Step, ...] = (
+    Step("sweep", _sweep_step),
+    Step("probes", _probes_step),
+    Step("link-check", _links_step),
+    Step("stage", _stage_step, retries=3, retry_delay_s=5),
+    Step("validate", _validate_step, night_goes_on=True),
+    Step("dbt-build", _build_step, retries=2, retry_delay_s=5),
+    Step("report", _report_step, retries=2, retry_delay_s=5),
+)
+
+
+def run_night(night: Night) -> dict[str, Any]:
+    """The whole night without Prefect: ``STEPS`` in order, with their retries.
+
+    A deployment that cannot be measured, or a probe or link check that fails, costs that part
+    of the night only: every other step still runs, the report is published, and the result's
+    ``gaps`` (from ``marts.fct_step_outcomes``) says what is missing and why.
+    """
+    with night.servers():
+        for step in STEPS:
+            for attempt in range(step.retries + 1):
+                try:
+                    step.run(night)
+                    break
+                except DataQualityFailed:
+                    break  # recorded on the night; the rest of it runs
+                except Exception:
+                    if attempt == step.retries:
+                        raise
+                    time.sleep(step.retry_delay_s)
+    return night.result()
+
+
 def run_pipeline(
     fleet: Fleet,
     db_path: Path,
@@ -169,25 +328,5 @@ def run_pipeline(
     progress: ProgressFn | None = None,
     run_id: str | None = None,
 ) -> dict[str, Any]:
-    """The whole night without Prefect: the same steps, in the same order.
-
-    A deployment that cannot be measured, or a probe or link check that fails, costs that part
-    of the night only: every other step still runs, the report is published, and the result's
-    ``gaps`` (from ``marts.fct_step_outcomes``) says what is missing and why.
-    """
-    result = sweep(fleet, db_path, progress, run_id)
-    probes(fleet, db_path, result.run_id)
-    link_check(fleet, db_path, result.run_id)
-    stage_pending(db_path)
-    dq = validate(db_path, result.run_id, reports_dir)
-    build(db_path, fleet.threshold_tok_s)
-    index = report(db_path, result.run_id, reports_dir)
-    return {
-        "run_id": result.run_id,
-        "report": str(index),
-        "dq_success": dq.success,
-        "dq_failed": dq.failed,
-        "run_status": result.status,
-        "run_reason": result.reason,
-        "gaps": night_gaps(db_path, result.run_id),
-    }
+    """``run_night`` for a fleet (the CLI's ``--no-prefect`` path and the tests)."""
+    return run_night(Night(fleet, db_path, reports_dir, run_id=run_id, progress=progress))

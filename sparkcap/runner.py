@@ -9,6 +9,7 @@ stops early is marked ``incomplete`` with the reason, keeping every wave already
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -239,12 +240,14 @@ async def run_fleet(
     *,
     run_id: str | None = None,
     progress: ProgressFn | None = None,
+    endpoints: dict[str, str] | None = None,
 ) -> RunResult:
-    """Launch what the fleet asks for, sweep every deployment × workload, stop the servers."""
+    """Sweep every deployment × workload. ``endpoints``: servers a night already launched
+    (``pipeline.Night``); without them, launch what the fleet asks for and stop it after."""
     from sparkcap.localserver import launched
 
-    with launched(fleet) as endpoints:
-        requests = fleet.sweep_requests(endpoints)
+    with contextlib.nullcontext(endpoints) if endpoints is not None else launched(fleet) as eps:
+        requests = fleet.sweep_requests(eps)
         config = {
             "fleet": fleet.model_dump(mode="json"),
             "endpoints": {r.deployment.name: str(r.deployment.endpoint) for r in requests},
@@ -306,7 +309,9 @@ async def run_probe(
     return result
 
 
-async def run_fleet_probes(fleet: Fleet, db_path: Path, run_id: str) -> list[str]:
+async def run_fleet_probes(
+    fleet: Fleet, db_path: Path, run_id: str, endpoints: dict[str, str] | None = None
+) -> list[str]:
     """The probes the fleet file asks for, recorded inside the night's run.
 
     A probe that fails costs that probe only: its failure is recorded in
@@ -318,10 +323,10 @@ async def run_fleet_probes(fleet: Fleet, db_path: Path, run_id: str) -> list[str
     failed: list[str] = []
     if not any(d.probes for d in fleet.deployments):
         return failed
-    with launched(fleet) as endpoints:
+    with contextlib.nullcontext(endpoints) if endpoints is not None else launched(fleet) as eps:
         for d in fleet.deployments:
             for name, options in d.probes.items():
-                dep = d.resolve(endpoints.get(d.name))
+                dep = d.resolve(eps.get(d.name))
                 try:
                     await run_probe(dep, options, db_path, run_id=run_id, record_run=False)
                 except Exception as exc:  # any failure is this probe's alone

@@ -27,6 +27,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from sparkcap.procman import ManagedProcess, ManagedProcessError
 from sparkcap.sim.engine import Engine, SimProfile, SimRequest, count_prompt_tokens
 
 
@@ -416,61 +417,44 @@ class SimProcess:
     def __init__(self, overrides: dict[str, Any] | None = None) -> None:
         self.overrides = overrides or {}
         self.proc: Any = None
+        self.managed: ManagedProcess | None = None
         self.log_path: Path | None = None
         self.endpoint = ""
         self.base_url = ""
 
     def start(self, timeout_s: float = 30.0) -> SimProcess:
         """Start the child with its output in a log file (a full pipe would block it)."""
-        import subprocess
         import sys
         import tempfile
-
-        import httpx
 
         from sparkcap.settings import get_settings
 
         logs = get_settings().work_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
-        self.log_path = logs / f"sim-{os.getpid()}-{time.time_ns()}.log"
         ready = Path(tempfile.mkdtemp(prefix="sparkcap-sim-")) / "ready.json"
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sparkcap.sim", "0", json.dumps(self.overrides), str(ready)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + timeout_s
-        while not ready.exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                tail = self.log_path.read_text(errors="replace").strip().splitlines()[-1:]
-                raise RuntimeError(f"simulator process did not start: {tail}")
-            time.sleep(0.02)
-        info = json.loads(ready.read_text(encoding="utf-8"))
-        ready.unlink()
-        ready.parent.rmdir()
-        self.endpoint = info["endpoint"]
-        self.base_url = self.endpoint.removesuffix("/v1")
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(self.base_url + "/health", timeout=1.0).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError("simulator process not healthy")
+        self.managed = ManagedProcess.spawn(
+            "simulator process",
+            [sys.executable, "-m", "sparkcap.sim", "0", json.dumps(self.overrides), str(ready)],
+            logs / f"sim-{os.getpid()}-{time.time_ns()}.log",
+        )
+        self.proc, self.log_path = self.managed.process, self.managed.log_path
+        started = time.monotonic()
+        try:
+            self.managed.wait_until(ready.exists, timeout_s, poll_s=0.02)
+            info = json.loads(ready.read_text(encoding="utf-8"))
+            ready.unlink()
+            ready.parent.rmdir()
+            self.endpoint = info["endpoint"]
+            self.base_url = self.endpoint.removesuffix("/v1")
+            left = max(1.0, timeout_s - (time.monotonic() - started))
+            self.managed.wait_healthy(self.base_url + "/health", left)
+        except ManagedProcessError as exc:
+            self.stop()
+            raise RuntimeError(f"simulator did not start: {exc}") from None
+        return self
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except Exception:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        if self.managed is not None:
+            self.managed.stop()
 
     def __enter__(self) -> SimProcess:
         return self.start()
