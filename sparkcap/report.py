@@ -64,13 +64,14 @@ def _latest_built_run(con: Any) -> str:
 
 
 def _history(con: Any, run_id: str) -> pd.DataFrame:
-    """Capacity of every night up to and including ``run_id``'s (never a later one)."""
+    """Capacity of every night up to and including ``run_id``'s (never a later one), each
+    beside the previous night's, as ``marts.rpt_capacity_history`` has it."""
     return _df(
         con,
-        "select c.run_id, r.started_at, c.deployment, c.workload, c.capacity_streams "
-        "from marts.fct_capacity c join raw.runs r using (run_id) "
-        "where r.started_at <= (select started_at from raw.runs where run_id = ?) "
-        "order by r.started_at",
+        "select run_id, started_at, deployment, workload, capacity_streams, "
+        "previous_capacity_streams, capacity_change from marts.rpt_capacity_history "
+        "where started_at <= (select started_at from raw.runs where run_id = ?) "
+        "order by started_at, run_id",
         [run_id],
     )
 
@@ -636,21 +637,24 @@ def output_length_chart(data: dict[str, Any]) -> Any:
 
 
 def history_changes(data: dict[str, Any]) -> pd.DataFrame:
-    h = data["history"].sort_values("started_at")
-    rows = []
-    for (dep, wl), g in h.groupby(["deployment", "workload"]):
-        caps = g["capacity_streams"].tolist()
-        if len(caps) >= 2 and caps[-1] != caps[-2]:
-            rows.append(
-                {
-                    "deployment": dep,
-                    "workload": wl,
-                    "previous": caps[-2],
-                    "current": caps[-1],
-                    "change": caps[-1] - caps[-2],
-                }
-            )
-    return pd.DataFrame(rows)
+    """Pairs whose newest night in this report's history changed capacity against the night
+    before (the change is the mart's: ``rpt_capacity_history.capacity_change``)."""
+    h = data["history"]
+    if h.empty:
+        return pd.DataFrame()
+    newest = h.sort_values(["started_at", "run_id"]).groupby(["deployment", "workload"]).tail(1)
+    changed = newest[newest["capacity_change"].notna() & (newest["capacity_change"] != 0)]
+    return (
+        changed.rename(
+            columns={
+                "previous_capacity_streams": "previous",
+                "capacity_streams": "current",
+                "capacity_change": "change",
+            }
+        )[["deployment", "workload", "previous", "current", "change"]]
+        .astype({"previous": int, "current": int, "change": int})
+        .reset_index(drop=True)
+    )
 
 
 def _table(frame: pd.DataFrame, columns: dict[str, str], empty: str, missing: str = "—") -> str:
