@@ -1,0 +1,326 @@
+"""The report's charts: pure functions from the loaded frames to Altair specs (one colour per
+workload in every chart, ticks at tested levels), unit-tested on their encodings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import altair as alt
+import pandas as pd
+
+WORKLOAD_COLORS = {"code": "#1f77b4", "prose": "#e45756"}
+
+
+def threshold_of(data: dict[str, Any]) -> float:
+    return float(data["capacity"]["threshold_tok_s"].iloc[0])
+
+
+def _concurrency_axis(frame: pd.DataFrame) -> Any:
+    """Concurrency levels double (1, 2, 4, ...): a log-2 axis spaces them evenly. Ticks sit at
+    the tested levels only: Vega's own ticks on a short log range read 1.2, 1.6, 2.2, and on a
+    long one name levels nobody tested."""
+    levels = sorted({int(x) for x in frame["concurrency"].dropna()})
+    return alt.X(
+        "concurrency:Q",
+        title="concurrent streams",
+        scale=alt.Scale(type="log", base=2, domain=[levels[0], levels[-1]])
+        if levels
+        else alt.Scale(type="log", base=2),
+        axis=alt.Axis(values=levels, format="d", grid=True),
+    )
+
+
+def _workload_color(frame: pd.DataFrame) -> Any:
+    """One colour per workload, the same in every chart; the legend lists the measured ones."""
+    measured = [w for w in WORKLOAD_COLORS if w in set(frame["workload"])]
+    others = sorted(set(frame["workload"]) - set(WORKLOAD_COLORS))
+    domain = measured + others
+    return alt.Color(
+        "workload:N",
+        scale=alt.Scale(domain=domain, range=[WORKLOAD_COLORS.get(w, "#7f7f7f") for w in domain]),
+        legend=alt.Legend(symbolOpacity=1),
+    )
+
+
+def headline_chart(data: dict[str, Any]) -> Any:
+    cap = data["capacity"].copy()
+    cap["streams"] = cap["capacity_streams"] * cap["replicas"]
+    cap["label"] = cap.apply(
+        lambda r: (
+            f"{r['deployment']} ×{r['replicas']} (extrapolated)"
+            if r["replicas"] > 1
+            else r["deployment"]
+        ),
+        axis=1,
+    )
+    totals = cap.groupby("workload", as_index=False)["streams"].sum()
+    t = threshold_of(data)
+    bars = (
+        alt.Chart(cap)
+        .mark_bar()
+        .encode(
+            y=alt.Y("workload:N", title=None, sort=["code", "prose"]),
+            # room to the right of the longest bar for its bold total
+            x=alt.X(
+                "streams:Q",
+                title=f"concurrent streams with median ≥ {t:g} tok/s",
+                scale=alt.Scale(domain=[0, max(1.0, float(totals["streams"].max()) * 1.12)]),
+            ),
+            color=alt.Color("label:N", title="deployment", legend=alt.Legend(labelLimit=0)),
+            opacity=alt.condition("datum.replicas > 1", alt.value(0.65), alt.value(1.0)),
+            order=alt.Order("deployment:O"),
+            tooltip=["deployment", "workload", "capacity_streams", "replicas", "streams"],
+        )
+    )
+    text = (
+        alt.Chart(totals)
+        .mark_text(align="left", dx=6, fontWeight="bold", fontSize=14)
+        .encode(
+            y=alt.Y("workload:N", sort=["code", "prose"]),
+            x="streams:Q",
+            text=alt.Text("streams:Q", format="d"),
+        )
+    )
+    summary = ", ".join(f"≈ {int(r.streams)} {r.workload}" for r in totals.itertuples())
+    return (bars + text).properties(
+        width=640,
+        height=120,
+        title=alt.TitleParams(
+            f"Fleet capacity at {t:g} tok/s: {summary} streams",
+            subtitle="Alternative workloads, not a mixed load. Faded segments count a measured "
+            "replica once per identical replica.",
+        ),
+    )
+
+
+def rate_chart(data: dict[str, Any]) -> Any:
+    lv = data["levels"].copy()
+    lv["is_capacity"] = lv["concurrency"] == lv["capacity_streams"]
+    t = threshold_of(data)
+    base = alt.Chart(lv).encode(
+        x=_concurrency_axis(lv),
+        color=_workload_color(lv),
+    )
+    band = base.mark_area(opacity=0.15).encode(
+        y=alt.Y("min_decode_tok_s:Q", title="decode rate per stream (tok/s)"),
+        y2="max_decode_tok_s:Q",
+    )
+    ci = base.mark_area(opacity=0.3).encode(y="ci_low_tok_s:Q", y2="ci_high_tok_s:Q")
+    line = base.mark_line(point=True).encode(
+        y="median_decode_tok_s:Q",
+        tooltip=[
+            "workload",
+            "concurrency",
+            alt.Tooltip("median_decode_tok_s:Q", format=".1f"),
+            alt.Tooltip("min_decode_tok_s:Q", format=".1f"),
+            alt.Tooltip("ci_low_tok_s:Q", format=".1f"),
+            alt.Tooltip("ci_high_tok_s:Q", format=".1f"),
+            "n_valid_trials",
+        ],
+    )
+    marker = (
+        base.transform_filter("datum.is_capacity")
+        .mark_point(shape="diamond", size=180, filled=True, stroke="black")
+        .encode(y="median_decode_tok_s:Q")
+    )
+    rule = alt.Chart(lv).mark_rule(strokeDash=[6, 4], color="black").encode(y=alt.datum(t))
+    return (
+        alt.layer(band, ci, line, marker, rule, data=lv)
+        .properties(width=260, height=220)
+        .facet(column=alt.Column("deployment:N", title=None))
+        .properties(
+            title=alt.TitleParams(
+                "Median decode rate vs concurrency",
+                subtitle=f"Light band: min–max across streams; dark band: 90 % bootstrap interval;"
+                f" dashed line: {t:g} tok/s; diamond: capacity.",
+            )
+        )
+    )
+
+
+def ttft_chart(data: dict[str, Any]) -> Any:
+    lv = data["levels"]
+    return (
+        alt.Chart(lv)
+        .mark_line(point=True)
+        .encode(
+            x=_concurrency_axis(lv),
+            color=_workload_color(lv),
+            y=alt.Y("median_ttft_s:Q", title="median time to first token (s)"),
+            tooltip=["workload", "concurrency", alt.Tooltip("median_ttft_s:Q", format=".2f")],
+        )
+        .properties(width=260, height=180)
+        .facet(column=alt.Column("deployment:N", title=None))
+        .properties(title=alt.TitleParams("Time to first token (queueing and prefill)"))
+    )
+
+
+def _long_form(
+    frame: pd.DataFrame, keys: list[str], labels: dict[str, str], name: str, value: str
+) -> pd.DataFrame:
+    """Columns ``labels`` stacked into (``name``, ``value``) rows, renamed for the legend."""
+    out = frame.melt(id_vars=keys, value_vars=list(labels), var_name=name, value_name=value)
+    out[name] = out[name].map(labels)
+    return out
+
+
+def throughput_chart(data: dict[str, Any]) -> Any:
+    lv = _long_form(
+        data["levels"],
+        ["deployment", "workload", "concurrency"],
+        {
+            "aggregate_tok_s": "aggregate throughput",
+            "concurrency_x_median_tok_s": "concurrency × median rate",
+        },
+        "measure",
+        "tok_s",
+    )
+    return (
+        alt.Chart(lv)
+        .mark_line(point=True)
+        .encode(
+            x=_concurrency_axis(lv),
+            color=_workload_color(lv),
+            y=alt.Y("tok_s:Q", title="tokens per second"),
+            strokeDash=alt.StrokeDash("measure:N", title=None),
+            tooltip=["workload", "measure", "concurrency", alt.Tooltip("tok_s:Q", format=".1f")],
+        )
+        .properties(width=260, height=180)
+        .facet(column=alt.Column("deployment:N", title=None))
+        .properties(
+            title=alt.TitleParams(
+                "Aggregate throughput beside concurrency × median rate",
+                subtitle="Σ(tokens − 1) / (latest last token − earliest first token); the two "
+                "differ because streams start and end at different times.",
+            )
+        )
+    )
+
+
+def history_chart(data: dict[str, Any]) -> Any:
+    h = data["history"].copy()
+    h["series"] = h["deployment"] + " / " + h["workload"]
+    return (
+        alt.Chart(h)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("started_at:T", title="night"),
+            y=alt.Y("capacity_streams:Q", title="capacity (streams)"),
+            color=alt.Color("series:N", title="deployment / workload"),
+            tooltip=["run_id", "deployment", "workload", "capacity_streams"],
+        )
+        .properties(width=640, height=200, title="Capacity across nights")
+    )
+
+
+def prefill_chart(data: dict[str, Any]) -> Any:
+    tl = data["timeline"]
+    prefill = data["prefill"]
+    window = (
+        float(prefill["sliding_window_s"].dropna().iloc[0])
+        if "sliding_window_s" in prefill and prefill["sliding_window_s"].notna().any()
+        else 1.0
+    )
+    # layers carry no data of their own: the facet splits the one dataset by deployment, so
+    # each panel shows its own line and shades its own prefill window
+    base = alt.Chart().encode(x=alt.X("t_s:Q", title="seconds since the probe started"))
+    band = (
+        alt.Chart()
+        .mark_rect(opacity=0.15, color="#cf222e")
+        .encode(x="min(prefill_start_s):Q", x2="min(prefill_end_s):Q")
+    )
+    rate = (
+        base.transform_filter("datum.series == 'background decode'")
+        .mark_line(point=True)
+        .encode(
+            y=alt.Y("value:Q", title="background decode tok/s per stream"),
+            tooltip=["t_s", alt.Tooltip("value:Q", format=".1f")],
+        )
+    )
+    return (
+        alt.layer(band, rate, data=tl)
+        .properties(width=300, height=180)
+        .facet(column=alt.Column("deployment:N", title=None))
+        .properties(
+            title=alt.TitleParams(
+                "Decode rate of the other streams while a long prompt is prefilled",
+                subtitle=[
+                    "Shaded: from the long prompt's send to its first token (the prefill).",
+                    f"Points: tokens per stream over the last {window:g} s, at each window's "
+                    "middle.",
+                ],
+            )
+        )
+    )
+
+
+def probe_ttft_chart(data: dict[str, Any]) -> Any:
+    tl = data["timeline"]
+    pts = tl[tl["series"] == "probe TTFT"]
+    return (
+        alt.Chart(pts)
+        .mark_circle(size=60)
+        .encode(
+            x=alt.X("t_s:Q", title="probe sent at (s)"),
+            y=alt.Y("value:Q", title="probe time to first token (s)"),
+            tooltip=["t_s", alt.Tooltip("value:Q", format=".2f")],
+        )
+        .properties(width=300, height=160)
+        .facet(column=alt.Column("deployment:N", title=None))
+        .properties(title="Short requests arriving during the prefill wait for it")
+    )
+
+
+def cache_chart(data: dict[str, Any]) -> Any:
+    c = _long_form(
+        data["cache"],
+        ["deployment"],
+        {
+            "cold_ttft_s": "cold",
+            "warm_ttft_s": "warm (cached)",
+            "control_ttft_s": "control (other document)",
+        },
+        "case",
+        "ttft_s",
+    )
+    return (
+        alt.Chart(c)
+        .mark_bar()
+        .encode(
+            x=alt.X(
+                "case:N", title=None, sort=["cold", "warm (cached)", "control (other document)"]
+            ),
+            y=alt.Y("ttft_s:Q", title="time to first token (s)"),
+            color=alt.Color("case:N", legend=None),
+            column=alt.Column("deployment:N", title=None),
+            tooltip=["deployment", "case", alt.Tooltip("ttft_s:Q", format=".3f")],
+        )
+        .properties(width=200, height=160, title="Prompt cache: the same long document")
+    )
+
+
+def output_length_chart(data: dict[str, Any]) -> Any:
+    ol = data["output_length"].copy()
+    ol["series"] = (
+        ol["deployment"]
+        + " / "
+        + ol["workload"]
+        + " @ "
+        + ol["concurrency"].astype(str)
+        + " streams"
+    )
+    return (
+        alt.Chart(ol)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("requested_tokens:Q", title="output length (tokens)"),
+            y=alt.Y("median_decode_tok_s:Q", title="median decode rate (tok/s)"),
+            color=alt.Color("series:N", title=None),
+            tooltip=[
+                "series",
+                "requested_tokens",
+                alt.Tooltip("median_decode_tok_s:Q", format=".1f"),
+            ],
+        )
+        .properties(width=420, height=200, title="Decode rate vs output length")
+    )
