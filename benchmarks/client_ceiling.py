@@ -40,6 +40,7 @@ import httpx
 
 from sparkcap.config import Deployment, SweepPlan
 from sparkcap.loadgen.sweep import client_spoiled, new_run_id, run_sweep
+from sparkcap.progress import live_decode_tok_s
 from sparkcap.sim.server import SimProcess
 
 TOK_S = 60.0
@@ -100,9 +101,10 @@ def sparkcap_level(sim: SimProcess, level: int, args: argparse.Namespace) -> dic
             continue
         for r in w.requests:
             s = log.get(r.request_id)
-            if s is None or r.decode_tok_s is None or not s["decode_tok_s"]:
+            rate = live_decode_tok_s(r)
+            if s is None or rate is None or not s["decode_tok_s"]:
                 raise SystemExit(f"stream {r.request_id} has no rate: {r.status} {r.error}")
-            errs.append((r.decode_tok_s - s["decode_tok_s"]) / s["decode_tok_s"] * 100)
+            errs.append((rate - s["decode_tok_s"]) / s["decode_tok_s"] * 100)
             assert r.first_token_ns is not None and r.last_token_ns is not None
             late_first.append((w.anchor_perf_ns + r.first_token_ns - s["first_token_ns"]) / 1e6)
             late_last.append((w.anchor_perf_ns + r.last_token_ns - s["last_token_ns"]) / 1e6)

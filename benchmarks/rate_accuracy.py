@@ -53,14 +53,15 @@ def main() -> int:
         errs, client, server = [], [], []
         for r in w.requests:
             s = log[r.request_id]
-            if r.decode_tok_s is None or s["decode_tok_s"] is None:
+            rate = live_decode_tok_s(r)
+            if rate is None or s["decode_tok_s"] is None:
                 print(f"stream {r.request_id} has no rate: {r.status} {r.error}")
                 return 1
             if r.completion_tokens != s["completion_tokens"]:
                 print(f"token count mismatch on {r.request_id}")
                 return 1
-            errs.append((r.decode_tok_s - s["decode_tok_s"]) / s["decode_tok_s"] * 100)
-            client.append(live_decode_tok_s(r))
+            errs.append((rate - s["decode_tok_s"]) / s["decode_tok_s"] * 100)
+            client.append(rate)
             server.append(s["decode_tok_s"])
         mx = max(abs(e) for e in errs)
         worst = max(worst, mx)

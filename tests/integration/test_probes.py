@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from sparkcap.build import build
-from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.config import Deployment, PrefillInterferenceOptions, SweepPlan, SweepRequest
 from sparkcap.report import ReportError, render_report
 from sparkcap.runner import run_probe, run_sweeps
 from sparkcap.sim.engine import SimProfile
@@ -215,12 +215,14 @@ def test_long_prompt_waits_until_every_background_stream_decodes() -> None:
             prefill_interference(
                 dep,
                 "r-slow",
-                background_streams=2,
-                background_tokens=60,
-                long_prompt_tokens=64,
-                settle_s=0.0,
-                probe_interval_s=5.0,
-                tail_s=0.2,
+                PrefillInterferenceOptions(
+                    background_streams=2,
+                    background_tokens=60,
+                    long_prompt_tokens=64,
+                    settle_s=0.0,
+                    probe_interval_s=5.0,
+                    tail_s=0.2,
+                ),
             )
         )
     background = [r for r in wave.requests if r.role == "background"]
