@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from markupsafe import Markup
 
 from sparkcap import __version__
 from sparkcap.report.charts import (
@@ -35,6 +36,7 @@ from sparkcap.report.data import (
     load_data,
     runs_of_night,
 )
+from sparkcap.report.pages import render, table
 from sparkcap.settings import get_settings
 
 
@@ -45,64 +47,6 @@ class ReportResult:
     latest: Path | None
     charts: list[Path] = field(default_factory=list)
     headline: dict[str, int] = field(default_factory=dict)
-
-
-def _table(frame: pd.DataFrame, columns: dict[str, str], empty: str, missing: str = "—") -> str:
-    """An HTML table; ``missing`` is what an absent value reads as (a comparison says the
-    deployment was not measured in that run rather than a bare dash)."""
-    if frame.empty:
-        return f"<p class='muted'>{html.escape(empty)}</p>"
-    head = "".join(f"<th>{html.escape(v)}</th>" for v in columns.values())
-    body = []
-    for _, row in frame.iterrows():
-        cells = []
-        for k in columns:
-            v = row[k]
-            if v is None or (pd.api.types.is_scalar(v) and pd.isna(v)):
-                text = missing
-            elif isinstance(v, float):
-                text = f"{v:.1f}"
-            else:
-                text = str(v)
-            cells.append(f"<td>{html.escape(text)}</td>")
-        body.append(f"<tr>{''.join(cells)}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
-PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>sparkcap — {title}</title>
-<style>
-body {{ font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 0; color: #1f2328;
-       background: #f6f8fa; }}
-header {{ background: #0d1117; color: #fff; padding: 1.2rem 2rem; }}
-header h1 {{ margin: 0; font-size: 1.4rem; }} header p {{ margin: 0.3rem 0 0; color: #c9d1d9; }}
-main {{ padding: 1rem 2rem 3rem; max-width: 1400px; }}
-section {{ background: #fff; border: 1px solid #d0d7de; border-radius: 8px; padding: 1rem 1.2rem;
-          margin: 1rem 0; overflow-x: auto; }}
-h2 {{ font-size: 1.1rem; margin-top: 0; }}
-table {{ border-collapse: collapse; font-size: 0.85rem; }}
-th, td {{ border-bottom: 1px solid #d0d7de; padding: 0.3rem 0.7rem; text-align: left; }}
-th {{ background: #f6f8fa; }} .muted {{ color: #656d76; }} .bad {{ color: #cf222e; }}
-.headline {{ font-size: 1.25rem; }} .note {{ font-size: 0.85rem; color: #656d76; }}
-</style>
-<script type="text/javascript">
-{vega_bundle}
-</script>
-</head><body>
-<header><h1>{title}</h1><p>{subtitle}</p></header>
-<main>
-{sections}
-</main>
-<script type="text/javascript">
-const charts = {charts_json};
-for (const [id, spec] of Object.entries(charts)) {{
-  vegaEmbed('#' + id, spec, {{"actions": false, "renderer": "svg"}}).catch(console.error);
-}}
-</script>
-</body></html>
-"""
 
 
 def render_report(
@@ -195,7 +139,7 @@ def render_report(
             "<section><h2>Mixed load</h2><p>Code and prose streams in one wave, beside each "
             "workload alone at the same concurrency (the fleet headline sums alternatives, "
             "not this).</p>"
-            + _table(
+            + table(
                 data["mixed"],
                 {
                     "deployment": "deployment",
@@ -215,7 +159,7 @@ def render_report(
         )
         probe_sections.append(
             "<section><h2>Link health</h2>"
-            + _table(
+            + table(
                 links,
                 {
                     "deployment": "deployment",
@@ -239,7 +183,7 @@ def render_report(
         probe_sections.append(
             f"<section><h2>Compared with the previous run ({html.escape(data['previous_run'])})"
             "</h2><p class='note'>Same as <code>sparkcap compare</code>.</p>"
-            + _table(
+            + table(
                 diff["capacity"],
                 {
                     "deployment": "deployment",
@@ -251,7 +195,7 @@ def render_report(
                 "",
                 missing="not measured in this run",
             )
-            + _table(
+            + table(
                 lv,
                 {
                     "deployment": "deployment",
@@ -264,7 +208,7 @@ def render_report(
                 },
                 "",
             )
-            + _table(
+            + table(
                 diff["prefill_links"],
                 {
                     "deployment": "deployment",
@@ -354,7 +298,7 @@ def render_report(
             "<section><h2>Runs in this report</h2><p class='note'>Each deployment and "
             "workload comes from the newest of these runs that measured it; the headline sums "
             "those rows.</p>"
-            + _table(
+            + table(
                 pd.DataFrame(
                     [(r[0], r[1], r[3]) for r in data["runs"]],
                     columns=["run_id", "started_at", "status"],
@@ -387,7 +331,7 @@ def render_report(
             [
                 "<section><h2>Not measured tonight</h2><p class='note'>What an imperfect "
                 "fleet cost this night, and why; everything else was measured as usual.</p>"
-                + _table(
+                + table(
                     data["gaps"].fillna({"deployment": "(night)"}),
                     {
                         "deployment": "deployment",
@@ -402,7 +346,7 @@ def render_report(
             else []
         ),
         "<section><h2>Capacity per deployment</h2>"
-        + _table(
+        + table(
             cap,
             {
                 "deployment": "deployment",
@@ -422,7 +366,7 @@ def render_report(
                 "<section><h2>Server metrics missing</h2><p class='note'>The server's own "
                 "counters (speculative acceptance, generated tokens) could not be read around "
                 "these waves, so those figures are missing, not zero.</p>"
-                + _table(
+                + table(
                     data["metrics_missing"],
                     {
                         "deployment": "deployment",
@@ -443,7 +387,7 @@ def render_report(
         *probe_sections,
         "<section><h2>Invalid trials</h2><p class='note'>These trials never feed a capacity "
         "number.</p>"
-        + _table(
+        + table(
             data["invalid"],
             {
                 "deployment": "deployment",
@@ -458,7 +402,7 @@ def render_report(
         "<section><h2>Data quality</h2>"
         + (f"<p>{dq_link}</p>" if dq_link else "")
         + (
-            _table(
+            table(
                 dq,
                 {
                     "suite": "suite",
@@ -473,7 +417,7 @@ def render_report(
         )
         + "</section>",
         "<section><h2>History</h2><div id='chart-history'></div>"
-        + _table(
+        + table(
             changes,
             {
                 "deployment": "deployment",
@@ -489,12 +433,14 @@ def render_report(
         f"{html.escape(status)} · sparkcap {html.escape(str(run[5] or __version__))} · "
         f"charts as PNG and SVG in <a href='charts/'>charts/</a></section>",
     ]
-    page = PAGE.format(
-        title=f"Interactive capacity — run {html.escape(run_id)}",
+    page = render(
+        "page.html.j2",
+        title=f"Interactive capacity — run {run_id}",
         subtitle=f"Median stream ≥ {t:g} generated tokens/s · from the sparkcap warehouse marts",
-        vega_bundle=vlc.javascript_bundle(vl_version=vl_version_for_vl_convert()),  # type: ignore[call-arg]
-        sections="\n".join(sections),
-        charts_json=json.dumps(specs, default=str).replace("</", "<\\/"),
+        vega_bundle=Markup(vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())),  # type: ignore[call-arg]
+        # sections are assembled from escaped pieces (names pass through html.escape or table)
+        sections=[Markup(x) for x in sections],
+        charts_json=Markup(json.dumps(specs, default=str).replace("</", "<\\/")),
     )
     result.index.write_text(page, encoding="utf-8")
     if update_latest:
