@@ -114,9 +114,8 @@ def load_combined(db_path: Path, run_ids: Sequence[str], label: str) -> dict[str
         )
         data["capacity"] = _df(
             con,
-            "select c.*, coalesce(d.replicas, 1) as replicas, d.nodes, d.hardware, d.model "
-            "as model_name from marts.capacity_of($runs) c left join marts.dim_deployments d "
-            "using (run_id, deployment) order by deployment, workload",
+            "select r.* from marts.rpt_capacity r join marts.capacity_of($runs) c "
+            "using (run_id, deployment, workload) order by deployment, workload",
             p,
         )
         if data["capacity"].empty:
@@ -176,9 +175,7 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
         data: dict[str, Any] = {"run_id": run_id, "run": run[0]}
         data["capacity"] = _df(
             con,
-            "select c.*, coalesce(d.replicas, 1) as replicas, d.nodes, d.hardware, d.model "
-            "as model_name from marts.fct_capacity c left join marts.dim_deployments d "
-            "using (run_id, deployment) where c.run_id = ? order by deployment, workload",
+            "select * from marts.rpt_capacity where run_id = ? order by deployment, workload",
             [run_id],
         )
         if data["capacity"].empty:

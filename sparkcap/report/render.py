@@ -240,35 +240,7 @@ def render_report(
         f"≈ {int(r.capacity_streams)} {r.workload}" for r in fleet.itertuples()
     )
     extrapolated = ", ".join(sorted({str(x) for x in fleet["extrapolated_deployments"].dropna()}))
-    cap = data["capacity"].copy()
-    cap["bracket"] = cap.apply(
-        lambda r: (
-            f"[{r['capacity_streams']}, {int(r['first_failing_level'])}]"
-            if pd.notna(r["first_failing_level"])
-            else f"≥ {r['capacity_streams']} (lower bound)"
-        ),
-        axis=1,
-    )
-    cap["interval"] = cap.apply(
-        lambda r: (
-            f"{r['ci_low_streams']}–{r['ci_high_streams']}"
-            if pd.notna(r["ci_low_streams"])
-            else "—"
-        ),
-        axis=1,
-    )
-    cap["flags"] = cap.apply(
-        lambda r: ", ".join(
-            x
-            for x, on in (
-                ("lower bound", r["is_lower_bound"]),
-                ("non-monotonic", r["is_non_monotonic"]),
-                (f"×{r['replicas']} replicas", r["replicas"] > 1),
-            )
-            if on
-        ),
-        axis=1,
-    )
+    cap = data["capacity"]  # bracket, interval and flags are rpt_capacity's texts
     dq = data["dq"]
     dq_link = ""
     dq_dir = run_dir / "dq"
@@ -354,7 +326,7 @@ def render_report(
                 "capacity_streams": "capacity (streams)",
                 "capacity_interpolated": "interpolated",
                 "bracket": "bracket",
-                "interval": "90 % interval",
+                "capacity_interval": "90 % interval",
                 "n_valid_trials": "valid trials",
                 "flags": "flags",
             },

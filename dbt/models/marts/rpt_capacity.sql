@@ -1,0 +1,45 @@
+{{ config(materialized='view') }}
+
+-- Report-ready capacity rows: fct_capacity with the deployment's replicas and the texts the
+-- report prints (bracket, interval, flags), so the page formats no judgement of its own.
+with capacity as (
+    select * from {{ ref('fct_capacity') }}
+),
+
+deployments as (
+    select * from {{ ref('dim_deployments') }}
+),
+
+final as (
+    select
+        c.*,
+        coalesce(d.replicas, 1) as replicas,
+        d.nodes,
+        d.hardware,
+        d.model as model_name,
+        case
+            when c.first_failing_level is not null
+                then '[' || c.capacity_streams || ', ' || c.first_failing_level || ']'
+            else '≥ ' || c.capacity_streams || ' (lower bound)'
+        end as bracket,
+        case
+            when c.ci_low_streams is not null
+                then c.ci_low_streams || '–' || c.ci_high_streams
+        end as capacity_interval,
+        array_to_string(
+            list_filter(
+                [
+                    case when c.is_lower_bound then 'lower bound' end,
+                    case when c.is_non_monotonic then 'non-monotonic' end,
+                    case when coalesce(d.replicas, 1) > 1
+                        then '×' || d.replicas || ' replicas' end
+                ],
+                lambda x: x is not null
+            ),
+            ', '
+        ) as flags
+    from capacity as c
+    left join deployments as d on d.run_id = c.run_id and d.deployment = c.deployment
+)
+
+select * from final
