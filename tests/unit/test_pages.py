@@ -43,7 +43,7 @@ def test_both_pages_share_one_stylesheet_and_escape_names() -> None:
         title="run <x>",
         subtitle="s",
         vega_bundle="",
-        sections=[],
+        body="",
         charts_json="{}",
     )
     assert "r&lt;1&gt;" in dq and "e&lt;b&gt;" in dq and "a&amp;b / code" in dq
