@@ -42,6 +42,15 @@ def _workload_color(frame: pd.DataFrame) -> Any:
     )
 
 
+def _per_deployment(chart: Any, title: Any, width: int = 260, height: int = 180) -> Any:
+    """One panel per deployment, side by side, the same size in every chart of a kind."""
+    return (
+        chart.properties(width=width, height=height)
+        .facet(column=alt.Column("deployment:N", title=None))
+        .properties(title=title)
+    )
+
+
 def headline_chart(data: dict[str, Any]) -> Any:
     cap = data["capacity"].copy()
     cap["streams"] = cap["capacity_streams"] * cap["replicas"]
@@ -124,23 +133,20 @@ def rate_chart(data: dict[str, Any]) -> Any:
         .encode(y="median_decode_tok_s:Q")
     )
     rule = alt.Chart(lv).mark_rule(strokeDash=[6, 4], color="black").encode(y=alt.datum(t))
-    return (
-        alt.layer(band, ci, line, marker, rule, data=lv)
-        .properties(width=260, height=220)
-        .facet(column=alt.Column("deployment:N", title=None))
-        .properties(
-            title=alt.TitleParams(
-                "Median decode rate vs concurrency",
-                subtitle=f"Light band: min–max across streams; dark band: 90 % bootstrap interval;"
-                f" dashed line: {t:g} tok/s; diamond: capacity.",
-            )
-        )
+    return _per_deployment(
+        alt.layer(band, ci, line, marker, rule, data=lv),
+        alt.TitleParams(
+            "Median decode rate vs concurrency",
+            subtitle=f"Light band: min–max across streams; dark band: 90 % bootstrap interval;"
+            f" dashed line: {t:g} tok/s; diamond: capacity.",
+        ),
+        height=220,
     )
 
 
 def ttft_chart(data: dict[str, Any]) -> Any:
     lv = data["levels"]
-    return (
+    return _per_deployment(
         alt.Chart(lv)
         .mark_line(point=True)
         .encode(
@@ -148,10 +154,8 @@ def ttft_chart(data: dict[str, Any]) -> Any:
             color=_workload_color(lv),
             y=alt.Y("median_ttft_s:Q", title="median time to first token (s)"),
             tooltip=["workload", "concurrency", alt.Tooltip("median_ttft_s:Q", format=".2f")],
-        )
-        .properties(width=260, height=180)
-        .facet(column=alt.Column("deployment:N", title=None))
-        .properties(title=alt.TitleParams("Time to first token (queueing and prefill)"))
+        ),
+        alt.TitleParams("Time to first token (queueing and prefill)"),
     )
 
 
@@ -175,7 +179,7 @@ def throughput_chart(data: dict[str, Any]) -> Any:
         "measure",
         "tok_s",
     )
-    return (
+    return _per_deployment(
         alt.Chart(lv)
         .mark_line(point=True)
         .encode(
@@ -184,16 +188,12 @@ def throughput_chart(data: dict[str, Any]) -> Any:
             y=alt.Y("tok_s:Q", title="tokens per second"),
             strokeDash=alt.StrokeDash("measure:N", title=None),
             tooltip=["workload", "measure", "concurrency", alt.Tooltip("tok_s:Q", format=".1f")],
-        )
-        .properties(width=260, height=180)
-        .facet(column=alt.Column("deployment:N", title=None))
-        .properties(
-            title=alt.TitleParams(
-                "Aggregate throughput beside concurrency × median rate",
-                subtitle="Σ(tokens − 1) / (latest last token − earliest first token); the two "
-                "differ because streams start and end at different times.",
-            )
-        )
+        ),
+        alt.TitleParams(
+            "Aggregate throughput beside concurrency × median rate",
+            subtitle="Σ(tokens − 1) / (latest last token − earliest first token); the two "
+            "differ because streams start and end at different times.",
+        ),
     )
 
 
@@ -237,37 +237,33 @@ def prefill_chart(data: dict[str, Any]) -> Any:
             tooltip=["t_s", alt.Tooltip("value:Q", format=".1f")],
         )
     )
-    return (
-        alt.layer(band, rate, data=tl)
-        .properties(width=300, height=180)
-        .facet(column=alt.Column("deployment:N", title=None))
-        .properties(
-            title=alt.TitleParams(
-                "Decode rate of the other streams while a long prompt is prefilled",
-                subtitle=[
-                    "Shaded: from the long prompt's send to its first token (the prefill).",
-                    f"Points: tokens per stream over the last {window:g} s, at each window's "
-                    "middle.",
-                ],
-            )
-        )
+    return _per_deployment(
+        alt.layer(band, rate, data=tl),
+        width=300,
+        title=alt.TitleParams(
+            "Decode rate of the other streams while a long prompt is prefilled",
+            subtitle=[
+                "Shaded: from the long prompt's send to its first token (the prefill).",
+                f"Points: tokens per stream over the last {window:g} s, at each window's middle.",
+            ],
+        ),
     )
 
 
 def probe_ttft_chart(data: dict[str, Any]) -> Any:
     tl = data["timeline"]
     pts = tl[tl["series"] == "probe TTFT"]
-    return (
+    return _per_deployment(
         alt.Chart(pts)
         .mark_circle(size=60)
         .encode(
             x=alt.X("t_s:Q", title="probe sent at (s)"),
             y=alt.Y("value:Q", title="probe time to first token (s)"),
             tooltip=["t_s", alt.Tooltip("value:Q", format=".2f")],
-        )
-        .properties(width=300, height=160)
-        .facet(column=alt.Column("deployment:N", title=None))
-        .properties(title="Short requests arriving during the prefill wait for it")
+        ),
+        "Short requests arriving during the prefill wait for it",
+        width=300,
+        height=160,
     )
 
 
