@@ -70,21 +70,19 @@ def nightly_fleet_sweep(
 
 
 def _night(night: pipeline.Night) -> Any:
-    failed_steps: list[str] = []
     with night.servers():
         for step in pipeline.STEPS:
+            if not step.night_goes_on:
+                _as_task(step)(night)  # a failure here fails the night, with its reason
+                continue
             state = _as_task(step)(night, return_state=True)
-            if state.is_failed():
-                if not step.night_goes_on:
-                    return state  # a step the rest of the night depends on
-                failed_steps.append(step.name)
-                if step.name == "validate" and night.dq is not None:
-                    create_markdown_artifact(
-                        key="data-quality",
-                        markdown="# Data quality failed\n\n"
-                        + "\n".join(f"- {x}" for x in night.dq.failed),
-                        description=f"blocking expectations failed for {night.run_id}",
-                    )
+            if state.is_failed() and step.name == "validate" and night.dq is not None:
+                create_markdown_artifact(
+                    key="data-quality",
+                    markdown="# Data quality failed\n\n"
+                    + "\n".join(f"- {x}" for x in night.dq.failed),
+                    description=f"blocking expectations failed for {night.run_id}",
+                )
     result = night.result()
     run_id, index = result["run_id"], result["report"]
     create_markdown_artifact(

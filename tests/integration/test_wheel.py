@@ -9,6 +9,7 @@ afterwards (dbt's target and logs, GX and Prefect state all land in the working 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -33,23 +34,49 @@ def _files(folder: Path) -> set[str]:
 def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh venv with the wheel built from this checkout (dependencies from the index)."""
     base = tmp_path_factory.mktemp("wheel")
+    # build from a copy: a build writes egg-info and build/ into its source folder, and an
+    # egg-info on sys.path would make pip think sparkcap is already installed
+    src = base / "src"
+    shutil.copytree(
+        ROOT,
+        src,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv",
+            ".sparkcap",
+            "build",
+            "*.egg-info",
+            "warehouse",
+            "reports",
+            "__pycache__",
+            ".mypy_cache",
+            ".ruff_cache",
+            "target",
+            "logs",
+        ),
+    )
+    clean = _env(base)
     dist = base / "dist"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), str(src)],
         check=True,
         capture_output=True,
         cwd=base,
+        env=clean,
         timeout=600,
     )
     wheel = next(dist.glob("sparkcap-*.whl"))
     venv = base / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
-    subprocess.run(
-        [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", str(wheel)],
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300, env=clean)
+    done = subprocess.run(
+        [str(venv / "bin" / "python"), "-m", "pip", "install", str(wheel)],
         check=True,
         capture_output=True,
+        text=True,
+        env=clean,
         timeout=1200,
     )
+    assert "Successfully installed" in done.stdout and "sparkcap-" in done.stdout, done.stdout
     return venv
 
 
