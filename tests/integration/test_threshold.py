@@ -43,7 +43,7 @@ def test_cli_capacities_are_the_marts_at_the_fleet_threshold(tmp_path: Path) -> 
                     "name": "t15",
                     "threshold_tok_s": 15,
                     "workloads": {
-                        wl: {"levels": [1, 4, 6, 8], "trials": 1, "max_tokens": 60}
+                        wl: {"levels": [1, 4, 6, 8], "trials": 1, "max_tokens": 40, "warmup": False}
                         for wl in ("code", "prose")
                     },
                     "deployments": [{"name": "m", "model": "m", "endpoint": sim.endpoint}],
