@@ -13,8 +13,13 @@
     ]) }}
 {%- endmacro %}
 
+{#- The version of the rules themselves, beside the vars: bumped whenever a model changes a
+    judgement (0.4: queueing and concurrency derived from token times; probe waves judged by
+    int_trials), so nights built by an older sparkcap are rebuilt once by the new rules. -#}
+{% macro rules_version() -%}4{%- endmacro %}
+
 {% macro judgement_settings() -%}
-    {%- set parts = [] -%}
+    {%- set parts = ['rules=' ~ rules_version()] -%}
     {%- for name in judgement_var_names() -%}
         {%- do parts.append(name ~ '=' ~ (var(name) | float)) -%}
     {%- endfor -%}

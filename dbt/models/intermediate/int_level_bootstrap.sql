@@ -8,7 +8,7 @@ with streams as (
     select r.*
     from {{ ref('int_stream_rates') }} as r
     inner join {{ ref('int_trials') }} as t on t.wave_id = r.wave_id
-    where t.is_valid and t.trial > 0 and r.decode_tok_s is not null
+    where t.probe is null and t.is_valid and t.trial > 0 and r.decode_tok_s is not null
         and {{ changed_runs_filter('r.run_id') }}
 ),
 

@@ -10,7 +10,8 @@ with trials as (
 ),
 
 counted as (
-    select * from trials where trial > 0 and not coalesce(is_superseded, false)
+    select * from trials
+    where probe is null and trial > 0 and not coalesce(is_superseded, false)
 ),
 
 final as (

@@ -1,8 +1,10 @@
 {{ config(materialized='incremental', unique_key='run_id', incremental_strategy='delete+insert') }}
 -- depends_on: {{ ref('int_run_watermarks') }}
 
--- One row per wave: the trial value (median over its streams), aggregate throughput and the
--- validity verdict with every reason that applies.
+-- One row per synchronized wave: the trial value (median over its streams), aggregate
+-- throughput and the validity verdict with every reason that applies. Sweep waves
+-- (probe is null) and the synchronized waves of the output-length and mixed probes share
+-- this one verdict; consumers pick theirs by `probe`.
 with streams as (
     select * from {{ ref('int_stream_rates') }}
     where {{ changed_runs_filter('run_id') }}
@@ -10,7 +12,7 @@ with streams as (
 
 waves as (
     select * from {{ ref('stg_waves') }}
-    where probe is null
+    where probe is null or probe in ('output-length', 'mixed')
 ),
 
 dq_failures as (
@@ -96,6 +98,7 @@ joined as (
         w.wave_id,
         w.deployment,
         w.model,
+        w.probe,
         w.workload,
         w.concurrency,
         w.trial,
@@ -135,7 +138,7 @@ with_reference as (
     select
         *,
         first_value(median_ttft_s) over (
-            partition by run_id, deployment, workload
+            partition by run_id, deployment, workload, probe
             order by (trial = 0), concurrency, trial
         ) as reference_ttft_s
     from joined
@@ -166,6 +169,7 @@ final as (
         wave_id,
         deployment,
         model,
+        probe,
         workload,
         concurrency,
         trial,

@@ -6,9 +6,10 @@ with streams as (
 ),
 
 wave_ok as (
-    select wave_id, count(*) filter (where status <> 'ok') = 0 as is_valid
-    from streams
-    group by wave_id
+    -- a mixed wave counts by the same verdict as a sweep's trial (int_trials.is_valid)
+    select wave_id, is_valid
+    from {{ ref('int_trials') }}
+    where probe = 'mixed'
 ),
 
 per_wave as (

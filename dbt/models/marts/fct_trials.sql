@@ -1,5 +1,6 @@
 with trials as (
     select * from {{ ref('int_trials') }}
+    where probe is null
 ),
 
 final as (
