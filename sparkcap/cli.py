@@ -23,12 +23,12 @@ from sparkcap import __version__
 from sparkcap.config import (
     Deployment,
     ProbeName,
+    Profile,
     SweepPlan,
     SweepRequest,
     WorkloadName,
     probe_options,
 )
-from sparkcap.pipeline import Profile
 from sparkcap.settings import get_settings
 
 app = typer.Typer(

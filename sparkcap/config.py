@@ -21,6 +21,8 @@ from pydantic import (
 )
 
 WorkloadName = Literal["code", "prose"]
+# how much of a fleet file's plan a night runs (pipeline.PROFILES says what each changes)
+Profile = Literal["full", "demo", "smoke"]
 EnvVarName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 
 

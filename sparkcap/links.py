@@ -23,9 +23,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sparkcap.schema import raw_table
-from sparkcap.warehouse import replace_run_rows
-
 
 class LinkSpec(BaseModel):
     """One link of a deployment, as a fleet file declares it."""
@@ -129,6 +126,10 @@ def run_link(deployment: str, spec: LinkSpec, min_share: float) -> LinkResult:
 
 
 def store(db_path: Path, run_id: str, results: list[LinkResult]) -> None:
+    # imported here: fleet files import this module, and reading one needs no warehouse
+    from sparkcap.schema import raw_table
+    from sparkcap.warehouse import replace_run_rows
+
     now = datetime.now(UTC)
     table = raw_table(
         "link_tests",

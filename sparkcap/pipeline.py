@@ -13,12 +13,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from sparkcap.fleet import Fleet, load_fleet
 from sparkcap.runner import DEMO_PROFILE, ProgressFn, RunResult, run_fleet
 
-Profile = Literal["full", "demo", "smoke"]
 PROFILES: dict[str, dict[str, Any]] = {
     "full": {},
     "demo": dict(DEMO_PROFILE),

@@ -32,3 +32,19 @@ def test_parts_resolve_in_a_checkout() -> None:
     assert (resources.expectations_dir() / "waves.json").is_file()
     assert resources.nightly_flow_file().is_file()
     assert resources.bundled_fleet("twin").is_file()
+
+
+def test_reading_a_fleet_file_or_the_cli_needs_no_warehouse() -> None:
+    """Validating config must not pull in DuckDB and Arrow (and `sparkcap --version` stays
+    instant): the rooms import each other only where the work needs it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, sparkcap.fleet, sparkcap.cli; "
+        "heavy = {'sparkcap.warehouse', 'duckdb', 'pyarrow', 'sparkcap.pipeline'}; "
+        "heavy &= set(sys.modules); "
+        "print(sorted(heavy))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
