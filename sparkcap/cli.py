@@ -850,6 +850,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(130) from None
     except typer.TyperException as exc:  # usage errors (typer vendors click's exceptions)
         msg = exc.format_message() if hasattr(exc, "format_message") else str(exc)
+        msg = msg.replace(": Value error, ", ": ")  # typer's wording for a Literal choice
         param = getattr(exc, "param", None)
         opts = getattr(param, "opts", None) or [getattr(param, "name", "")]
         hint = getattr(exc, "param_hint", None) or opts[0]
