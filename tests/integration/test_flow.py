@@ -250,8 +250,9 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
                 os.killpg(proc.pid, 15)
                 try:
                     proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
+                except subprocess.TimeoutExpired:  # a loaded machine: make sure, and reap it
                     os.killpg(proc.pid, 9)
+                    proc.wait(timeout=20)
         log.close()
         worker_log.close()
 
