@@ -82,6 +82,28 @@ class Deployment(DeploymentBase):
         return str(self.endpoint).rstrip("/") + "/chat/completions"
 
 
+class SearchPlan(Strict):
+    """An adaptive search for the largest integer concurrency that passes (``--search``).
+
+    Doubling from 1 until a level fails, then bisection; each level gets counted trials until
+    the bootstrap interval of its median clears the threshold at ``confidence`` or
+    ``trials_max`` is reached (the level then *straddles* it and the answer is an interval).
+    A sustain wave at the found capacity, ``sustain_factor`` times the trial length, confirms it.
+    """
+
+    max_level: int = Field(32, ge=1, le=4096, description="highest concurrency tried")
+    trials_max: int = Field(3, ge=1, le=10)
+    confidence: float = Field(0.9, gt=0.5, lt=1)
+    # the trial length; None: the plan's (or the workload's) full length. Short trials find the
+    # boundary for less; the sustain wave then checks it at full length and more.
+    trial_tokens: int | None = Field(None, ge=8)
+    # a warm-up only settles the server's batch shape, so it is short
+    warmup_tokens: int = Field(32, ge=2)
+    sustain_factor: float = Field(3.0, ge=0, le=20, description="0: no sustain wave")
+    # a failed sustain wave moves the answer down one level and sustains again, this often
+    sustain_retries: int = Field(2, ge=0, le=8)
+
+
 class SweepPlan(Strict):
     levels: tuple[int, ...] = (1, 2, 4, 8, 16)
     trials: int = Field(3, ge=1, le=5)
@@ -103,6 +125,8 @@ class SweepPlan(Strict):
     # from several processes costs more start skew (a process not scheduled at the instant)
     # than one loop's stamping of a few streams loses.
     min_streams_per_process: int = Field(16, ge=1, le=4096)
+    # set: the levels are searched (see SearchPlan) instead of swept as a grid
+    search: SearchPlan | None = None
 
     @field_validator("levels", mode="before")
     @classmethod

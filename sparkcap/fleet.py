@@ -151,10 +151,10 @@ class Fleet(_Strict):
 
     def planned_waves(self) -> dict[tuple[str, str], int]:
         """Waves planned per (deployment, workload), before any server is launched."""
-        from sparkcap.loadgen.sweep import plan_waves
+        from sparkcap.loadgen.sweep import planned_wave_count
 
         return {
-            (d.name, wl): len(plan_waves(d.plans.get(wl, plan)))
+            (d.name, wl): planned_wave_count(d.plans.get(wl, plan))
             for d in self.deployments
             for wl, plan in self.workloads.items()
             if d.workloads is None or wl in d.workloads

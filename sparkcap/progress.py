@@ -169,10 +169,10 @@ class NightProgress:
 
 def planned_waves(requests: Iterable[Any]) -> dict[tuple[str, str], int]:
     """Waves planned per (deployment, workload) for SweepRequests."""
-    from sparkcap.loadgen.sweep import plan_waves
+    from sparkcap.loadgen.sweep import planned_wave_count
 
     out: dict[tuple[str, str], int] = {}
     for r in requests:
         key = (r.deployment.name, r.workload)
-        out[key] = out.get(key, 0) + len(plan_waves(r.plan))
+        out[key] = out.get(key, 0) + planned_wave_count(r.plan)
     return out

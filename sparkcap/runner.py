@@ -26,7 +26,7 @@ from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import (
     EndpointDown,
     new_run_id,
-    plan_waves,
+    planned_wave_count,
     request_headers,
     run_sweep,
 )
@@ -123,6 +123,7 @@ async def run_sweeps(
     config: dict[str, Any] | None = None,
     progress: ProgressFn | None = None,
     parallel_deployments: bool = False,
+    threshold_tok_s: float = 20.0,
 ) -> RunResult:
     """Sweep each request, staging every wave as it ends; returns what was recorded.
 
@@ -141,6 +142,12 @@ async def run_sweeps(
         first, *rest = unreachable.values()
         raise PreflightError(first + (f" (and {len(rest)} more)" if rest else ""))
     requests = [r for r in requests if r.deployment.name not in unreachable]
+    # a search decides with dbt's own rule: compiled before anything is recorded
+    judge = None
+    if any(r.plan.search is not None for r in requests):
+        from sparkcap.search_judge import SearchJudge
+
+        judge = await asyncio.to_thread(SearchJudge.compile, threshold_tok_s)
     # waves a crashed or blocked earlier run left behind are staged before anything new
     await asyncio.to_thread(spool.stage_spool, db_path)
     run_id = run_id or new_run_id()
@@ -155,7 +162,7 @@ async def run_sweeps(
     for name, why in unreachable.items():
         await asyncio.to_thread(record_step_to, db_path, run_id, name, "preflight", "failed", why)
         result.not_measured[name] = why
-    total = sum(len(plan_waves(r.plan)) for r in requests)
+    total = sum(planned_wave_count(r.plan) for r in requests)
     done = 0
     stage_lock = asyncio.Lock()
 
@@ -189,6 +196,7 @@ async def run_sweeps(
                 on_wave=on_wave,
                 before_wave=before,
                 after_wave=after,
+                judge=judge,
             )
         except EndpointDown as exc:
             down[dep.name] = str(exc)
@@ -259,6 +267,7 @@ async def run_fleet(
             config=config,
             progress=progress,
             parallel_deployments=fleet.parallel_deployments,
+            threshold_tok_s=fleet.threshold_tok_s,
         )
 
 

@@ -27,7 +27,8 @@ from sparkcap.loadgen.records import WaveRecord
 from sparkcap.settings import get_settings
 from sparkcap.warehouse import metrics_table, open_warehouse, stage_tables, wave_tables
 
-TABLES = ("waves", "requests", "chunks", "server_metrics", "client_processes")
+TABLES = ("waves", "requests", "chunks", "server_metrics", "client_processes", "search_levels")
+_OPTIONAL = ("client_processes", "search_levels")  # absent from spools of sparkcap < 0.3 / 0.5
 
 
 def spool_root() -> Path:
@@ -75,8 +76,8 @@ def write_wave(wave: WaveRecord, db_path: Path | str, root: Path | None = None) 
 def _read(folder: Path) -> tuple[str, dict[str, pa.Table]]:
     tables = {}
     for name in TABLES:
-        if not (folder / f"{name}.arrow").exists() and name == "client_processes":
-            continue  # spooled by sparkcap < 0.3
+        if not (folder / f"{name}.arrow").exists() and name in _OPTIONAL:
+            continue
         with pa.memory_map(str(folder / f"{name}.arrow"), "r") as src:
             tables[name] = ipc.open_file(src).read_all()
     return (folder / "wave_id").read_text(encoding="utf-8"), tables

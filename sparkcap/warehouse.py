@@ -209,6 +209,8 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "n_requests": [len(reqs)],
             "staged_at": [datetime.now(UTC)],
             "probe": [wave.probe],
+            "method": [wave.method],
+            "search_step": [wave.search_step],
         },
     )
     requests = raw_table(
@@ -274,11 +276,36 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "timing_error_bound": [p.timing_error_bound for p in procs],
         },
     )
+    d = wave.search_decision
+    decisions = [d] if d is not None else []
+    search_levels = raw_table(
+        "search_levels",
+        {
+            "wave_id": [wave.wave_id] * len(decisions),
+            "run_id": [wave.run_id] * len(decisions),
+            "deployment": [wave.deployment] * len(decisions),
+            "workload": [wave.workload] * len(decisions),
+            "kind": [x.kind for x in decisions],
+            "search_step": [x.search_step for x in decisions],
+            "concurrency": [x.concurrency for x in decisions],
+            "n_trials": [x.n_trials for x in decisions],
+            "n_valid_trials": [x.n_valid_trials for x in decisions],
+            "confidence": [x.confidence for x in decisions],
+            "trials_max": [x.trials_max for x in decisions],
+            "live_median_tok_s": [x.median_tok_s for x in decisions],
+            "live_ci_low_tok_s": [x.ci_low_tok_s for x in decisions],
+            "live_ci_high_tok_s": [x.ci_high_tok_s for x in decisions],
+            "live_verdict": [x.verdict for x in decisions],
+            "stop_reason": [x.stop_reason for x in decisions],
+            "next_action": [x.next_action for x in decisions],
+        },
+    )
     return {
         "waves": waves,
         "requests": requests,
         "chunks": chunks,
         "client_processes": client_processes,
+        "search_levels": search_levels,
     }
 
 
@@ -323,10 +350,16 @@ def stage_tables(
                 "raw.requests where list_contains(?, wave_id))",
                 [ids],
             )
-            for name in ("requests", "server_metrics", "client_processes", "waves"):
+            for name in (
+                "requests",
+                "server_metrics",
+                "client_processes",
+                "search_levels",
+                "waves",
+            ):
                 con.execute(f"delete from raw.{name} where list_contains(?, wave_id)", [ids])
-        for name in ("waves", "requests", "chunks", "client_processes"):
-            if name in tables:  # a wave spooled by sparkcap < 0.3 has no client_processes
+        for name in ("waves", "requests", "chunks", "client_processes", "search_levels"):
+            if name in tables:  # older spools lack client_processes (< 0.3), search_levels
                 _insert(con, f"raw.{name}", tables[name])
         if server_metrics is not None and server_metrics.num_rows:
             _insert(con, "raw.server_metrics", server_metrics)

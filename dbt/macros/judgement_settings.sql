@@ -9,14 +9,15 @@
     {{ return([
         'threshold_tok_s', 'bootstrap_samples', 'bootstrap_seed', 'ci_low_pct', 'ci_high_pct',
         'timing_error_tolerance', 'start_skew_tolerance', 'queued_ttft_factor',
-        'queued_ttft_min_s', 'probe_window_s', 'probe_step_s', 'dip_share'
+        'queued_ttft_min_s', 'probe_window_s', 'probe_step_s', 'dip_share',
+        'search_min_samples'
     ]) }}
 {%- endmacro %}
 
 {#- The version of the rules themselves, beside the vars: bumped whenever a model changes a
     judgement (0.4: queueing and concurrency derived from token times; probe waves judged by
-    int_trials), so nights built by an older sparkcap are rebuilt once by the new rules. -#}
-{% macro rules_version() -%}4{%- endmacro %}
+    int_trials; 5: search levels and sustain waves), so nights built by an older sparkcap are rebuilt once by the new rules. -#}
+{% macro rules_version() -%}5{%- endmacro %}
 
 {% macro judgement_settings() -%}
     {%- set parts = ['rules=' ~ rules_version()] -%}

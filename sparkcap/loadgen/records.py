@@ -102,6 +102,29 @@ class ProcessTiming:
 
 
 @dataclass(slots=True)
+class SearchDecision:
+    """What the live search decided after a level's last wave (or a sustain wave), and why.
+
+    A record of what the driver did, kept beside the waves it measured; the verdict of record
+    is dbt's (``fct_search_path``), computed by the same SQL from the staged waves.
+    """
+
+    kind: str  # level | sustain
+    search_step: int
+    concurrency: int
+    n_trials: int  # counted trials run at this level (valid or not)
+    n_valid_trials: int  # of them, those the live figures could use
+    confidence: float
+    trials_max: int
+    median_tok_s: float | None  # live figures (labelled live wherever shown)
+    ci_low_tok_s: float | None
+    ci_high_tok_s: float | None
+    verdict: str  # pass | fail | straddles (levels); pass | fail (sustain)
+    stop_reason: str
+    next_action: str
+
+
+@dataclass(slots=True)
 class WaveRecord:
     """One synchronized wave: every stream released together, measured against one anchor."""
 
@@ -131,3 +154,6 @@ class WaveRecord:
     server_metrics: list[tuple[str, str, dict[str, str], float]] = field(default_factory=list)
     metrics_error: str | None = None  # why a scrape around this wave failed
     probe: str | None = None  # the probe that made this wave; None for sweep waves
+    method: str = "grid"  # grid | search: how the sweep chose its levels
+    search_step: int | None = None  # the level's place in a search (sustain waves too)
+    search_decision: SearchDecision | None = None  # on the wave after which it was made

@@ -91,9 +91,16 @@ def new_run_id() -> str:
 
 
 def wave_id(
-    run_id: str, deployment: str, workload: str, concurrency: int, trial: int, attempt: int = 1
+    run_id: str,
+    deployment: str,
+    workload: str,
+    concurrency: int,
+    trial: int,
+    attempt: int = 1,
+    probe: str | None = None,
 ) -> str:
-    base = f"{run_id}/{deployment}/{workload}/c{concurrency:04d}/t{trial}"
+    kind = f"/{probe}" if probe else ""
+    base = f"{run_id}/{deployment}/{workload}{kind}/c{concurrency:04d}/t{trial}"
     return base if attempt == 1 else f"{base}/a{attempt}"
 
 
@@ -101,6 +108,11 @@ def wave_id(
 class WavePlanItem:
     concurrency: int
     trial: int
+    max_tokens: int | None = None  # None: the plan's
+    length_factor: float = 1.0
+    probe: str | None = None  # "sustain" for a search's sustain wave
+    method: str = "grid"
+    search_step: int | None = None
 
 
 def plan_waves(plan: SweepPlan) -> list[WavePlanItem]:
@@ -139,14 +151,19 @@ async def _one_wave(
 ) -> WaveRecord:
     # a re-measured wave gets fresh prompts: the spoiled one may have warmed a prefix cache
     tag = f"{run_id[-6:]}-{deployment.name}-c{item.concurrency}-t{item.trial}"
+    if item.probe:
+        tag += f"-{item.probe}"
     specs = build_streams(
         workload,
         item.concurrency,
         wave_tag=tag if attempt == 1 else f"{tag}-a{attempt}",
-        max_tokens=plan.max_tokens,
+        max_tokens=item.max_tokens or plan.max_tokens,
+        length_factor=item.length_factor,
     )
     wave = WaveRecord(
-        wave_id=wave_id(run_id, deployment.name, workload, item.concurrency, item.trial, attempt),
+        wave_id=wave_id(
+            run_id, deployment.name, workload, item.concurrency, item.trial, attempt, item.probe
+        ),
         run_id=run_id,
         deployment=deployment.name,
         model=deployment.model,
@@ -157,6 +174,9 @@ async def _one_wave(
         started_at_ns=time.time_ns(),
         anchor_perf_ns=time.perf_counter_ns(),
         attempt=attempt,
+        probe=item.probe,
+        method=item.method,
+        search_step=item.search_step,
     )
     if before_wave is not None:
         await before_wave(wave)
@@ -178,6 +198,81 @@ async def _one_wave(
     return wave
 
 
+class WaveRunner:
+    """Runs one planned wave with the sweep's client: re-measures a wave the client spoiled,
+    hands every attempt to the callbacks, and stops the sweep when the endpoint is gone. The
+    grid and the search (loadgen/search.py) both measure through it."""
+
+    def __init__(
+        self,
+        client: StreamClients | ClientPool,
+        deployment: Deployment,
+        workload: str,
+        plan: SweepPlan,
+        run_id: str,
+        *,
+        on_wave: WaveCallback | None,
+        progress: ProgressCallback | None,
+        before_wave: Callable[[WaveRecord], Awaitable[None]] | None,
+        after_wave: Callable[[WaveRecord], Awaitable[None]] | None,
+        planned: int,
+    ) -> None:
+        self.client = client
+        self.deployment = deployment
+        self.workload = workload
+        self.plan = plan
+        self.run_id = run_id
+        self.on_wave = on_wave
+        self.progress = progress
+        self.before_wave = before_wave
+        self.after_wave = after_wave
+        self.planned = planned
+        self.headers = request_headers(deployment)
+        self.waves: list[WaveRecord] = []
+        self.n_items = 0
+
+    async def measure(
+        self, item: WavePlanItem, decide: Callable[[WaveRecord], Awaitable[None]] | None = None
+    ) -> WaveRecord:
+        """The wave of record for ``item`` (its last attempt). ``decide`` runs on that wave
+        before it is handed on, so a decision made from it is staged with it."""
+        self.n_items += 1
+        for attempt in range(1, self.plan.max_remeasures + 2):
+            wave = await _one_wave(
+                self.client,
+                self.deployment,
+                self.workload,
+                self.plan,
+                self.run_id,
+                item,
+                attempt,
+                self.headers,
+                self.before_wave,
+                self.after_wave,
+            )
+            spoiled = client_spoiled(wave, self.plan) if worth_remeasuring(wave) else None
+            retry = spoiled is not None and attempt <= self.plan.max_remeasures
+            if retry:
+                wave.superseded_reason = f"re-measured (attempt {attempt + 1}): {spoiled}"
+            elif decide is not None:
+                await decide(wave)
+            self.waves.append(wave)
+            if self.on_wave is not None:
+                res = self.on_wave(wave)
+                if inspect.isawaitable(res):
+                    await res
+            if self.progress is not None:
+                self.progress(wave, self.n_items, max(self.planned, self.n_items))
+            if endpoint_down(wave):
+                raise EndpointDown(
+                    f"{self.deployment.name} stopped answering at {self.workload} "
+                    f"c={item.concurrency} trial {item.trial}: {wave.requests[0].error}"
+                )
+            if not retry:
+                return wave
+        raise AssertionError("unreachable: the last attempt never retries")
+
+
 async def run_sweep(
     deployment: Deployment,
     workload: str,
@@ -188,9 +283,10 @@ async def run_sweep(
     progress: ProgressCallback | None = None,
     before_wave: Callable[[WaveRecord], Awaitable[None]] | None = None,
     after_wave: Callable[[WaveRecord], Awaitable[None]] | None = None,
+    judge: Any = None,
 ) -> list[WaveRecord]:
-    items = plan_waves(plan)
-    waves: list[WaveRecord] = []
+    """Sweep the plan's levels as a grid, or search them when the plan says so (then
+    ``judge`` decides each level; see loadgen/search.py)."""
     n_procs = plan.client_processes or available_cores()
     client_cm: contextlib.AbstractAsyncContextManager[StreamClients | ClientPool] = (
         ClientPool(deployment, n_procs, plan.min_streams_per_process)
@@ -198,37 +294,35 @@ async def run_sweep(
         else StreamClients(deployment)
     )
     async with client_cm as client:
-        headers = request_headers(deployment)
-        for n, item in enumerate(items, start=1):
-            for attempt in range(1, plan.max_remeasures + 2):
-                wave = await _one_wave(
-                    client,
-                    deployment,
-                    workload,
-                    plan,
-                    run_id,
-                    item,
-                    attempt,
-                    headers,
-                    before_wave,
-                    after_wave,
-                )
-                spoiled = client_spoiled(wave, plan) if worth_remeasuring(wave) else None
-                retry = spoiled is not None and attempt <= plan.max_remeasures
-                if retry:
-                    wave.superseded_reason = f"re-measured (attempt {attempt + 1}): {spoiled}"
-                waves.append(wave)
-                if on_wave is not None:
-                    res = on_wave(wave)
-                    if inspect.isawaitable(res):
-                        await res
-                if progress is not None:
-                    progress(wave, n, len(items))
-                if endpoint_down(wave):
-                    raise EndpointDown(
-                        f"{deployment.name} stopped answering at {workload} "
-                        f"c={item.concurrency} trial {item.trial}: {wave.requests[0].error}"
-                    )
-                if not retry:
-                    break
-    return waves
+        runner = WaveRunner(
+            client,
+            deployment,
+            workload,
+            plan,
+            run_id,
+            on_wave=on_wave,
+            progress=progress,
+            before_wave=before_wave,
+            after_wave=after_wave,
+            planned=planned_wave_count(plan),
+        )
+        if plan.search is not None:
+            from sparkcap.loadgen.search import run_search
+
+            if judge is None:
+                raise ValueError("a search needs a judge (sparkcap.search_judge)")
+            await run_search(runner, plan.search, judge)
+        else:
+            for item in plan_waves(plan):
+                await runner.measure(item)
+    return runner.waves
+
+
+def planned_wave_count(plan: SweepPlan) -> int:
+    """Waves a plan runs: exact for a grid; for a search an estimate (doubling to the top,
+    three bisection steps, warm-up + two trials a level, one sustain wave) for progress bars."""
+    if plan.search is None:
+        return len(plan_waves(plan))
+    doubling = max(1, plan.search.max_level).bit_length() + 1
+    per_level = 2 + (1 if plan.warmup else 0)
+    return (doubling + 3) * per_level + (1 if plan.search.sustain_factor > 0 else 0)

@@ -52,8 +52,14 @@ def required_length(workload: str, prompt_index: int) -> int:
 
 
 def build_streams(
-    workload: str, concurrency: int, wave_tag: str, max_tokens: int | None = None
+    workload: str,
+    concurrency: int,
+    wave_tag: str,
+    max_tokens: int | None = None,
+    length_factor: float = 1.0,
 ) -> list[StreamSpec]:
+    """``length_factor`` stretches every stream's length (a search's sustain wave asks a
+    multiple of what the trials asked)."""
     cat = _catalogue()[workload]
     texts: list[str] = cat["prompts"]
     n = len(texts)
@@ -73,7 +79,9 @@ def build_streams(
                     {"role": "system", "content": cat["system"]},
                     {"role": "user", "content": content},
                 ),
-                max_tokens=max_tokens or required_length(workload, base),
+                max_tokens=max(
+                    2, round(length_factor * (max_tokens or required_length(workload, base)))
+                ),
                 temperature=float(cat["temperature"]),
             )
         )

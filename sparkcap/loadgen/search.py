@@ -1,0 +1,215 @@
+"""An adaptive search for the largest integer concurrency whose median stream passes.
+
+MLPerf LoadGen's peak search doubles then bisects; sparkcap does the same, but a level is
+measured only until its answer is known: after each counted trial a *judge* (injected;
+``sparkcap.search_judge`` runs dbt's ``search_level_interval`` macro on the live figures)
+returns the bootstrap interval of the level median, and the level stops as soon as that
+interval clears the threshold, or at ``trials_max`` (the level then *straddles* it and the
+answer becomes an interval). A level's direction is its median, as in the grid's rule; a
+sustain wave at the found capacity, longer than the trials, confirms it or moves it down.
+
+This module decides which wave comes next; it records every decision on the wave it was made
+after (``SearchDecision``) and judges nothing itself. The capacity of record is dbt's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sparkcap.config import SearchPlan
+from sparkcap.loadgen.records import SearchDecision, WaveRecord
+
+if TYPE_CHECKING:
+    from sparkcap.loadgen.sweep import WaveRunner
+
+
+@dataclass(frozen=True, slots=True)
+class LevelJudgement:
+    """The judge's answer for a level (or a sustain wave) from the waves measured so far."""
+
+    n_valid_trials: int
+    median_tok_s: float | None
+    ci_low_tok_s: float | None
+    ci_high_tok_s: float | None
+    verdict: str  # pass | fail | straddles
+    passes_median: bool  # the grid's rule on the median: the search's direction
+
+
+# (level key, counted waves of the level, confidence) -> judgement
+Judge = Callable[[str, Sequence[WaveRecord], float], Awaitable[LevelJudgement]]
+
+
+class Bisection:
+    """Which level next: 1, 2, 4, … until one fails (or ``max_level``), then halve the gap
+    between the largest passing and the smallest failing level until they are adjacent."""
+
+    def __init__(self, max_level: int) -> None:
+        self.max_level = max_level
+        self.largest_pass = 0
+        self.smallest_fail: int | None = None
+
+    def next_level(self) -> int | None:
+        lo, hi = self.largest_pass, self.smallest_fail
+        if hi is None:
+            if lo >= self.max_level:
+                return None
+            return 1 if lo == 0 else min(2 * lo, self.max_level)
+        if hi - lo <= 1:
+            return None
+        return (lo + hi) // 2
+
+    def record(self, level: int, passes: bool) -> None:
+        if passes:
+            self.largest_pass = max(self.largest_pass, level)
+        else:
+            hi = self.smallest_fail
+            self.smallest_fail = level if hi is None else min(hi, level)
+
+    @property
+    def capacity(self) -> int:
+        return self.largest_pass
+
+
+def level_key(run_id: str, deployment: str, workload: str, concurrency: int, kind: str) -> str:
+    """The key the judge's bootstrap hashes; int_search_levels builds the same one, so live
+    and recorded intervals of the same waves are identical."""
+    return f"{run_id}/{deployment}/{workload}/{kind}/c{concurrency}"
+
+
+async def run_search(runner: WaveRunner, search: SearchPlan, judge: Judge) -> int:
+    """Search, then sustain; returns the live capacity (the marts hold the one of record)."""
+    from sparkcap.loadgen.sweep import WavePlanItem
+
+    plan = runner.plan
+    key_of = lambda c, kind: level_key(  # noqa: E731
+        runner.run_id, runner.deployment.name, runner.workload, c, kind
+    )
+    bisect = Bisection(search.max_level)
+    step = 0
+    while (level := bisect.next_level()) is not None:
+        step += 1
+        if plan.warmup:
+            await runner.measure(
+                WavePlanItem(
+                    level, 0, max_tokens=search.warmup_tokens, method="search", search_step=step
+                )
+            )
+        counted: list[WaveRecord] = []
+        for trial in range(1, search.trials_max + 1):
+            holder: dict[str, SearchDecision] = {}
+
+            async def decide(
+                wave: WaveRecord, trial: int = trial, level: int = level, step: int = step
+            ) -> None:
+                counted.append(wave)
+                j = await judge(key_of(level, "level"), counted, search.confidence)
+                decided = j.verdict in ("pass", "fail")
+                if not decided and trial < search.trials_max:
+                    return
+                passes = j.verdict == "pass" or (j.verdict == "straddles" and j.passes_median)
+                if decided:
+                    why = f"interval cleared the threshold at {search.confidence:.0%}"
+                elif j.n_valid_trials == 0:
+                    why = f"no valid trial in {trial}"
+                else:
+                    why = f"trials-max ({search.trials_max}) reached; the interval straddles"
+                holder["d"] = SearchDecision(
+                    kind="level",
+                    search_step=step,
+                    concurrency=level,
+                    n_trials=trial,
+                    n_valid_trials=j.n_valid_trials,
+                    confidence=search.confidence,
+                    trials_max=search.trials_max,
+                    median_tok_s=j.median_tok_s,
+                    ci_low_tok_s=j.ci_low_tok_s,
+                    ci_high_tok_s=j.ci_high_tok_s,
+                    verdict=j.verdict,
+                    stop_reason=why,
+                    next_action="go up" if passes else "go down",
+                )
+                wave.search_decision = holder["d"]
+
+            await runner.measure(
+                WavePlanItem(
+                    level,
+                    trial,
+                    max_tokens=search.trial_tokens,
+                    method="search",
+                    search_step=step,
+                ),
+                decide,
+            )
+            if "d" in holder:
+                d = holder["d"]
+                bisect.record(level, d.next_action == "go up")
+                break
+    capacity = bisect.capacity
+    return await _sustain(runner, search, judge, capacity, step, key_of)
+
+
+async def _sustain(
+    runner: WaveRunner,
+    search: SearchPlan,
+    judge: Judge,
+    capacity: int,
+    step: int,
+    key_of: Callable[[int, str], str],
+) -> int:
+    """One longer wave at the found capacity; a failure moves the answer down one level and
+    sustains again (``sustain_retries`` times), and says so."""
+    from sparkcap.loadgen.sweep import WavePlanItem
+
+    if search.sustain_factor <= 0:
+        return capacity
+    level = capacity
+    for attempt in range(search.sustain_retries + 1):
+        if level < 1:
+            break
+        step += 1
+        outcome: dict[str, bool] = {}
+
+        async def decide(wave: WaveRecord, level: int = level, step: int = step) -> None:
+            j = await judge(key_of(level, "sustain"), [wave], search.confidence)
+            ok = j.n_valid_trials > 0 and j.passes_median
+            last = attempt == search.sustain_retries or level <= 1
+            outcome["ok"] = ok
+            wave.search_decision = SearchDecision(
+                kind="sustain",
+                search_step=step,
+                concurrency=level,
+                n_trials=1,
+                n_valid_trials=j.n_valid_trials,
+                confidence=search.confidence,
+                trials_max=1,
+                median_tok_s=j.median_tok_s,
+                ci_low_tok_s=j.ci_low_tok_s,
+                ci_high_tok_s=j.ci_high_tok_s,
+                verdict="pass" if ok else "fail",
+                stop_reason=(
+                    f"sustained {search.sustain_factor:g}x the trial length"
+                    if ok
+                    else "the longer wave fell below the threshold or failed"
+                ),
+                next_action=(
+                    "done" if ok else ("give up: not confirmed" if last else "move down one")
+                ),
+            )
+
+        await runner.measure(
+            WavePlanItem(
+                level,
+                1,
+                length_factor=search.sustain_factor,
+                probe="sustain",
+                method="search",
+                search_step=step,
+            ),
+            decide,
+        )
+        if outcome.get("ok"):
+            return level
+        level -= 1
+    return level
