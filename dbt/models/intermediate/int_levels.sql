@@ -20,6 +20,9 @@ final as (
         deployment,
         any_value(model) as model,
         workload,
+        -- grid or search: one plan per deployment and workload in a run
+        any_value(method) as method,
+        min(search_step) as search_step,
         concurrency,
         count(*) as n_trials,
         count(*) filter (where is_valid) as n_valid_trials,

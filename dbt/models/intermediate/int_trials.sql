@@ -3,8 +3,8 @@
 
 -- One row per synchronized wave: the trial value (median over its streams), aggregate
 -- throughput and the validity verdict with every reason that applies. Sweep waves
--- (probe is null) and the synchronized waves of the output-length and mixed probes share
--- this one verdict; consumers pick theirs by `probe`.
+-- (probe is null), a search's sustain waves and the synchronized waves of the output-length
+-- and mixed probes share this one verdict; consumers pick theirs by `probe`.
 with streams as (
     select * from {{ ref('int_stream_rates') }}
     where {{ changed_runs_filter('run_id') }}
@@ -12,7 +12,7 @@ with streams as (
 
 waves as (
     select * from {{ ref('stg_waves') }}
-    where probe is null or probe in ('output-length', 'mixed')
+    where probe is null or probe in ('output-length', 'mixed', 'sustain')
 ),
 
 dq_failures as (
@@ -99,6 +99,8 @@ joined as (
         w.deployment,
         w.model,
         w.probe,
+        w.method,
+        w.search_step,
         w.workload,
         w.concurrency,
         w.trial,
@@ -170,6 +172,8 @@ final as (
         deployment,
         model,
         probe,
+        method,
+        search_step,
         workload,
         concurrency,
         trial,

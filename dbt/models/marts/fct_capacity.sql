@@ -1,3 +1,6 @@
+-- Capacity per run, deployment and workload: the level rule (int_capacity), its bootstrap
+-- interval, and for a search the sustain verdict: a sustain wave that fell below the threshold
+-- at N streams caps the capacity at N - 1, and `sustain_result` says so.
 with capacity as (
     select * from {{ ref('int_capacity') }}
 ),
@@ -11,30 +14,76 @@ boot as (
     group by all
 ),
 
-final as (
+search as (
+    select * from {{ ref('int_search_outcomes') }}
+),
+
+joined as (
     select
-        c.run_id,
-        c.deployment,
-        c.model,
-        c.workload,
-        c.threshold_tok_s,
-        c.capacity_streams,
-        c.first_failing_level,
-        c.capacity_interpolated,
-        c.is_lower_bound,
-        c.is_non_monotonic,
-        c.is_below_lowest_level,
+        c.*,
         b.ci_low_streams,
         b.ci_high_streams,
-        c.n_valid_trials,
-        c.lowest_level,
-        c.top_level,
-        c.capacity_level_tok_s,
-        c.first_failing_tok_s,
-        c.judgement_settings
+        s.search_low_streams,
+        s.search_high_streams,
+        s.n_straddling_levels,
+        s.n_sustain_waves,
+        s.sustained_streams,
+        s.first_unsustained_streams,
+        s.sustain_path,
+        case
+            when s.first_unsustained_streams is not null
+                then least(c.capacity_streams, s.first_unsustained_streams - 1)
+            else c.capacity_streams
+        end as sustained_capacity_streams
     from capacity as c
     left join boot as b
         on b.run_id = c.run_id and b.deployment = c.deployment and b.workload = c.workload
+    left join search as s
+        on s.run_id = c.run_id and s.deployment = c.deployment and s.workload = c.workload
+),
+
+final as (
+    select
+        run_id,
+        deployment,
+        model,
+        workload,
+        coalesce(method, 'grid') as method,
+        threshold_tok_s,
+        sustained_capacity_streams as capacity_streams,
+        capacity_streams as level_capacity_streams,
+        first_failing_level,
+        least(capacity_interpolated, sustained_capacity_streams) as capacity_interpolated,
+        is_lower_bound,
+        is_non_monotonic,
+        is_below_lowest_level,
+        least(ci_low_streams, sustained_capacity_streams) as ci_low_streams,
+        least(ci_high_streams, sustained_capacity_streams) as ci_high_streams,
+        -- a search's own interval: every tested level up to the low end cleared the threshold,
+        -- the level above the high end was clearly below it (NULL: none was)
+        least(search_low_streams, sustained_capacity_streams) as search_low_streams,
+        least(search_high_streams, coalesce(first_unsustained_streams - 1, search_high_streams))
+            as search_high_streams,
+        coalesce(n_straddling_levels, 0) as n_straddling_levels,
+        case
+            when coalesce(method, 'grid') = 'grid' then 'not run (grid)'
+            when coalesce(n_sustain_waves, 0) = 0 then 'not run'
+            when first_unsustained_streams is null
+                then 'held at ' || sustained_streams || ' streams'
+            when sustained_streams is not null
+                then 'fell at ' || first_unsustained_streams || ', held at '
+                    || sustained_streams || ' streams: capacity moved down'
+            else 'fell at ' || first_unsustained_streams
+                || ' streams, never held: capacity moved down, not confirmed'
+        end as sustain_result,
+        sustain_path,
+        n_valid_trials,
+        lowest_level,
+        top_level,
+        capacity_level_tok_s,
+        first_failing_tok_s,
+        judgement_settings
+    from joined
 )
 
 select * from final

@@ -27,7 +27,9 @@ final as (
         coalesce(cast(attempt as integer), 1) as attempt,
         cast(superseded_reason as varchar) as superseded_reason,
         cast(metrics_error as varchar) as metrics_error,
-        cast(client_process_count as integer) as client_process_count
+        cast(client_process_count as integer) as client_process_count,
+        coalesce(cast(method as varchar), 'grid') as method,
+        cast(search_step as integer) as search_step
     from source
 )
 
