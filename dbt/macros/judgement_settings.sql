@@ -16,7 +16,8 @@
 
 {#- The version of the rules themselves, beside the vars: bumped whenever a model changes a
     judgement (0.4: queueing and concurrency derived from token times; probe waves judged by
-    int_trials; 5: search levels and sustain waves), so nights built by an older sparkcap are rebuilt once by the new rules. -#}
+    int_trials; 5: search levels and sustain waves), so nights built by an older sparkcap
+    are rebuilt once by the new rules. -#}
 {% macro rules_version() -%}5{%- endmacro %}
 
 {% macro judgement_settings() -%}

@@ -114,3 +114,15 @@ select
     end as verdict
 from s_interval
 {%- endmacro %}
+
+
+{#- A capacity figure capped below the smallest level whose sustain wave fell (a column
+    first_unsustained_streams in scope). DuckDB's least() skips NULLs, so a missing value
+    stays missing and only a fallen sustain caps. -#}
+{% macro capped_below_fallen_sustain(column) -%}
+    case
+        when {{ column }} is not null and first_unsustained_streams is not null
+            then least({{ column }}, first_unsustained_streams - 1)
+        else {{ column }}
+    end
+{%- endmacro %}

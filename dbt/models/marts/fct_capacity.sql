@@ -53,17 +53,20 @@ final as (
         sustained_capacity_streams as capacity_streams,
         capacity_streams as level_capacity_streams,
         first_failing_level,
-        least(capacity_interpolated, sustained_capacity_streams) as capacity_interpolated,
+        {{ capped_below_fallen_sustain('capacity_interpolated') }} as capacity_interpolated,
         is_lower_bound,
         is_non_monotonic,
         is_below_lowest_level,
-        least(ci_low_streams, sustained_capacity_streams) as ci_low_streams,
-        least(ci_high_streams, sustained_capacity_streams) as ci_high_streams,
+        {{ capped_below_fallen_sustain('ci_low_streams') }} as ci_low_streams,
+        {{ capped_below_fallen_sustain('ci_high_streams') }} as ci_high_streams,
         -- a search's own interval: every tested level up to the low end cleared the threshold,
         -- the level above the high end was clearly below it (NULL: none was)
-        least(search_low_streams, sustained_capacity_streams) as search_low_streams,
-        least(search_high_streams, coalesce(first_unsustained_streams - 1, search_high_streams))
-            as search_high_streams,
+        {{ capped_below_fallen_sustain('search_low_streams') }} as search_low_streams,
+        -- NULL (no level clearly failed) becomes the fallen sustain level's cap
+        case
+            when search_high_streams is null then first_unsustained_streams - 1
+            else {{ capped_below_fallen_sustain('search_high_streams') }}
+        end as search_high_streams,
         coalesce(n_straddling_levels, 0) as n_straddling_levels,
         case
             when coalesce(method, 'grid') = 'grid' then 'not run (grid)'
