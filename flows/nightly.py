@@ -55,11 +55,13 @@ def nightly_fleet_sweep(
     profile: str = "full",
     reports: str | None = None,
     run_id: str | None = None,
+    search: dict[str, Any] | None = None,
 ) -> Any:
+    """``search``: a SearchPlan's fields; every workload is then searched, not swept as a grid."""
     settings = get_settings()
     db_path = Path(db or settings.db_path).resolve()
     night = pipeline.Night(
-        fleet=pipeline.fleet_for(fleet, profile),
+        fleet=pipeline.fleet_for(fleet, profile, search=search),
         db_path=db_path,
         reports_dir=Path(reports or settings.reports_dir).resolve(),
         run_id=run_id,

@@ -24,6 +24,7 @@ from sparkcap.config import (
     Deployment,
     ProbeName,
     Profile,
+    SearchPlan,
     SweepPlan,
     SweepRequest,
     WorkloadName,
@@ -74,6 +75,61 @@ def _validation_line(exc: ValidationError) -> str:
     loc = ".".join(str(x) for x in e["loc"]) or "input"
     more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
     return f"invalid {loc}: {e['msg']}{more}"
+
+
+SearchFlag = Annotated[
+    bool,
+    typer.Option(
+        "--search",
+        help="search for the largest passing concurrency (doubling, then bisection; trials "
+        "until the level's interval clears the threshold) instead of the grid of levels",
+    ),
+]
+MaxLevel = Annotated[
+    int | None, typer.Option(help="--search: highest concurrency tried (default 32)")
+]
+TrialsMax = Annotated[
+    int | None, typer.Option(help="--search: counted trials a level may take (default 3)")
+]
+Confidence = Annotated[
+    float | None,
+    typer.Option(help="--search: confidence of a level's interval (default 0.9)"),
+]
+SustainFactor = Annotated[
+    float | None,
+    typer.Option(
+        help="--search: the sustain wave's length as a multiple of the output (default 3; 0: none)"
+    ),
+]
+TrialTokens = Annotated[
+    int | None,
+    typer.Option(help="--search: output length of a trial (default: the full length)"),
+]
+
+
+def search_plan(
+    search: bool,
+    max_level: int | None = None,
+    trials_max: int | None = None,
+    confidence: float | None = None,
+    sustain_factor: float | None = None,
+    trial_tokens: int | None = None,
+) -> SearchPlan | None:
+    """The CLI's search options as a plan; an option without ``--search`` is a mistake."""
+    given = {
+        "max_level": max_level,
+        "trials_max": trials_max,
+        "confidence": confidence,
+        "sustain_factor": sustain_factor,
+        "trial_tokens": trial_tokens,
+    }
+    given = {k: v for k, v in given.items() if v is not None}
+    if not search:
+        if given:
+            names = ", ".join("--" + k.replace("_", "-") for k in given)
+            raise CLIError(f"{names} only apply with --search")
+        return None
+    return SearchPlan(**given)
 
 
 def run_with_progress(requests: list[SweepRequest], db: Path, **kwargs: Any) -> Any:
@@ -255,8 +311,15 @@ def sweep(
         str | None,
         typer.Option(help="add this sweep to run ID (or 'latest') instead of starting a new one"),
     ] = None,
+    search: SearchFlag = False,
+    max_level: MaxLevel = None,
+    trials_max: TrialsMax = None,
+    confidence: Confidence = None,
+    sustain_factor: SustainFactor = None,
+    trial_tokens: TrialTokens = None,
 ) -> None:
     """Sweep one deployment with synchronized waves and record every token timestamp."""
+    searching = search_plan(search, max_level, trials_max, confidence, sustain_factor, trial_tokens)
     headers: dict[str, str] = {}
     header_env: dict[str, str] = {}
     for h in header or []:
@@ -295,6 +358,7 @@ def sweep(
             max_tokens=max_tokens,
             max_remeasures=max_remeasures,
             client_processes=client_processes,
+            search=searching,
         ),
     )
     path = _db(db)
@@ -551,13 +615,22 @@ def run(
     fmt: Annotated[
         OutputFormat, typer.Option("--format", help="levels as a table, csv or json (stdout)")
     ] = "table",
+    search: SearchFlag = False,
+    max_level: MaxLevel = None,
+    trials_max: TrialsMax = None,
+    confidence: Confidence = None,
+    sustain_factor: SustainFactor = None,
+    trial_tokens: TrialTokens = None,
 ) -> None:
     """Run the nightly pipeline once: sweep, stage, validate, build, report."""
     from sparkcap import pipeline
     from sparkcap import progress as night_progress
     from sparkcap.loadgen.sweep import new_run_id
 
-    fl = pipeline.fleet_for(fleet, profile)  # validates the fleet file before anything starts
+    searching = search_plan(search, max_level, trials_max, confidence, sustain_factor, trial_tokens)
+    search_opts = searching.model_dump() if searching is not None else None
+    # validates the fleet file before anything starts
+    fl = pipeline.fleet_for(fleet, profile, search=search_opts)
     path = _db(db).resolve()
     reports_dir = (reports or get_settings().reports_dir).resolve()
     run_id = new_run_id()
@@ -583,6 +656,7 @@ def run(
                     profile=profile,
                     reports=str(reports_dir),
                     run_id=run_id,
+                    search=search_opts,
                     return_state=True,
                 )
             finally:
@@ -835,6 +909,7 @@ def main(argv: list[str] | None = None) -> None:
     from sparkcap.localserver import LocalServerError
     from sparkcap.report import ReportError
     from sparkcap.runner import PreflightError
+    from sparkcap.search_judge import JudgeError
     from sparkcap.warehouse import WarehouseBusy
 
     command = typer.main.get_command(app)
@@ -869,6 +944,7 @@ def main(argv: list[str] | None = None) -> None:
         WarehouseBusy,
         LocalServerError,
         FleetError,
+        JudgeError,
         FileNotFoundError,
     ) as exc:
         err.print(f"error: {exc}", highlight=False, soft_wrap=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkcap.config import SearchPlan
 from sparkcap.fleet import Fleet, load_fleet
 from sparkcap.runner import DEMO_PROFILE, ProgressFn, RunResult, run_fleet
 
@@ -26,7 +27,16 @@ PROFILES: dict[str, dict[str, Any]] = {
 }
 
 
-def fleet_for(fleet_path: str | Path, profile: str = "full", **overrides: Any) -> Fleet:
+def fleet_for(
+    fleet_path: str | Path,
+    profile: str = "full",
+    search: dict[str, Any] | SearchPlan | None = None,
+    **overrides: Any,
+) -> Fleet:
+    """The fleet file with a profile's plan changes and, given ``search``, every workload
+    searched with that plan (``sparkcap run --search``) instead of its own."""
+    if search is not None:
+        overrides["search"] = search if isinstance(search, SearchPlan) else SearchPlan(**search)
     if profile not in PROFILES:
         raise ValueError(f"unknown profile {profile!r} (choose from {', '.join(PROFILES)})")
     fleet = load_fleet(fleet_path)

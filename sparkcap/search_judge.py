@@ -73,13 +73,16 @@ def compile_search_rule(dbt_vars: dict[str, Any] | None = None) -> str:
 
 
 def live_valid(wave: WaveRecord) -> bool:
-    """A wave the live figures may use: every asked stream recorded and ok. (dbt's verdict of
-    record also weighs data quality and queueing; where it differs, fct_search_path says so.)"""
+    """A wave the live figures may use: every asked stream recorded and ok, and the client's
+    own timing trusted (the capture-time rule that also decides re-measurement). dbt's
+    verdict of record also weighs data quality and queueing; where it differs,
+    fct_search_path says so."""
     reqs = wave.requests
     return (
         bool(reqs)
         and len(reqs) == wave.concurrency
         and wave.superseded_reason is None
+        and wave.client_spoiled_live is None
         and all(r.status is Status.OK for r in reqs)
     )
 
@@ -110,7 +113,7 @@ class SearchJudge:
                     rows["decode_tok_s"].append(rate)
         if not rows["decode_tok_s"]:
             return LevelJudgement(len(valid), None, None, None, "straddles", False)
-        live_streams = pa.table(  # noqa: F841 - found by DuckDB's replacement scan
+        live_streams = pa.table(
             {
                 **rows,
                 "trial": pa.array(rows["trial"], pa.int32()),

@@ -157,3 +157,6 @@ class WaveRecord:
     method: str = "grid"  # grid | search: how the sweep chose its levels
     search_step: int | None = None  # the level's place in a search (sustain waves too)
     search_decision: SearchDecision | None = None  # on the wave after which it was made
+    # why the capture-time rule (sweep.client_spoiled) distrusts this wave, for live decisions
+    # only; never stored: dbt's int_trials judges the stored measurements
+    client_spoiled_live: str | None = None

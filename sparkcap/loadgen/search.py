@@ -78,138 +78,134 @@ def level_key(run_id: str, deployment: str, workload: str, concurrency: int, kin
     return f"{run_id}/{deployment}/{workload}/{kind}/c{concurrency}"
 
 
+class _LevelDecider:
+    """Decides a level after each of its counted waves; ``decision`` is set once it stops."""
+
+    def __init__(self, judge: Judge, key: str, search: SearchPlan, step: int, level: int):
+        self.judge, self.key, self.search = judge, key, search
+        self.step, self.level = step, level
+        self.counted: list[WaveRecord] = []
+        self.decision: SearchDecision | None = None
+
+    async def __call__(self, wave: WaveRecord) -> None:
+        self.counted.append(wave)
+        trial, search = len(self.counted), self.search
+        j = await self.judge(self.key, self.counted, search.confidence)
+        decided = j.verdict in ("pass", "fail")
+        if not decided and trial < search.trials_max:
+            return
+        passes = j.verdict == "pass" or (j.verdict == "straddles" and j.passes_median)
+        if decided:
+            why = f"interval cleared the threshold at {search.confidence:.0%}"
+        elif j.n_valid_trials == 0:
+            why = f"no valid trial in {trial}"
+        else:
+            why = f"trials-max ({search.trials_max}) reached; the interval straddles"
+        self.decision = wave.search_decision = SearchDecision(
+            kind="level",
+            search_step=self.step,
+            concurrency=self.level,
+            n_trials=trial,
+            n_valid_trials=j.n_valid_trials,
+            confidence=search.confidence,
+            trials_max=search.trials_max,
+            median_tok_s=j.median_tok_s,
+            ci_low_tok_s=j.ci_low_tok_s,
+            ci_high_tok_s=j.ci_high_tok_s,
+            verdict=j.verdict,
+            stop_reason=why,
+            next_action="go up" if passes else "go down",
+        )
+
+
+class _SustainDecider:
+    """Judges one sustain wave: it holds when its median still passes the threshold."""
+
+    def __init__(
+        self, judge: Judge, key: str, search: SearchPlan, step: int, level: int, last: bool
+    ):
+        self.judge, self.key, self.search = judge, key, search
+        self.step, self.level, self.last = step, level, last
+        self.held = False
+
+    async def __call__(self, wave: WaveRecord) -> None:
+        search = self.search
+        j = await self.judge(self.key, [wave], search.confidence)
+        self.held = j.n_valid_trials > 0 and j.passes_median
+        wave.search_decision = SearchDecision(
+            kind="sustain",
+            search_step=self.step,
+            concurrency=self.level,
+            n_trials=1,
+            n_valid_trials=j.n_valid_trials,
+            confidence=search.confidence,
+            trials_max=1,
+            median_tok_s=j.median_tok_s,
+            ci_low_tok_s=j.ci_low_tok_s,
+            ci_high_tok_s=j.ci_high_tok_s,
+            verdict="pass" if self.held else "fail",
+            stop_reason=(
+                f"held {search.sustain_factor:g}x the output length"
+                if self.held
+                else "the longer wave fell below the threshold or failed"
+            ),
+            next_action=(
+                "done"
+                if self.held
+                else ("give up: not confirmed" if self.last else "move down one")
+            ),
+        )
+
+
 async def run_search(runner: WaveRunner, search: SearchPlan, judge: Judge) -> int:
     """Search, then sustain; returns the live capacity (the marts hold the one of record)."""
     from sparkcap.loadgen.sweep import WavePlanItem
 
-    plan = runner.plan
-    key_of = lambda c, kind: level_key(  # noqa: E731
-        runner.run_id, runner.deployment.name, runner.workload, c, kind
-    )
+    def key(level: int, kind: str) -> str:
+        return level_key(runner.run_id, runner.deployment.name, runner.workload, level, kind)
+
     bisect = Bisection(search.max_level)
     step = 0
     while (level := bisect.next_level()) is not None:
         step += 1
-        if plan.warmup:
+        if runner.plan.warmup:
             await runner.measure(
                 WavePlanItem(
                     level, 0, max_tokens=search.warmup_tokens, method="search", search_step=step
                 )
             )
-        counted: list[WaveRecord] = []
+        decider = _LevelDecider(judge, key(level, "level"), search, step, level)
         for trial in range(1, search.trials_max + 1):
-            holder: dict[str, SearchDecision] = {}
-
-            async def decide(
-                wave: WaveRecord, trial: int = trial, level: int = level, step: int = step
-            ) -> None:
-                counted.append(wave)
-                j = await judge(key_of(level, "level"), counted, search.confidence)
-                decided = j.verdict in ("pass", "fail")
-                if not decided and trial < search.trials_max:
-                    return
-                passes = j.verdict == "pass" or (j.verdict == "straddles" and j.passes_median)
-                if decided:
-                    why = f"interval cleared the threshold at {search.confidence:.0%}"
-                elif j.n_valid_trials == 0:
-                    why = f"no valid trial in {trial}"
-                else:
-                    why = f"trials-max ({search.trials_max}) reached; the interval straddles"
-                holder["d"] = SearchDecision(
-                    kind="level",
-                    search_step=step,
-                    concurrency=level,
-                    n_trials=trial,
-                    n_valid_trials=j.n_valid_trials,
-                    confidence=search.confidence,
-                    trials_max=search.trials_max,
-                    median_tok_s=j.median_tok_s,
-                    ci_low_tok_s=j.ci_low_tok_s,
-                    ci_high_tok_s=j.ci_high_tok_s,
-                    verdict=j.verdict,
-                    stop_reason=why,
-                    next_action="go up" if passes else "go down",
-                )
-                wave.search_decision = holder["d"]
-
-            await runner.measure(
-                WavePlanItem(
-                    level,
-                    trial,
-                    max_tokens=search.trial_tokens,
-                    method="search",
-                    search_step=step,
-                ),
-                decide,
+            item = WavePlanItem(
+                level, trial, max_tokens=search.trial_tokens, method="search", search_step=step
             )
-            if "d" in holder:
-                d = holder["d"]
-                bisect.record(level, d.next_action == "go up")
+            await runner.measure(item, decider)
+            if decider.decision is not None:
                 break
+        assert decider.decision is not None  # the last trial always decides
+        bisect.record(level, decider.decision.next_action == "go up")
     capacity = bisect.capacity
-    return await _sustain(runner, search, judge, capacity, step, key_of)
-
-
-async def _sustain(
-    runner: WaveRunner,
-    search: SearchPlan,
-    judge: Judge,
-    capacity: int,
-    step: int,
-    key_of: Callable[[int, str], str],
-) -> int:
-    """One longer wave at the found capacity; a failure moves the answer down one level and
-    sustains again (``sustain_retries`` times), and says so."""
-    from sparkcap.loadgen.sweep import WavePlanItem
-
     if search.sustain_factor <= 0:
         return capacity
+    # one longer wave at the found capacity; a fall moves the answer down one level and
+    # sustains again (``sustain_retries`` times), and says so
     level = capacity
     for attempt in range(search.sustain_retries + 1):
         if level < 1:
             break
         step += 1
-        outcome: dict[str, bool] = {}
-
-        async def decide(wave: WaveRecord, level: int = level, step: int = step) -> None:
-            j = await judge(key_of(level, "sustain"), [wave], search.confidence)
-            ok = j.n_valid_trials > 0 and j.passes_median
-            last = attempt == search.sustain_retries or level <= 1
-            outcome["ok"] = ok
-            wave.search_decision = SearchDecision(
-                kind="sustain",
-                search_step=step,
-                concurrency=level,
-                n_trials=1,
-                n_valid_trials=j.n_valid_trials,
-                confidence=search.confidence,
-                trials_max=1,
-                median_tok_s=j.median_tok_s,
-                ci_low_tok_s=j.ci_low_tok_s,
-                ci_high_tok_s=j.ci_high_tok_s,
-                verdict="pass" if ok else "fail",
-                stop_reason=(
-                    f"sustained {search.sustain_factor:g}x the trial length"
-                    if ok
-                    else "the longer wave fell below the threshold or failed"
-                ),
-                next_action=(
-                    "done" if ok else ("give up: not confirmed" if last else "move down one")
-                ),
-            )
-
-        await runner.measure(
-            WavePlanItem(
-                level,
-                1,
-                length_factor=search.sustain_factor,
-                probe="sustain",
-                method="search",
-                search_step=step,
-            ),
-            decide,
+        last = attempt == search.sustain_retries or level == 1
+        sustain = _SustainDecider(judge, key(level, "sustain"), search, step, level, last)
+        item = WavePlanItem(
+            level,
+            1,
+            length_factor=search.sustain_factor,
+            probe="sustain",
+            method="search",
+            search_step=step,
         )
-        if outcome.get("ok"):
+        await runner.measure(item, sustain)
+        if sustain.held:
             return level
         level -= 1
     return level

@@ -251,6 +251,7 @@ class WaveRunner:
                 self.after_wave,
             )
             spoiled = client_spoiled(wave, self.plan) if worth_remeasuring(wave) else None
+            wave.client_spoiled_live = spoiled
             retry = spoiled is not None and attempt <= self.plan.max_remeasures
             if retry:
                 wave.superseded_reason = f"re-measured (attempt {attempt + 1}): {spoiled}"

@@ -1,0 +1,143 @@
+"""The search's choice of levels, trials and sustain waves, with a scripted judge."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from sparkcap.cli import CLIError, search_plan
+from sparkcap.config import SearchPlan, SweepPlan
+from sparkcap.loadgen.records import WaveRecord
+from sparkcap.loadgen.search import Bisection, LevelJudgement, run_search
+
+
+def _tested(capacity: int, max_level: int = 32) -> tuple[list[int], int]:
+    b = Bisection(max_level)
+    seen = []
+    while (lv := b.next_level()) is not None:
+        seen.append(lv)
+        b.record(lv, lv <= capacity)
+    return seen, b.capacity
+
+
+@pytest.mark.parametrize("capacity", range(0, 40))
+def test_bisection_finds_every_integer_capacity(capacity: int) -> None:
+    seen, found = _tested(capacity)
+    assert found == min(capacity, 32)
+    assert len(seen) == len(set(seen))  # no level is measured twice
+    # doubling to the first failure (or 32), then at most log2 of the gap
+    assert len(seen) <= 6 + 4
+
+
+def test_bisection_paths() -> None:
+    assert _tested(11)[0] == [1, 2, 4, 8, 16, 12, 10, 11]
+    assert _tested(0)[0] == [1]
+    assert _tested(32)[0] == [1, 2, 4, 8, 16, 32]
+    assert _tested(5, max_level=6)[0] == [1, 2, 4, 6, 5]
+
+
+@dataclass
+class FakeRunner:
+    """Stands for sweep.WaveRunner: records what would be measured."""
+
+    plan: SweepPlan
+    run_id: str = "r"
+    workload: str = "code"
+    deployment: Any = field(default_factory=lambda: type("D", (), {"name": "d"})())
+    items: list[Any] = field(default_factory=list)
+    waves: list[WaveRecord] = field(default_factory=list)
+
+    async def measure(self, item: Any, decide: Any = None) -> WaveRecord:
+        self.items.append(item)
+        wave = WaveRecord(
+            wave_id=f"w{len(self.items)}",
+            run_id=self.run_id,
+            deployment="d",
+            model="m",
+            endpoint="e",
+            workload=self.workload,
+            concurrency=item.concurrency,
+            trial=item.trial,
+            started_at_ns=0,
+            anchor_perf_ns=0,
+            probe=item.probe,
+            method=item.method,
+            search_step=item.search_step,
+        )
+        if decide is not None:
+            await decide(wave)
+        self.waves.append(wave)
+        return wave
+
+
+def scripted_judge(verdicts: dict[tuple[str, int], list[str]], capacity: int) -> Any:
+    """Level verdicts in trial order (default: clear pass/fail by ``capacity``)."""
+
+    async def judge(key: str, waves: Sequence[WaveRecord], confidence: float) -> LevelJudgement:
+        level = waves[-1].concurrency
+        kind = "sustain" if "/sustain/" in key else "level"
+        script = verdicts.get((kind, level))
+        passes = level <= capacity
+        if script:
+            v = script[min(len(waves), len(script)) - 1]
+        else:
+            v = "pass" if passes else "fail"
+        median_passes = v == "pass" or (v == "straddles" and passes)
+        return LevelJudgement(1, 20.0, 19.0, 21.0, v, passes_median=median_passes)
+
+    return judge
+
+
+def test_a_level_takes_trials_until_its_interval_clears() -> None:
+    runner = FakeRunner(SweepPlan(warmup=True))
+    search = SearchPlan(max_level=16, trials_max=3, sustain_factor=0)
+    # level 8 straddles once, then clears; level 16 straddles to the end (median fails)
+    judge = scripted_judge(
+        {("level", 8): ["straddles", "pass"], ("level", 16): ["straddles"] * 3}, capacity=8
+    )
+    found = asyncio.run(run_search(runner, search, judge))  # type: ignore[arg-type]
+    assert found == 8
+    counted = [(i.concurrency, i.trial) for i in runner.items if i.trial > 0]
+    assert counted.count((8, 2)) == 1 and (8, 3) not in counted
+    assert [t for c, t in counted if c == 16] == [1, 2, 3]
+    warmups = [i for i in runner.items if i.trial == 0]
+    assert all(i.max_tokens == search.warmup_tokens for i in warmups)
+    decisions = {w.concurrency: w.search_decision for w in runner.waves if w.search_decision}
+    d16 = decisions[16]
+    assert d16 is not None and d16.verdict == "straddles" and d16.n_trials == 3
+    assert "trials-max" in d16.stop_reason and d16.next_action == "go down"
+
+
+def test_a_fallen_sustain_wave_moves_the_answer_down() -> None:
+    runner = FakeRunner(SweepPlan(warmup=False))
+    search = SearchPlan(max_level=16, sustain_factor=3, sustain_retries=2)
+    judge = scripted_judge({("sustain", 11): ["fail"]}, capacity=11)
+    found = asyncio.run(run_search(runner, search, judge))  # type: ignore[arg-type]
+    assert found == 10
+    sustain = [i for i in runner.items if i.probe == "sustain"]
+    assert [(i.concurrency, i.length_factor) for i in sustain] == [(11, 3.0), (10, 3.0)]
+    said = [w.search_decision for w in runner.waves if w.probe == "sustain"]
+    assert [(d.verdict, d.next_action) for d in said if d] == [
+        ("fail", "move down one"),
+        ("pass", "done"),
+    ]
+
+
+def test_no_level_passes() -> None:
+    runner = FakeRunner(SweepPlan(warmup=False))
+    found = asyncio.run(
+        run_search(runner, SearchPlan(), scripted_judge({}, capacity=0))  # type: ignore[arg-type]
+    )
+    assert found == 0
+    assert [i.concurrency for i in runner.items] == [1]  # no sustain wave at 0 streams
+
+
+def test_search_options_need_search() -> None:
+    assert search_plan(False) is None
+    assert search_plan(True, max_level=8) == SearchPlan(max_level=8)
+    with pytest.raises(CLIError, match="--max-level, --confidence only apply with --search"):
+        search_plan(False, max_level=8, confidence=0.8)
