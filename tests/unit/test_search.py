@@ -82,10 +82,8 @@ def scripted_judge(verdicts: dict[tuple[str, int], list[str]], capacity: int) ->
         kind = "sustain" if "/sustain/" in key else "level"
         script = verdicts.get((kind, level))
         passes = level <= capacity
-        if script:
-            v = script[min(len(waves), len(script)) - 1]
-        else:
-            v = "pass" if passes else "fail"
+        default = "pass" if passes else "fail"
+        v = script[min(len(waves), len(script)) - 1] if script else default
         median_passes = v == "pass" or (v == "straddles" and passes)
         return LevelJudgement(1, 20.0, 19.0, 21.0, v, passes_median=median_passes)
 
