@@ -320,3 +320,71 @@ def output_length_chart(data: dict[str, Any]) -> Any:
         )
         .properties(width=420, height=200, title="Decode rate vs output length")
     )
+
+
+VERDICT_COLORS = {
+    "pass": "#2ca02c",
+    "fail": "#d62728",
+    "straddles": "#ff7f0e",
+    "incomplete": "#7f7f7f",
+}
+
+
+def search_path_chart(data: dict[str, Any]) -> Any:
+    """Where each search went: the concurrency it tried at each step (log 2), coloured by the
+    verdict of record, sustain waves as diamonds; the tooltip holds the interval and why the
+    level stopped."""
+    sp = data["search_path"].copy()
+    sp["label"] = sp["kind"].map({"level": "level", "sustain": "sustain wave"})
+    verdicts = [v for v in VERDICT_COLORS if v in set(sp["verdict"])]
+    levels = sorted({int(x) for x in sp["concurrency"].dropna()})
+    base = alt.Chart(sp).encode(
+        x=alt.X("search_step:O", title="step", axis=alt.Axis(labelAngle=0)),
+        y=alt.Y(
+            "concurrency:Q",
+            title="concurrent streams",
+            scale=alt.Scale(type="log", base=2),
+            axis=alt.Axis(values=levels, format="d"),
+        ),
+    )
+    path = base.mark_line(color="#999999").encode(detail="workload:N")
+    points = base.mark_point(size=110, filled=True, stroke="black", strokeWidth=0.5).encode(
+        color=alt.Color(
+            "verdict:N",
+            title="verdict",
+            scale=alt.Scale(domain=verdicts, range=[VERDICT_COLORS[v] for v in verdicts]),
+        ),
+        shape=alt.Shape(
+            "label:N",
+            title=None,
+            scale=alt.Scale(domain=["level", "sustain wave"], range=["circle", "diamond"]),
+        ),
+        tooltip=[
+            "workload",
+            "search_step",
+            "kind",
+            "concurrency",
+            "n_trials",
+            alt.Tooltip("median_decode_tok_s:Q", format=".1f"),
+            alt.Tooltip("ci_low_tok_s:Q", format=".1f"),
+            alt.Tooltip("ci_high_tok_s:Q", format=".1f"),
+            "verdict",
+            "stop_reason",
+            "next_action",
+        ],
+    )
+    return (
+        alt.layer(path, points, data=sp)
+        .properties(width=260, height=180)
+        .facet(
+            column=alt.Column("deployment:N", title=None),
+            row=alt.Row("workload:N", title=None),
+        )
+        .properties(
+            title=alt.TitleParams(
+                "How each search went",
+                subtitle="Doubling until a level fails, then bisection; a level takes trials "
+                "until the interval of its median clears the threshold. Diamonds: sustain waves.",
+            )
+        )
+    )

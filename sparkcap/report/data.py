@@ -53,6 +53,23 @@ def _history(con: Any, run_id: str) -> pd.DataFrame:
     )
 
 
+def _search_path(con: Any, which: str, params: dict[str, Any]) -> pd.DataFrame:
+    """``marts.fct_search_path`` rows of the report's runs (none for a grid night, or a
+    warehouse built before searches existed)."""
+    built = con.execute(
+        "select count(*) from information_schema.tables "
+        "where table_schema = 'marts' and table_name = 'fct_search_path'"
+    ).fetchall()[0][0]
+    if not built:
+        return pd.DataFrame()
+    return _df(
+        con,
+        f"select s.* from marts.fct_search_path s {which} "
+        "order by s.deployment, s.workload, s.search_step",
+        params,
+    )
+
+
 def runs_of_night(db_path: Path, night: date) -> list[str]:
     """Built runs that started on ``night`` (a UTC date), oldest first."""
     with open_warehouse(db_path, read_only=True) as con:
@@ -155,6 +172,11 @@ def load_combined(db_path: Path, run_ids: Sequence[str], label: str) -> dict[str
             "order by t.deployment, t.workload, t.concurrency, t.trial",
             p,
         )
+        data["search_path"] = _search_path(
+            con,
+            "join marts.capacity_of($runs) c using (run_id, deployment, workload)",
+            p,
+        )
         data["history"] = _history(con, str(newest[0]))
         for key in ("prefill", "cache", "timeline", "output_length", "mixed", "links", "dq"):
             data[key] = pd.DataFrame()
@@ -223,6 +245,7 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
             "order by deployment, workload, concurrency, trial",
             [run_id],
         )
+        data["search_path"] = _search_path(con, "where s.run_id = $run", {"run": run_id})
         data["history"] = _history(con, run_id)
         has_probes = con.execute(
             "select count(*) from information_schema.tables "

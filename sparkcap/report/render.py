@@ -24,6 +24,7 @@ from sparkcap.report.charts import (
     prefill_chart,
     probe_ttft_chart,
     rate_chart,
+    search_path_chart,
     threshold_of,
     throughput_chart,
     ttft_chart,
@@ -104,6 +105,8 @@ def render_report(
         charts["cache"] = cache_chart(data)
     if not data["output_length"].empty:
         charts["output_length"] = output_length_chart(data)
+    if not data["search_path"].empty:
+        charts["search"] = search_path_chart(data)
     comparison = None
     if data["previous_run"]:
         from sparkcap.compare import compare
@@ -175,6 +178,8 @@ def render_report(
         else None,
         gaps=data["gaps"].fillna({"deployment": "(night)"}),
         capacity=data["capacity"],  # bracket, interval and flags are rpt_capacity's texts
+        searched=not data["search_path"].empty,
+        search_path=data["search_path"],
         metrics_missing=data["metrics_missing"],
         prefill=_records(data["prefill"]) if "prefill" in charts else [],
         cache=_records(data["cache"]),

@@ -163,3 +163,43 @@ def test_the_live_judge_runs_dbts_rule_and_skips_what_the_client_spoiled() -> No
     assert mixed.n_valid_trials == 1 and mixed.verdict == "pass"
     one = judge.judge("k", [_wave(1, [50.0])], 0.9)  # type: ignore[list-item]
     assert one.verdict == "straddles"  # one stream's rate is no interval
+
+
+def test_report_shows_the_search(db_path: Path, tmp_path: Path) -> None:
+    """A small searched night: the report's capacity table names the method and the sustain
+    result, and the search section has its chart and one row per step."""
+    from sparkcap.report import render_report
+
+    prof = SimProfile(model="m", step_s1=0.004, batch_slowdown=0.5, draft_tokens=0)
+    search = SearchPlan(max_level=4, trials_max=2, warmup_tokens=4, sustain_factor=2)
+    with SimServer([prof]) as sim:
+        dep = Deployment(
+            name="sim", endpoint=sim.endpoint, model="m", extra_body={"ignore_eos": True}
+        )
+        plan = SweepPlan(
+            max_tokens=30,
+            client_processes=1,
+            search=search,
+            timing_tolerance=0.2,
+            skew_tolerance=0.5,
+        )
+        req = SweepRequest(deployment=dep, workload="code", plan=plan)
+        result = asyncio.run(run_sweeps([req], db_path, threshold_tok_s=THRESHOLD))
+    build(
+        db_path,
+        dbt_vars={
+            "threshold_tok_s": THRESHOLD,
+            "timing_error_tolerance": 0.2,
+            "start_skew_tolerance": 0.5,
+        },
+    )
+    (n_steps,) = q(db_path, "select count(*) from marts.fct_search_path")[0]
+    rep = render_report(db_path, result.run_id, tmp_path / "reports", export_images=False)
+    html = rep.index.read_text(encoding="utf-8")
+    assert "<h2>Search</h2>" in html and "chart-search" in html
+    assert html.count("<td>search</td>") >= 1  # the capacity table's method column
+    assert "held at" in html  # the sustain wave's result
+    section = html.split("<h2>Search</h2>", 1)[1].split("</section>", 1)[0]
+    # one table row per step: every level says why it stopped, the sustain wave how it held
+    assert section.count("interval cleared") + section.count("trials-max") == n_steps - 1
+    assert section.count("held 2x the output length") == 1

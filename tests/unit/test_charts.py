@@ -91,3 +91,45 @@ def test_headline_total_has_room_inside_the_plot() -> None:
     assert xs and xs[0]["scale"]["domain"][1] > 27 * 1.1
     legends = [c for c in _encodings(spec, "color") if c.get("field") == "label"]
     assert legends and legends[0]["legend"]["labelLimit"] == 0  # "qwen ×2 (extrapolated)"
+
+
+def test_search_path_chart() -> None:
+    from sparkcap.report.charts import search_path_chart
+
+    path = pd.DataFrame(
+        [
+            dict(
+                deployment="d",
+                workload="code",
+                search_step=i + 1,
+                kind=k,
+                concurrency=c,
+                verdict=v,
+                n_trials=1,
+                median_decode_tok_s=20.0,
+                ci_low_tok_s=19.0,
+                ci_high_tok_s=21.0,
+                stop_reason="x",
+                next_action="y",
+            )
+            for i, (k, c, v) in enumerate(
+                [
+                    ("level", 1, "pass"),
+                    ("level", 2, "pass"),
+                    ("level", 4, "fail"),
+                    ("level", 3, "straddles"),
+                    ("sustain", 3, "pass"),
+                ]
+            )
+        ]
+    )
+    spec = search_path_chart({"search_path": path}).to_dict()
+    assert spec["facet"]["column"]["field"] == "deployment"
+    assert spec["facet"]["row"]["field"] == "workload"
+    layers = spec["spec"]["layer"]
+    y = layers[1]["encoding"]["y"]
+    assert y["scale"]["type"] == "log" and y["axis"]["values"] == [1, 2, 3, 4]
+    colour = layers[1]["encoding"]["color"]["scale"]
+    assert colour["domain"] == ["pass", "fail", "straddles"]  # only the verdicts present
+    shape = layers[1]["encoding"]["shape"]["scale"]
+    assert shape["range"] == ["circle", "diamond"]
