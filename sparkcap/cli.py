@@ -103,7 +103,10 @@ SustainFactor = Annotated[
 ]
 TrialTokens = Annotated[
     int | None,
-    typer.Option(help="--search: output length of a trial (default: the full length)"),
+    typer.Option(
+        help="--search: output tokens of a trial (default: a quarter of each stream's length, "
+        "at least 32; the sustain wave runs the full length x the sustain factor)"
+    ),
 ]
 
 

@@ -94,9 +94,13 @@ class SearchPlan(Strict):
     max_level: int = Field(32, ge=1, le=4096, description="highest concurrency tried")
     trials_max: int = Field(3, ge=1, le=10)
     confidence: float = Field(0.9, gt=0.5, lt=1)
-    # the trial length; None: the plan's (or the workload's) full length. Short trials find the
-    # boundary for less; the sustain wave then checks it at full length and more.
-    trial_tokens: int | None = Field(None, ge=8)
+    # A trial's length: ``trial_share`` of each stream's output length (at least
+    # ``min_trial_tokens``), or ``trial_tokens`` exactly. Every token is timestamped, so a
+    # quarter-length stream measures its rate as well as a full one; where a longer context
+    # slows decoding, the sustain wave (``sustain_factor`` x the full length) catches it.
+    trial_share: float = Field(0.25, gt=0, le=1)
+    min_trial_tokens: int = Field(32, ge=2)
+    trial_tokens: int | None = Field(None, ge=2)
     # a warm-up only settles the server's batch shape, so it is short
     warmup_tokens: int = Field(32, ge=2)
     sustain_factor: float = Field(3.0, ge=0, le=20, description="0: no sustain wave")

@@ -177,7 +177,13 @@ async def run_search(runner: WaveRunner, search: SearchPlan, judge: Judge) -> in
         decider = _LevelDecider(judge, key(level, "level"), search, step, level)
         for trial in range(1, search.trials_max + 1):
             item = WavePlanItem(
-                level, trial, max_tokens=search.trial_tokens, method="search", search_step=step
+                level,
+                trial,
+                max_tokens=search.trial_tokens,
+                length_factor=1.0 if search.trial_tokens else search.trial_share,
+                min_tokens=2 if search.trial_tokens else search.min_trial_tokens,
+                method="search",
+                search_step=step,
             )
             await runner.measure(item, decider)
             if decider.decision is not None:

@@ -109,7 +109,8 @@ class WavePlanItem:
     concurrency: int
     trial: int
     max_tokens: int | None = None  # None: the plan's
-    length_factor: float = 1.0
+    length_factor: float = 1.0  # times max_tokens (or each stream's own length) ...
+    min_tokens: int = 2  # ... but never fewer
     probe: str | None = None  # "sustain" for a search's sustain wave
     method: str = "grid"
     search_step: int | None = None
@@ -159,6 +160,7 @@ async def _one_wave(
         wave_tag=tag if attempt == 1 else f"{tag}-a{attempt}",
         max_tokens=item.max_tokens or plan.max_tokens,
         length_factor=item.length_factor,
+        min_tokens=item.min_tokens,
     )
     wave = WaveRecord(
         wave_id=wave_id(

@@ -57,9 +57,10 @@ def build_streams(
     wave_tag: str,
     max_tokens: int | None = None,
     length_factor: float = 1.0,
+    min_tokens: int = 2,
 ) -> list[StreamSpec]:
-    """``length_factor`` stretches every stream's length (a search's sustain wave asks a
-    multiple of what the trials asked)."""
+    """``length_factor`` scales every stream's length, to no less than ``min_tokens`` (a
+    search's trials ask a share of it, its sustain wave a multiple)."""
     cat = _catalogue()[workload]
     texts: list[str] = cat["prompts"]
     n = len(texts)
@@ -80,7 +81,8 @@ def build_streams(
                     {"role": "user", "content": content},
                 ),
                 max_tokens=max(
-                    2, round(length_factor * (max_tokens or required_length(workload, base)))
+                    min_tokens,
+                    round(length_factor * (max_tokens or required_length(workload, base))),
                 ),
                 temperature=float(cat["temperature"]),
             )

@@ -104,6 +104,9 @@ def test_a_level_takes_trials_until_its_interval_clears() -> None:
     assert [t for c, t in counted if c == 16] == [1, 2, 3]
     warmups = [i for i in runner.items if i.trial == 0]
     assert all(i.max_tokens == search.warmup_tokens for i in warmups)
+    # trials ask a quarter of each stream's length (at least 32 tokens)
+    trials = [i for i in runner.items if i.trial > 0]
+    assert {(i.max_tokens, i.length_factor, i.min_tokens) for i in trials} == {(None, 0.25, 32)}
     decisions = {w.concurrency: w.search_decision for w in runner.waves if w.search_decision}
     d16 = decisions[16]
     assert d16 is not None and d16.verdict == "straddles" and d16.n_trials == 3
