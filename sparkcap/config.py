@@ -88,7 +88,8 @@ class SearchPlan(Strict):
     Doubling from 1 until a level fails, then bisection; each level gets counted trials until
     the bootstrap interval of its median clears the threshold at ``confidence`` or
     ``trials_max`` is reached (the level then *straddles* it and the answer is an interval).
-    A sustain wave at the found capacity, ``sustain_factor`` times the trial length, confirms it.
+    A sustain wave at the found capacity, ``sustain_factor`` times the full output length
+    (4x a default trial), confirms it; one that falls moves the answer down and says so.
     """
 
     max_level: int = Field(32, ge=1, le=4096, description="highest concurrency tried")
@@ -103,7 +104,9 @@ class SearchPlan(Strict):
     trial_tokens: int | None = Field(None, ge=2)
     # a warm-up only settles the server's batch shape, so it is short
     warmup_tokens: int = Field(32, ge=2)
-    sustain_factor: float = Field(3.0, ge=0, le=20, description="0: no sustain wave")
+    # the sustain wave's length as a multiple of each stream's full output length: the default
+    # holds the answer at the length users ask for (4x a trial); 0: no sustain wave
+    sustain_factor: float = Field(1.0, ge=0, le=20)
     # a failed sustain wave moves the answer down one level and sustains again, this often
     sustain_retries: int = Field(2, ge=0, le=8)
 

@@ -1,0 +1,274 @@
+"""Search vs grid on simulated deployments whose true capacity is known.
+
+Each deployment's mean per-stream rate is r(c) = r1 / (1 + alpha (c - 1)) (the simulator's
+batch model, no context effect), some with speculative-decoding noise (drafts accepted one by
+one, so streams differ). The true capacity is the largest integer c with r(c) >= threshold.
+Each deployment is measured twice, one after the other, in separate warehouses:
+
+- grid: levels 1, 2, 4, 8, 16, 32, each a full-length warm-up and 3 trials (today's night);
+- search: ``SearchPlan`` defaults (doubling then bisection, trials until the 90 % interval
+  clears, quarter-length trials, 32-token warm-ups scaled to the output, a sustain wave at
+  3x the full length).
+
+Both are built by dbt; every figure printed comes from the marts and raw tables: the answer
+(``fct_capacity``), generated tokens (sum of usage over every wave, warm-ups and sustain
+waves included) and wall time (first release to last stream end). The time base is scaled so
+the run takes minutes: threshold 40 tok/s, outputs of 256 tokens (a night: 20 tok/s, 1000).
+
+Goal (issue 15): the search answer equals the true capacity, or its interval contains it,
+and it generates at most half the grid's tokens.
+
+``--twin`` instead runs the bundled twin fleet's whole night (sweep, probes, validate, build,
+report) twice, as a grid and with ``--search``, and prints both nights' wall time, tokens and
+capacities (``--max-tokens`` shortens every output alike so both fit in minutes).
+
+    .venv/bin/python benchmarks/search_vs_grid.py [--quick] [--only c-22,d-6n]
+    .venv/bin/python benchmarks/search_vs_grid.py --twin [--max-tokens 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from sparkcap.build import build
+from sparkcap.config import Deployment, SearchPlan, SweepPlan, SweepRequest
+from sparkcap.runner import run_sweeps
+from sparkcap.sim.server import SimProcess
+
+THRESHOLD = 40.0
+TOKENS = 256
+GRID_LEVELS = (1, 2, 4, 8, 16, 32)
+DRAFTS, ACCEPT = 3, 0.7
+E_TOKENS = sum(ACCEPT**j for j in range(DRAFTS + 1))  # mean tokens per step with drafts
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    r1: float  # mean single-stream rate, tok/s
+    alpha: float  # batch slowdown per extra stream
+    noisy: bool  # speculative decoding: per-stream rates vary
+
+    def rate(self, c: int) -> float:
+        return self.r1 / (1 + self.alpha * (c - 1))
+
+    @property
+    def true_capacity(self) -> int:
+        c = 0
+        while c < 4096 and self.rate(c + 1) >= THRESHOLD:
+            c += 1
+        return c
+
+    def profile(self) -> dict[str, object]:
+        per_step = E_TOKENS if self.noisy else 1.0
+        return {
+            "model": self.name,
+            "step_s1": per_step / self.r1,
+            "batch_slowdown": self.alpha,
+            "context_slowdown": 0.0,
+            "draft_tokens": DRAFTS if self.noisy else 0,
+            "acceptance_code": ACCEPT,
+            "prompt_acceptance_spread": 0.0,
+            "acceptance_noise": "geometric",
+            "prefill_tok_s": 1_000_000.0,
+        }
+
+
+CASES = (
+    Case("a-14", 120.0, 0.15, False),
+    Case("b-5", 96.0, 0.30, False),
+    Case("c-22", 160.0, 0.1395, False),
+    Case("d-6n", 80.0, 0.19, True),
+    Case("e-24n", 120.0, 0.085, True),
+    Case("f-1", 44.0, 0.20, False),
+)
+QUICK = ("b-5", "d-6n", "c-22")
+
+
+def measure(cases: list[Case], endpoint: str, db: Path, search: bool) -> None:
+    for case in cases:
+        dep = Deployment(
+            name=case.name, endpoint=endpoint, model=case.name, extra_body={"ignore_eos": True}
+        )  # type: ignore[arg-type]
+        plan = SweepPlan(
+            levels=GRID_LEVELS,
+            trials=3,
+            max_tokens=TOKENS,
+            search=SearchPlan(max_level=max(GRID_LEVELS), warmup_tokens=32 * TOKENS // 1000)
+            if search
+            else None,
+        )
+        req = SweepRequest(deployment=dep, workload="code", plan=plan)
+        t0 = time.monotonic()
+        asyncio.run(run_sweeps([req], db, threshold_tok_s=THRESHOLD))
+        print(
+            f"  {'search' if search else 'grid'} {case.name}: {time.monotonic() - t0:.0f} s",
+            file=sys.stderr,
+            flush=True,
+        )
+    build(db, dbt_vars={"threshold_tok_s": THRESHOLD})
+
+
+SUMMARY = """
+select c.deployment, c.capacity_streams, c.first_failing_level, c.is_lower_bound,
+       c.search_low_streams, c.search_high_streams, c.sustain_result,
+       t.tokens, t.wall_s, t.n_waves
+from marts.fct_capacity c
+join (
+    select w.deployment, sum(r.completion_tokens) as tokens, count(distinct w.wave_id) as n_waves,
+           epoch(max(w.started_at + to_microseconds(cast(w.duration_s * 1e6 as bigint)))
+                 - min(w.started_at)) as wall_s
+    from raw.waves w join raw.requests r using (wave_id)
+    group by w.deployment
+) t using (deployment)
+"""
+
+
+def read(db: Path) -> dict[str, tuple[object, ...]]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return {str(r[0]): r for r in con.execute(SUMMARY).fetchall()}
+
+
+TWIN_SQL = """
+select c.deployment, c.workload, c.method, c.capacity_streams, c.first_failing_level,
+       c.is_lower_bound, c.search_low_streams, c.search_high_streams, c.sustain_result
+from marts.fct_capacity c order by c.deployment, c.workload
+"""
+
+TWIN_TOTALS = """
+select sum(r.completion_tokens),
+       epoch(max(w.started_at + to_microseconds(cast(w.duration_s * 1e6 as bigint)))
+             - min(w.started_at))
+from raw.waves w join raw.requests r using (wave_id)
+where w.probe is null or w.probe = 'sustain'
+"""
+
+
+def twin(max_tokens: int | None) -> int:
+    from sparkcap import pipeline
+    from sparkcap.resources import bundled_fleet
+
+    nights: dict[str, dict[str, object]] = {}
+    with tempfile.TemporaryDirectory(prefix="sparkcap-twin-bench-") as tmp:
+        for method in ("grid", "search"):
+            db = Path(tmp) / f"{method}.duckdb"
+            fleet = pipeline.fleet_for(
+                bundled_fleet("twin"),
+                "full",
+                search=SearchPlan() if method == "search" else None,
+                max_tokens=max_tokens,
+            )
+            t0 = time.monotonic()
+            pipeline.run_pipeline(fleet, db, Path(tmp) / f"reports-{method}")
+            wall = time.monotonic() - t0
+            print(f"  {method} night: {wall:.0f} s", file=sys.stderr, flush=True)
+            with duckdb.connect(str(db), read_only=True) as con:
+                rows = con.execute(TWIN_SQL).fetchall()
+                tokens, sweep_s = con.execute(TWIN_TOTALS).fetchall()[0]
+                fleet_caps = dict(
+                    con.execute(
+                        "select workload, capacity_streams from marts.fct_fleet_capacity"
+                    ).fetchall()
+                )
+            nights[method] = {
+                "wall": wall,
+                "rows": rows,
+                "tokens": float(tokens),
+                "sweep_s": float(sweep_s),
+                "fleet": fleet_caps,
+            }
+    g, s = nights["grid"], nights["search"]
+    print(
+        f"twin fleet night, outputs {'each workload' if max_tokens is None else max_tokens}"
+        f"{'' if max_tokens is None else ' tokens'}; grid levels 1..16 x (warm-up + 3 trials) "
+        "vs --search (defaults)"
+    )
+    print(f"{'deployment':<10}{'workload':<9}{'grid':>10}{'search':>8}{'interval':>10}  sustain")
+    for gr, sr in zip(g["rows"], s["rows"], strict=True):  # type: ignore[call-overload]
+        grid_text = f"≥{gr[3]}" if gr[5] else f"[{gr[3]},{gr[4]})"
+        high = sr[7] if sr[7] is not None else "≥"
+        print(f"{gr[0]:<10}{gr[1]:<9}{grid_text:>10}{sr[3]:>8}{f'[{sr[6]},{high}]':>10}  {sr[8]}")
+    print(f"fleet (streams): grid {g['fleet']}, search {s['fleet']}")
+    for key, label in (("wall", "whole night"), ("sweep_s", "sweep"), ("tokens", "tokens")):
+        gv, sv = float(g[key]), float(s[key])  # type: ignore[arg-type]
+        unit = "" if key == "tokens" else " s"
+        print(f"{label:<12} grid {gv:>10,.0f}{unit}  search {sv:>10,.0f}{unit}  ratio {sv / gv:.2f}")
+    ratio = float(s["wall"]) / float(g["wall"])  # type: ignore[arg-type]
+    return 0 if ratio <= 0.5 else 1
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
+    ap.add_argument("--only", help="comma-separated case names")
+    ap.add_argument("--twin", action="store_true", help="the twin fleet's night, grid vs search")
+    ap.add_argument("--max-tokens", type=int, help="--twin: every output's length")
+    args = ap.parse_args()
+    if args.twin:
+        return twin(args.max_tokens)
+    names = args.only.split(",") if args.only else (QUICK if args.quick else None)
+    cases = [c for c in CASES if names is None or c.name in names]
+    if not cases:
+        print(f"no such case (choose from {', '.join(c.name for c in CASES)})", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="sparkcap-search-bench-") as tmp:
+        grid_db, search_db = Path(tmp) / "grid.duckdb", Path(tmp) / "search.duckdb"
+        with SimProcess({"profiles": [c.profile() for c in cases]}) as sim:
+            print("measuring (grid, then search, one deployment at a time) ...", file=sys.stderr)
+            measure(cases, sim.endpoint, grid_db, search=False)
+            measure(cases, sim.endpoint, search_db, search=True)
+        grid, found = read(grid_db), read(search_db)
+
+    print(
+        f"threshold {THRESHOLD:g} tok/s, outputs {TOKENS} tokens; grid {GRID_LEVELS} x (warm-up "
+        f"+ 3 trials); search defaults. r(c) = r1 / (1 + alpha (c - 1)); n = speculative noise"
+    )
+    head = (
+        f"{'case':<7}{'r1':>5}{'alpha':>7}{'true':>6}{'grid':>10}{'search':>8}{'interval':>10}"
+        f"{'ok':>4}{'tokens grid':>13}{'search':>8}{'ratio':>7}{'wall grid s':>13}{'search':>8}"
+        f"{'ratio':>7}  sustain"
+    )
+    print(head)
+    all_ok = True
+    tok_g = tok_s = wall_g = wall_s = 0.0
+    worst_tokens = 0.0
+    for case in cases:
+        g, s = grid[case.name], found[case.name]
+        truth = case.true_capacity
+        g_cap, g_fail, g_lower = int(g[1]), g[2], bool(g[3])  # type: ignore[call-overload]
+        grid_text = f"≥{g_cap}" if g_lower else f"[{g_cap},{g_fail})"
+        s_cap = int(s[1])  # type: ignore[call-overload]
+        low = int(s[4]) if s[4] is not None else s_cap  # type: ignore[call-overload]
+        high = s[5]
+        interval = f"[{low},{high if high is not None else '≥'}]"
+        ok = s_cap == truth or (low <= truth and (high is None or truth <= int(high)))  # type: ignore[call-overload]
+        if truth > max(GRID_LEVELS):
+            ok = s_cap == max(GRID_LEVELS)
+        all_ok &= ok
+        tg, ts = float(g[7]), float(s[7])  # type: ignore[arg-type]
+        wg, ws = float(g[8]), float(s[8])  # type: ignore[arg-type]
+        tok_g, tok_s, wall_g, wall_s = tok_g + tg, tok_s + ts, wall_g + wg, wall_s + ws
+        worst_tokens = max(worst_tokens, ts / tg)
+        print(
+            f"{case.name:<7}{case.r1:>5.0f}{case.alpha:>7.3f}{truth:>6}{grid_text:>10}"
+            f"{s_cap:>8}{interval:>10}{'yes' if ok else 'NO':>4}{tg:>13,.0f}{ts:>8,.0f}"
+            f"{ts / tg:>7.2f}{wg:>13.0f}{ws:>8.0f}{ws / wg:>7.2f}  {s[6]}"
+        )
+    print(
+        f"all answers exact or bracketed: {'yes' if all_ok else 'NO'}; tokens search/grid: "
+        f"total {tok_s / tok_g:.2f}, worst {worst_tokens:.2f} (goal <= 0.50); wall time "
+        f"search/grid: total {wall_s / wall_g:.2f}"
+    )
+    return 0 if all_ok and worst_tokens <= 0.5 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
