@@ -200,7 +200,9 @@ def twin(max_tokens: int | None) -> int:
     for key, label in (("wall", "whole night"), ("sweep_s", "sweep"), ("tokens", "tokens")):
         gv, sv = float(g[key]), float(s[key])  # type: ignore[arg-type]
         unit = "" if key == "tokens" else " s"
-        print(f"{label:<12} grid {gv:>10,.0f}{unit}  search {sv:>10,.0f}{unit}  ratio {sv / gv:.2f}")
+        print(
+            f"{label:<12} grid {gv:>10,.0f}{unit}  search {sv:>10,.0f}{unit}  ratio {sv / gv:.2f}"
+        )
     ratio = float(s["wall"]) / float(g["wall"])  # type: ignore[arg-type]
     return 0 if ratio <= 0.5 else 1
 
