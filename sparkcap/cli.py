@@ -130,7 +130,8 @@ def search_plan(
     if not search:
         if given:
             names = ", ".join("--" + k.replace("_", "-") for k in given)
-            raise CLIError(f"{names} only apply with --search")
+            verb = "applies" if len(given) == 1 else "apply"
+            raise CLIError(f"{names} {verb} only with --search")
         return None
     return SearchPlan(**given)
 
@@ -164,6 +165,12 @@ CAPACITY_COLUMNS = (
     "is_lower_bound",
     "is_below_lowest_level",
     "first_failing_level",
+    "method",
+    "level_capacity_streams",
+    "search_low_streams",
+    "search_high_streams",
+    "n_straddling_levels",
+    "sustain_result",
 )
 
 
@@ -217,15 +224,28 @@ def print_levels(db: Path, run_id: str, fmt: OutputFormat = "table") -> None:
             "yes" if queued else "",
         )
     out.print(table)
-    for dep, wl, t_raw, cap, lower_bound, below, first_failing in capacities:
-        t = float(t_raw)  # DuckDB may hand back a DECIMAL: print 15, not 15.0
-        if below or cap is None or cap == 0:
+    for row in capacities:
+        c = dict(zip(CAPACITY_COLUMNS, row, strict=True))
+        t = float(c["threshold_tok_s"])  # DuckDB may hand back a DECIMAL: print 15, not 15.0
+        cap, first_failing = c["capacity_streams"], c["first_failing_level"]
+        if c["is_below_lowest_level"] or cap is None or cap == 0:
             text = f"below {t:g} tok/s even at the lowest level"
-        elif lower_bound:
+        elif c["is_lower_bound"]:
             text = f"≥ {cap} streams (all tested levels pass)"
+        elif cap != c["level_capacity_streams"]:
+            text = f"{cap} stream" + ("s" if cap != 1 else "")
         else:
             text = f"{cap} stream" + ("s" if cap != 1 else "") + f" (fails at {first_failing})"
-        out.print(f"capacity at {t:g} tok/s — {dep}/{wl}: {text}", highlight=False)
+        if c["method"] == "search":
+            text += f" · search; sustain wave: {c['sustain_result']}"
+            if c["n_straddling_levels"]:
+                high = c["search_high_streams"]
+                text += (
+                    f" · undecided between {c['search_low_streams']} and "
+                    f"{high if high is not None else 'the top level'}"
+                )
+        pair = f"{c['deployment']}/{c['workload']}"
+        out.print(f"capacity at {t:g} tok/s — {pair}: {text}", highlight=False)
 
 
 def _print_machine_readable(

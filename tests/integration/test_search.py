@@ -203,3 +203,56 @@ def test_report_shows_the_search(db_path: Path, tmp_path: Path) -> None:
     # one table row per step: every level says why it stopped, the sustain wave how it held
     assert section.count("interval cleared") + section.count("trials-max") == n_steps - 1
     assert section.count("held 2x the output length") == 1
+
+
+def test_cli_sweep_search_prints_what_the_marts_say(tmp_path: Path) -> None:
+    """`sparkcap sweep --search` at the default 20 tok/s: 50 / (1 + 0.6 (c - 1)) tok/s gives
+    22.7 at 3 streams and 17.9 at 4, so the answer is 3 (the grid's 1, 2, 4 would say 2)."""
+    from tests.integration.helpers import run_cli
+
+    prof = SimProfile(model="m", step_s1=0.02, batch_slowdown=0.6, draft_tokens=0)
+    db = tmp_path / "cli.duckdb"
+    with SimServer([prof]) as sim:
+        res = run_cli(
+            "sweep",
+            "--endpoint",
+            sim.endpoint,
+            "--model",
+            "m",
+            "--workload",
+            "code",
+            "--extra-body",
+            '{"ignore_eos": true}',
+            "--max-tokens",
+            "60",
+            "--search",
+            "--max-level",
+            "8",
+            "--trial-tokens",
+            "60",
+            "--db",
+            str(db),
+        )
+    assert res.returncode == 0, res.stderr[-2000:]
+    line = [x for x in res.stdout.splitlines() if x.startswith("capacity at 20 tok/s")]
+    assert line == [
+        "capacity at 20 tok/s — m/code: 3 streams (fails at 4) · search; "
+        "sustain wave: held at 3 streams"
+    ], res.stdout
+    (cap,) = q(db, "select capacity_streams, method from marts.fct_capacity")
+    assert cap == (3, "search")
+    bad = run_cli(
+        "sweep",
+        "--endpoint",
+        "http://127.0.0.1:9/v1",
+        "--model",
+        "m",
+        "--workload",
+        "code",
+        "--confidence",
+        "0.8",
+        "--db",
+        str(db),
+    )
+    assert bad.returncode == 1
+    assert bad.stderr.strip().splitlines() == ["error: --confidence applies only with --search"]

@@ -140,5 +140,5 @@ def test_no_level_passes() -> None:
 def test_search_options_need_search() -> None:
     assert search_plan(False) is None
     assert search_plan(True, max_level=8) == SearchPlan(max_level=8)
-    with pytest.raises(CLIError, match="--max-level, --confidence only apply with --search"):
+    with pytest.raises(CLIError, match="--max-level, --confidence apply only with --search"):
         search_plan(False, max_level=8, confidence=0.8)
