@@ -156,12 +156,16 @@ class NightProgress:
         pair = self.pairs.setdefault(key, _Pair(0, None))
         if wave.superseded_reason is None:
             pair.done += 1
+        # a search's plan is an estimate (loadgen/sweep.planned_wave_count): never show 30/25
+        pair.planned = max(pair.planned, pair.done) if pair.planned else pair.planned
         of = f"{pair.done}/{pair.planned}" if pair.planned else f"{pair.done}"
         text = f"{wave.deployment}/{wave.workload} {wave_summary(wave)}"
         if self.progress is not None:
             if pair.task is None:
                 pair.task = self.progress.add_task("", total=pair.planned)
-            self.progress.update(pair.task, completed=pair.done, description=escape(text))
+            self.progress.update(
+                pair.task, completed=pair.done, total=pair.planned, description=escape(text)
+            )
         else:
             stamp = datetime.now().strftime("%H:%M:%S")
             self.line(f"{stamp} [{of} waves] {text}")

@@ -178,7 +178,7 @@ async def run_sweeps(
         if wave.superseded_reason is None:  # a re-measured item completes with its last attempt
             done += 1
         if progress is not None:
-            progress(wave, done, total)
+            progress(wave, done, max(total, done))  # a search's total is an estimate
 
     down: dict[str, str] = {}
 

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sparkcap.config import Deployment, SweepPlan
 from sparkcap.loadgen.connections import StreamClients
@@ -25,6 +25,9 @@ from sparkcap.loadgen.records import Status, WaveRecord
 from sparkcap.loadgen.wave import run_wave
 from sparkcap.loadgen.workloads import build_streams
 from sparkcap.settings import read_secret
+
+if TYPE_CHECKING:
+    from sparkcap.loadgen.search import Judge
 
 WaveCallback = Callable[[WaveRecord], Awaitable[None] | None]
 ProgressCallback = Callable[[WaveRecord, int, int], None]
@@ -286,7 +289,7 @@ async def run_sweep(
     progress: ProgressCallback | None = None,
     before_wave: Callable[[WaveRecord], Awaitable[None]] | None = None,
     after_wave: Callable[[WaveRecord], Awaitable[None]] | None = None,
-    judge: Any = None,
+    judge: Judge | None = None,
 ) -> list[WaveRecord]:
     """Sweep the plan's levels as a grid, or search them when the plan says so (then
     ``judge`` decides each level; see loadgen/search.py)."""
