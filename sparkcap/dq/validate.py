@@ -69,7 +69,8 @@ from raw.requests as r
 join raw.waves as w on w.wave_id = r.wave_id
 left join raw.deployments as d on d.run_id = r.run_id and d.deployment = w.deployment
 left join chunk_order as o on o.request_id = r.request_id
-where r.run_id = $run_id and (w.probe is not null) = $probes
+-- a search's sustain wave is a sweep's wave, held to the sweep's output-length checks
+where r.run_id = $run_id and (w.probe is not null and w.probe <> 'sustain') = $probes
 order by r.request_id
 """
 
@@ -81,7 +82,7 @@ select
         as failure_rate
 from raw.waves as w
 left join raw.requests as r on r.wave_id = w.wave_id
-where w.run_id = $run_id and w.probe is null
+where w.run_id = $run_id and (w.probe is null or w.probe = 'sustain')
 group by all
 order by w.wave_id
 """
