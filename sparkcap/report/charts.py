@@ -207,7 +207,8 @@ def history_chart(data: dict[str, Any]) -> Any:
             x=alt.X("started_at:T", title="night"),
             y=alt.Y("capacity_streams:Q", title="capacity (streams)"),
             color=alt.Color("series:N", title="deployment / workload"),
-            tooltip=["run_id", "deployment", "workload", "capacity_streams"],
+            shape=alt.Shape("method:N", title="method"),
+            tooltip=["run_id", "deployment", "workload", "method", "capacity_streams"],
         )
         .properties(width=640, height=200, title="Capacity across nights")
     )

@@ -45,8 +45,9 @@ def _history(con: Any, run_id: str) -> pd.DataFrame:
     beside the previous night's, as ``marts.rpt_capacity_history`` has it."""
     return _df(
         con,
-        "select run_id, started_at, deployment, workload, capacity_streams, "
-        "previous_capacity_streams, capacity_change from marts.rpt_capacity_history "
+        "select run_id, started_at, deployment, workload, method, capacity_streams, "
+        "previous_capacity_streams, previous_method, capacity_change "
+        "from marts.rpt_capacity_history "
         "where started_at <= (select started_at from raw.runs where run_id = ?) "
         "order by started_at, run_id",
         [run_id],
@@ -333,7 +334,7 @@ def history_changes(data: dict[str, Any]) -> pd.DataFrame:
                 "capacity_streams": "current",
                 "capacity_change": "change",
             }
-        )[["deployment", "workload", "previous", "current", "change"]]
+        )[["deployment", "workload", "previous", "current", "change", "previous_method", "method"]]
         .astype({"previous": int, "current": int, "change": int})
         .reset_index(drop=True)
     )

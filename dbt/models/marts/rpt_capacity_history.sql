@@ -18,6 +18,7 @@ joined as (
         c.deployment,
         c.workload,
         c.threshold_tok_s,
+        c.method,
         c.capacity_streams
     from capacity as c
     inner join runs as r on r.run_id = c.run_id
@@ -28,6 +29,8 @@ final as (
         *,
         lag(run_id) over nights as previous_run_id,
         lag(capacity_streams) over nights as previous_capacity_streams,
+        -- a grid's 8 and a search's 11 can both be right: the change says which method gave each
+        lag(method) over nights as previous_method,
         capacity_streams - lag(capacity_streams) over nights as capacity_change
     from joined
     window nights as (partition by deployment, workload order by started_at, run_id)
