@@ -1,12 +1,14 @@
-"""The live judge of a search: dbt's own level rule, run in-process on the figures just measured.
+"""The live judge of a search: dbt's own rules, run in-process on the figures just measured.
 
 A search must decide after every trial whether a level is settled, before anything is staged
-or built. Rather than write the interval and verdict again in Python, the judge compiles dbt's
-``search_level_interval`` macro once (``dbt compile --inline``, a few seconds per night, with
-the night's threshold and bootstrap vars) and runs that SQL with an in-memory DuckDB on the
-level's live stream rates. ``int_search_levels`` runs the same macro on the staged waves, so a
-live interval and the recorded one differ only where dbt's stored verdicts (data quality,
-queueing seen from token overlap) differ from the live ones; ``fct_search_path`` says where.
+or built. Rather than write the rules again in Python, the judge compiles two dbt macros once
+(``dbt compile --inline``, a few seconds per night, with the night's threshold and bootstrap
+vars): ``decode_overlap`` (a wave whose streams never all decoded at once was queued, and
+does not count) and ``search_level_interval`` (the interval of the level median and its
+verdict), and runs that SQL with an in-memory DuckDB on the level's live measurements.
+``int_trials`` and ``int_search_levels`` run the same macros on the staged waves, so a live
+interval and the recorded one differ only where dbt's verdict weighs what the live one cannot
+(data quality, a TTFT spread against the lowest level); ``fct_search_path`` says where.
 """
 
 from __future__ import annotations
@@ -24,15 +26,26 @@ from sparkcap.loadgen.search import LevelJudgement
 from sparkcap.progress import live_decode_tok_s
 
 _COMPILE_LOCK = threading.Lock()
-_COMPILED: dict[str, str] = {}
+_COMPILED: dict[str, tuple[str, str]] = {}
 
 
 class JudgeError(RuntimeError):
     """dbt could not compile the search rule (the project or its vars are broken)."""
 
 
-def compile_search_rule(dbt_vars: dict[str, Any] | None = None) -> str:
-    """The SQL of ``search_level_interval('live_streams')`` under these vars (cached)."""
+_SPLIT = "-- sparkcap: next rule --"
+_INLINE = "\n".join(
+    [
+        "{{ search_level_interval('live_streams') }}",
+        _SPLIT,
+        "{{ decode_overlap('live_requests') }}",
+    ]
+)
+
+
+def compile_search_rule(dbt_vars: dict[str, Any] | None = None) -> tuple[str, str]:
+    """The SQL of ``search_level_interval('live_streams')`` and of
+    ``decode_overlap('live_requests')`` under these vars (cached)."""
     import json
 
     from sparkcap.build import _release_dbt_logs, dbt_args
@@ -48,7 +61,7 @@ def compile_search_rule(dbt_vars: dict[str, Any] | None = None) -> str:
             args = dbt_args(
                 "compile",
                 scratch,
-                ["--inline", "{{ search_level_interval('live_streams') }}", "--log-level", "none"],
+                ["--inline", _INLINE, "--log-level", "none"],
                 dbt_vars,
             )
             # dbt's profile reads the warehouse path from the environment: point it at a scratch
@@ -67,9 +80,11 @@ def compile_search_rule(dbt_vars: dict[str, Any] | None = None) -> str:
         if not res.success or not results:
             why = str(res.exception or "no compiled node").strip().splitlines()[0]
             raise JudgeError(f"could not compile dbt's search rule: {why}")
-        sql = str(results[0].node.compiled_code)
-        _COMPILED[key] = sql
-        return sql
+        interval_sql, _, overlap_sql = str(results[0].node.compiled_code).partition(_SPLIT)
+        if not overlap_sql:
+            raise JudgeError("could not compile dbt's search rule: the overlap rule is missing")
+        _COMPILED[key] = (interval_sql, overlap_sql)
+        return _COMPILED[key]
 
 
 def live_valid(wave: WaveRecord) -> bool:
@@ -90,20 +105,40 @@ def live_valid(wave: WaveRecord) -> bool:
 class SearchJudge:
     """Callable judge for ``loadgen.search.run_search``."""
 
-    def __init__(self, threshold_tok_s: float, sql: str) -> None:
+    def __init__(self, threshold_tok_s: float, sql: tuple[str, str]) -> None:
         self.threshold_tok_s = threshold_tok_s
-        self.sql = sql
+        self.interval_sql, self.overlap_sql = sql
 
     @classmethod
     def compile(cls, threshold_tok_s: float) -> SearchJudge:
         return cls(threshold_tok_s, compile_search_rule({"threshold_tok_s": threshold_tok_s}))
+
+    def queued(self, waves: Sequence[WaveRecord]) -> set[str]:
+        """Waves dbt's overlap rule calls queued (the server ran fewer streams than asked)."""
+        import duckdb
+        import pyarrow as pa
+
+        reqs = [(w.wave_id, r) for w in waves for r in w.requests]
+        live_requests = pa.table(
+            {
+                "wave_id": [wid for wid, _ in reqs],
+                "first_token_ns": pa.array([r.first_token_ns for _, r in reqs], pa.int64()),
+                "last_token_ns": pa.array([r.last_token_ns for _, r in reqs], pa.int64()),
+            }
+        )
+        with duckdb.connect(":memory:") as con:
+            con.register("live_requests", live_requests)
+            rows = con.execute(self.overlap_sql).fetchall()
+        return {str(r[0]) for r in rows if r[2]}
 
     def judge(self, key: str, waves: Sequence[WaveRecord], confidence: float) -> LevelJudgement:
         import duckdb
         import pyarrow as pa
 
         rows: dict[str, list[Any]] = {"level_key": [], "trial": [], "decode_tok_s": []}
-        valid = [w for w in waves if live_valid(w)]
+        candidates = [w for w in waves if live_valid(w)]
+        queued = self.queued(candidates) if candidates else set()
+        valid = [w for w in candidates if w.wave_id not in queued]
         for w in valid:
             for r in w.requests:
                 rate = live_decode_tok_s(r)
@@ -122,7 +157,7 @@ class SearchJudge:
         )
         with duckdb.connect(":memory:") as con:
             con.register("live_streams", live_streams)
-            cur = con.execute(self.sql)
+            cur = con.execute(self.interval_sql)
             names = [d[0] for d in cur.description]
             found = cur.fetchall()
         if not found:

@@ -24,3 +24,55 @@
             and ({{ first_failing_level }} is null or {{ concurrency }} < {{ first_failing_level }})
     )
 {%- endmacro %}
+
+
+{#- Queued by overlap, written once: a stream decodes from its first to its last content
+    chunk; when fewer streams ever decode at once than decoded in all, some stream only
+    started after another had finished, i.e. the server queued it (fewer slots than streams).
+    At one instant an end sorts before a start, so streams that only touch did not overlap.
+    `streams`: wave_id, first_token_ns, last_token_ns. Used by int_trials and, compiled, by
+    the live search judge. -#}
+{% macro decode_overlap(streams) -%}
+with o_streams as (
+    select wave_id, first_token_ns, last_token_ns from {{ streams }}
+),
+
+o_events as (
+    select wave_id, first_token_ns as at_ns, 1 as delta
+    from o_streams
+    where first_token_ns is not null and last_token_ns is not null
+    union all
+    select wave_id, last_token_ns as at_ns, -1 as delta
+    from o_streams
+    where first_token_ns is not null and last_token_ns is not null
+),
+
+o_decoding as (
+    select
+        wave_id,
+        sum(delta) over (
+            partition by wave_id order by at_ns, delta
+            rows between unbounded preceding and current row
+        ) as n_decoding
+    from o_events
+),
+
+o_peak as (
+    select wave_id, cast(max(n_decoding) as integer) as peak_concurrency
+    from o_decoding
+    group by wave_id
+),
+
+o_decoded as (
+    select wave_id, count(first_token_ns) as n_decoded
+    from o_streams
+    group by wave_id
+)
+
+select
+    d.wave_id,
+    p.peak_concurrency,
+    coalesce(p.peak_concurrency, 0) < d.n_decoded as queued_by_overlap
+from o_decoded as d
+left join o_peak as p on p.wave_id = d.wave_id
+{%- endmacro %}

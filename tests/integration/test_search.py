@@ -116,7 +116,11 @@ def test_search_path_live_equals_record_and_a_fallen_sustain(db_path: Path) -> N
     assert asked == {"warm-up": 4, "trial": 20, "sustain": 300}
 
 
-def _wave(trial: int, rates: list[float], spoiled: str | None = None) -> object:
+def _wave(
+    trial: int, rates: list[float], spoiled: str | None = None, queued: bool = False
+) -> object:
+    """A wave whose streams decode 100 tokens at these rates, all at once (or, ``queued``,
+    one after another: a server with one slot)."""
     from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
 
     wave = WaveRecord(
@@ -142,7 +146,8 @@ def _wave(trial: int, rates: list[float], spoiled: str | None = None) -> object:
             temperature=0.0,
         )
         req.status, req.completion_tokens = Status.OK, 101
-        req.first_token_ns, req.last_token_ns = 0, int(100 / rate * 1e9)
+        start = int(i * 100 / rate * 1e9) + i if queued else 0
+        req.first_token_ns, req.last_token_ns = start, start + int(100 / rate * 1e9)
         wave.requests.append(req)
     return wave
 
@@ -161,6 +166,11 @@ def test_the_live_judge_runs_dbts_rule_and_skips_what_the_client_spoiled() -> No
     spoiled = _wave(2, [5.0, 5.0, 5.0, 5.0], spoiled="timing error bound 1% > 0.5%")
     mixed = judge.judge("k", [_wave(1, [30.0, 31.0, 32.0, 33.0]), spoiled], 0.9)  # type: ignore[list-item]
     assert mixed.n_valid_trials == 1 and mixed.verdict == "pass"
+    # a wave whose streams never decoded together was queued: dbt's overlap rule drops it
+    queued = _wave(2, [5.0, 5.0, 5.0, 5.0], queued=True)
+    with_queued = judge.judge("k", [_wave(1, [30.0, 31.0, 32.0, 33.0]), queued], 0.9)  # type: ignore[list-item]
+    assert with_queued.n_valid_trials == 1 and with_queued.verdict == "pass"
+    assert judge.queued([queued]) == {"w2"}  # type: ignore[list-item]
     one = judge.judge("k", [_wave(1, [50.0])], 0.9)  # type: ignore[list-item]
     assert one.verdict == "straddles"  # one stream's rate is no interval
 

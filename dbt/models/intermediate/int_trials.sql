@@ -23,34 +23,8 @@ server as (
     select * from {{ ref('int_wave_server_metrics') }}
 ),
 
-decode_events as (
-    -- a stream decodes from its first to its last content chunk; at one instant an end sorts
-    -- before a start, so streams that only touch did not overlap
-    select wave_id, first_token_ns as at_ns, 1 as delta
-    from streams
-    where first_token_ns is not null and last_token_ns is not null
-    union all
-    select wave_id, last_token_ns as at_ns, -1 as delta
-    from streams
-    where first_token_ns is not null and last_token_ns is not null
-),
-
-decoding as (
-    select
-        wave_id,
-        sum(delta) over (
-            partition by wave_id order by at_ns, delta
-            rows between unbounded preceding and current row
-        ) as n_decoding
-    from decode_events
-),
-
 overlap as (
-    -- peak concurrency below the streams that decoded: some stream only started after
-    -- another had finished, i.e. the server queued it (fewer slots than streams)
-    select wave_id, cast(max(n_decoding) as integer) as peak_concurrency
-    from decoding
-    group by wave_id
+    {{ decode_overlap('streams') }}
 ),
 
 per_wave as (
@@ -115,7 +89,7 @@ joined as (
         w.attempt,
         w.superseded_reason,
         w.metrics_error,
-        coalesce(o.peak_concurrency, 0) < p.n_decoded as queued_by_overlap,
+        coalesce(o.queued_by_overlap, false) as queued_by_overlap,
         'at most ' || coalesce(o.peak_concurrency, 0) || ' of ' || p.n_decoded
         || ' streams decoded at once (the server queued the rest)' as queued_reason,
         w.n_requests,
