@@ -25,6 +25,39 @@ def q(db: Path, sql: str) -> list[tuple[object, ...]]:
         return con.execute(sql).fetchall()
 
 
+def searched_night(
+    db_path: Path, prof: SimProfile, search: SearchPlan, max_tokens: int, **plan: object
+) -> str:
+    """Search one simulated deployment at THRESHOLD and build it; returns the run id.
+
+    Waves this short (0.1-0.5 s) are judged by the client-timing rule at a busy machine's
+    mercy; these tests are about the search, so the rule is relaxed alike in both places."""
+    with SimServer([prof]) as sim:
+        dep = Deployment(
+            name="sim", endpoint=sim.endpoint, model="m", extra_body={"ignore_eos": True}
+        )
+        sweep_plan = SweepPlan(
+            max_tokens=max_tokens,
+            client_processes=1,
+            search=search,
+            timing_tolerance=0.2,
+            skew_tolerance=0.5,
+            **plan,  # type: ignore[arg-type]
+        )
+        req = SweepRequest(deployment=dep, workload="code", plan=sweep_plan)
+        result = asyncio.run(run_sweeps([req], db_path, threshold_tok_s=THRESHOLD))
+    assert result.status == "complete", result.reason
+    build(
+        db_path,
+        dbt_vars={
+            "threshold_tok_s": THRESHOLD,
+            "timing_error_tolerance": 0.2,
+            "start_skew_tolerance": 0.5,
+        },
+    )
+    return result.run_id
+
+
 def test_search_path_live_equals_record_and_a_fallen_sustain(db_path: Path) -> None:
     # no drafts: each stream's rate is set by the batch and the context alone. 20-token trials:
     # 4 streams ~56 tok/s (passes 50), 5 streams ~47 (fails); a 300-token sustain wave decodes
@@ -40,31 +73,7 @@ def test_search_path_live_equals_record_and_a_fallen_sustain(db_path: Path) -> N
     search = SearchPlan(
         max_level=16, trials_max=3, trial_tokens=20, warmup_tokens=4, sustain_factor=5
     )
-    with SimServer([prof]) as sim:
-        dep = Deployment(
-            name="sim", endpoint=sim.endpoint, model="m", extra_body={"ignore_eos": True}
-        )
-        # waves this short (0.1-0.5 s) are judged by the client-timing rule at a busy machine's
-        # mercy; this test is about the search, so the rule is relaxed alike in both places
-        plan = SweepPlan(
-            max_tokens=60,
-            max_remeasures=1,
-            client_processes=1,
-            search=search,
-            timing_tolerance=0.2,
-            skew_tolerance=0.5,
-        )
-        req = SweepRequest(deployment=dep, workload="code", plan=plan)
-        result = asyncio.run(run_sweeps([req], db_path, threshold_tok_s=THRESHOLD))
-    assert result.status == "complete"
-    build(
-        db_path,
-        dbt_vars={
-            "threshold_tok_s": THRESHOLD,
-            "timing_error_tolerance": 0.2,
-            "start_skew_tolerance": 0.5,
-        },
-    )
+    searched_night(db_path, prof, search, max_tokens=60, max_remeasures=1)
 
     path = q(
         db_path,
@@ -182,29 +191,9 @@ def test_report_shows_the_search(db_path: Path, tmp_path: Path) -> None:
 
     prof = SimProfile(model="m", step_s1=0.004, batch_slowdown=0.5, draft_tokens=0)
     search = SearchPlan(max_level=4, trials_max=2, warmup_tokens=4, sustain_factor=2)
-    with SimServer([prof]) as sim:
-        dep = Deployment(
-            name="sim", endpoint=sim.endpoint, model="m", extra_body={"ignore_eos": True}
-        )
-        plan = SweepPlan(
-            max_tokens=30,
-            client_processes=1,
-            search=search,
-            timing_tolerance=0.2,
-            skew_tolerance=0.5,
-        )
-        req = SweepRequest(deployment=dep, workload="code", plan=plan)
-        result = asyncio.run(run_sweeps([req], db_path, threshold_tok_s=THRESHOLD))
-    build(
-        db_path,
-        dbt_vars={
-            "threshold_tok_s": THRESHOLD,
-            "timing_error_tolerance": 0.2,
-            "start_skew_tolerance": 0.5,
-        },
-    )
+    run_id = searched_night(db_path, prof, search, max_tokens=30)
     (n_steps,) = q(db_path, "select count(*) from marts.fct_search_path")[0]
-    rep = render_report(db_path, result.run_id, tmp_path / "reports", export_images=False)
+    rep = render_report(db_path, run_id, tmp_path / "reports", export_images=False)
     html = rep.index.read_text(encoding="utf-8")
     assert "<h2>Search</h2>" in html and "chart-search" in html
     assert html.count("<td>search</td>") >= 1  # the capacity table's method column

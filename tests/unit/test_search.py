@@ -142,3 +142,21 @@ def test_search_options_need_search() -> None:
     assert search_plan(True, max_level=8) == SearchPlan(max_level=8)
     with pytest.raises(CLIError, match="--max-level, --confidence apply only with --search"):
         search_plan(False, max_level=8, confidence=0.8)
+
+
+def test_a_fleet_file_can_search_a_workload(tmp_path: Any) -> None:
+    from sparkcap.fleet import FleetError, load_fleet
+
+    path = tmp_path / "f.yaml"
+    path.write_text(
+        "name: f\nworkloads:\n"
+        "  code: {levels: [1, 2], search: {max_level: 8, confidence: 0.95}}\n"
+        "  prose: {levels: [1, 2]}\n"
+        "deployments:\n  - {name: d, model: m, endpoint: 'http://127.0.0.1:1/v1'}\n"
+    )
+    plans = {r.workload: r.plan for r in load_fleet(path).sweep_requests()}
+    assert plans["code"].search == SearchPlan(max_level=8, confidence=0.95)
+    assert plans["prose"].search is None
+    path.write_text(path.read_text().replace("confidence: 0.95", "confidence: 1.5"))
+    with pytest.raises(FleetError, match="confidence"):
+        load_fleet(path)
