@@ -73,6 +73,26 @@ def test_flow_runs_the_whole_night(harness: None, tmp_path: Path) -> None:
     assert "file://" in arts.get("report", "") and "index.html" in arts["report"]
 
 
+def test_flow_searches_when_asked(harness: None, tmp_path: Path) -> None:
+    """`sparkcap run --search` reaches the flow as a parameter: every workload is searched."""
+    import duckdb
+
+    db, reports = tmp_path / "s.duckdb", tmp_path / "reports"
+    state = _nightly()(
+        fleet=str(ROOT / "fleets" / "twin.yaml"),
+        db=str(db),
+        profile="smoke",
+        reports=str(reports),
+        search={"max_level": 4, "trials_max": 1, "sustain_factor": 0},
+        return_state=True,
+    )
+    assert state.is_completed(), state.message
+    with duckdb.connect(str(db), read_only=True) as con:
+        methods = con.execute("select distinct method from marts.fct_capacity").fetchall()
+        steps = con.execute("select count(*) from marts.fct_search_path").fetchall()[0][0]
+    assert methods == [("search",)] and steps >= 6  # 3 deployments x 2 workloads
+
+
 @pytest.mark.reliability
 def test_two_nights_on_one_warehouse_never_overlap(harness: None, tmp_path: Path) -> None:
     """The night holds the warehouse's one-slot global concurrency limit: while another night
