@@ -238,12 +238,9 @@ def print_levels(db: Path, run_id: str, fmt: OutputFormat = "table") -> None:
             text = f"{cap} stream" + ("s" if cap != 1 else "") + f" (fails at {first_failing})"
         if c["method"] == "search":
             text += f" · search; sustain wave: {c['sustain_result']}"
-            if c["n_straddling_levels"]:
-                high = c["search_high_streams"]
-                text += (
-                    f" · undecided between {c['search_low_streams']} and "
-                    f"{high if high is not None else 'the top level'}"
-                )
+            low, high = c["search_low_streams"], c["search_high_streams"]
+            if low is not None and high is not None and high > low:
+                text += f" · undecided between {low} and {high}"
         pair = f"{c['deployment']}/{c['workload']}"
         out.print(f"capacity at {t:g} tok/s — {pair}: {text}", highlight=False)
 

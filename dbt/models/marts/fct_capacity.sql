@@ -60,13 +60,11 @@ final as (
         {{ capped_below_fallen_sustain('ci_low_streams') }} as ci_low_streams,
         {{ capped_below_fallen_sustain('ci_high_streams') }} as ci_high_streams,
         -- a search's own interval: every tested level up to the low end cleared the threshold,
-        -- the level above the high end was clearly below it (NULL: none was)
-        {{ capped_below_fallen_sustain('search_low_streams') }} as search_low_streams,
-        -- NULL (no level clearly failed) becomes the fallen sustain level's cap
-        case
-            when search_high_streams is null then first_unsustained_streams - 1
-            else {{ capped_below_fallen_sustain('search_high_streams') }}
-        end as search_high_streams,
+        -- the level above the high end clearly failed (NULL: none did). A sustain wave that
+        -- fell moves the capacity, and the low end with it, but one wave is no clear failure:
+        -- the high end stays the levels' (a knife-edge level may hold or fall by chance)
+        least(search_low_streams, sustained_capacity_streams) as search_low_streams,
+        search_high_streams,
         coalesce(n_straddling_levels, 0) as n_straddling_levels,
         case
             when coalesce(method, 'grid') = 'grid' then 'not run (grid)'

@@ -33,9 +33,9 @@ final as (
                     case when c.is_non_monotonic then 'non-monotonic' end,
                     case when coalesce(d.replicas, 1) > 1
                         then '×' || d.replicas || ' replicas' end,
-                    case when c.method = 'search' and c.n_straddling_levels > 0
+                    case when c.method = 'search' and c.search_high_streams > c.search_low_streams
                         then 'undecided: between ' || c.search_low_streams || ' and '
-                            || coalesce(cast(c.search_high_streams as varchar), 'the top level')
+                            || c.search_high_streams
                     end,
                     case when c.capacity_streams < c.level_capacity_streams
                         then 'moved down by a sustain wave' end
