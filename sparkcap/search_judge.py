@@ -136,9 +136,19 @@ class SearchJudge:
         import pyarrow as pa
 
         rows: dict[str, list[Any]] = {"level_key": [], "trial": [], "decode_tok_s": []}
-        candidates = [w for w in waves if live_valid(w)]
-        queued = self.queued(candidates) if candidates else set()
-        valid = [w for w in candidates if w.wave_id not in queued]
+        valid = [w for w in waves if live_valid(w)]
+        if valid and (queued := self.queued(valid)):
+            # as in dbt's level rule: a level whose counted trial queued streams cannot pass,
+            # whatever its rate (the server has fewer slots than streams)
+            return LevelJudgement(
+                len(valid) - len(queued),
+                None,
+                None,
+                None,
+                "fail",
+                False,
+                why=f"queued: {len(queued)} trial(s) never had every stream decoding at once",
+            )
         for w in valid:
             for r in w.requests:
                 rate = live_decode_tok_s(r)

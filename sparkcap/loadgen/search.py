@@ -35,6 +35,7 @@ class LevelJudgement:
     ci_high_tok_s: float | None
     verdict: str  # pass | fail | straddles
     passes_median: bool  # the grid's rule on the median: the search's direction
+    why: str | None = None  # a verdict the interval did not give (e.g. queued streams)
 
 
 # (level key, counted waves of the level, confidence) -> judgement
@@ -95,7 +96,9 @@ class _LevelDecider:
         if not decided and trial < search.trials_max:
             return
         passes = j.verdict == "pass" or (j.verdict == "straddles" and j.passes_median)
-        if decided:
+        if j.why:
+            why = j.why
+        elif decided:
             why = f"interval cleared the threshold at {search.confidence:.0%}"
         elif j.n_valid_trials == 0:
             why = f"no valid trial in {trial}"

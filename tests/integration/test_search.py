@@ -177,11 +177,14 @@ def test_the_live_judge_runs_dbts_rule_and_skips_what_the_client_spoiled() -> No
     spoiled = _wave(2, [5.0, 5.0, 5.0, 5.0], spoiled="timing error bound 1% > 0.5%")
     mixed = judge.judge("k", [_wave(1, [30.0, 31.0, 32.0, 33.0]), spoiled], 0.9)  # type: ignore[list-item]
     assert mixed.n_valid_trials == 1 and mixed.verdict == "pass"
-    # a wave whose streams never decoded together was queued: dbt's overlap rule drops it
-    queued = _wave(2, [5.0, 5.0, 5.0, 5.0], queued=True)
-    with_queued = judge.judge("k", [_wave(1, [30.0, 31.0, 32.0, 33.0]), queued], 0.9)  # type: ignore[list-item]
-    assert with_queued.n_valid_trials == 1 and with_queued.verdict == "pass"
+    # a wave whose streams never decoded together was queued (dbt's overlap rule): as in the
+    # grid's level rule, such a level cannot pass, whatever its rate
+    queued = _wave(2, [50.0, 50.0, 50.0, 50.0], queued=True)
     assert judge.queued([queued]) == {"w2"}  # type: ignore[list-item]
+    fast = _wave(1, [30.0, 31.0, 32.0, 33.0])
+    with_queued = judge.judge("k", [fast, queued], 0.9)  # type: ignore[list-item]
+    assert with_queued.verdict == "fail" and not with_queued.passes_median
+    assert with_queued.why is not None and with_queued.why.startswith("queued")
     one = judge.judge("k", [_wave(1, [50.0])], 0.9)  # type: ignore[list-item]
     assert one.verdict == "straddles"  # one stream's rate is no interval
 
