@@ -63,7 +63,7 @@ final as (
         -- the level above the high end clearly failed (NULL: none did). A sustain wave that
         -- fell moves the capacity, and the low end with it, but one wave is no clear failure:
         -- the high end stays the levels' (a knife-edge level may hold or fall by chance)
-        least(search_low_streams, sustained_capacity_streams) as search_low_streams,
+        {{ capped_below_fallen_sustain('search_low_streams') }} as search_low_streams,
         search_high_streams,
         coalesce(n_straddling_levels, 0) as n_straddling_levels,
         case
