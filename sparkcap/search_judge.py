@@ -4,8 +4,9 @@ A search must decide after every trial whether a level is settled, before anythi
 or built. Rather than write the rules again in Python, the judge compiles two dbt macros once
 (``dbt compile --inline``, a few seconds per night, with the night's threshold and bootstrap
 vars): ``decode_overlap`` (a wave whose streams never all decoded at once was queued, and
-does not count) and ``search_level_interval`` (the interval of the level median and its
-verdict), and runs that SQL with an in-memory DuckDB on the level's live measurements.
+its level cannot pass, as in the grid's rule) and ``search_level_interval`` (the interval of
+the level median and its verdict), and runs that SQL with an in-memory DuckDB on the level's
+live measurements.
 ``int_trials`` and ``int_search_levels`` run the same macros on the staged waves, so a live
 interval and the recorded one differ only where dbt's verdict weighs what the live one cannot
 (data quality, a TTFT spread against the lowest level); ``fct_search_path`` says where.
@@ -90,7 +91,7 @@ def compile_search_rule(dbt_vars: dict[str, Any] | None = None) -> tuple[str, st
 def live_valid(wave: WaveRecord) -> bool:
     """A wave the live figures may use: every asked stream recorded and ok, and the client's
     own timing trusted (the capture-time rule that also decides re-measurement). dbt's
-    verdict of record also weighs data quality and queueing; where it differs,
+    verdict of record also weighs data quality and a TTFT spread; where it differs,
     fct_search_path says so."""
     reqs = wave.requests
     return (
