@@ -56,16 +56,24 @@ def nightly_fleet_sweep(
     reports: str | None = None,
     run_id: str | None = None,
     search: dict[str, Any] | None = None,
+    distributed: bool | None = None,
 ) -> Any:
-    """``search``: a SearchPlan's fields; every workload is then searched, not swept as a grid."""
+    """``search``: a SearchPlan's fields; every workload is then searched, not swept as a grid.
+    ``distributed``: sweep on the fleet's work pool, one child run per deployment × workload
+    (default: the fleet file's ``distributed.enabled``)."""
     settings = get_settings()
     db_path = Path(db or settings.db_path).resolve()
+    the_fleet = pipeline.fleet_for(fleet, profile, search=search)
     night = pipeline.Night(
-        fleet=pipeline.fleet_for(fleet, profile, search=search),
+        fleet=the_fleet,
         db_path=db_path,
         reports_dir=Path(reports or settings.reports_dir).resolve(),
         run_id=run_id,
         progress=_log_progress,
+        distributed=the_fleet.distributed.enabled if distributed is None else distributed,
+        fleet_path=Path(fleet).resolve(),
+        profile=profile,
+        search=search,
     )
     with concurrency(ensure_warehouse_limit(str(db_path)), occupy=1, strict=True):
         return _night(night)

@@ -641,6 +641,14 @@ def run(
     confidence: Confidence = None,
     sustain_factor: SustainFactor = None,
     trial_tokens: TrialTokens = None,
+    distributed: Annotated[
+        bool | None,
+        typer.Option(
+            "--distributed/--embedded",
+            help="sweep on the fleet's Prefect work pool, one child flow run per deployment x "
+            "workload, landing in the lake (default: the fleet file's distributed.enabled)",
+        ),
+    ] = None,
 ) -> None:
     """Run the nightly pipeline once: sweep, stage, validate, build, report."""
     from sparkcap import pipeline
@@ -651,6 +659,16 @@ def run(
     search_opts = searching.model_dump() if searching is not None else None
     # validates the fleet file before anything starts
     fl = pipeline.fleet_for(fleet, profile, search=search_opts)
+    spread = fl.distributed.enabled if distributed is None else distributed
+    if spread and no_prefect:
+        raise CLIError("--distributed runs on Prefect workers: leave out --no-prefect")
+    if spread:
+        from sparkcap.distributed import DistributedError, require_server
+
+        try:
+            require_server()
+        except DistributedError as exc:
+            raise CLIError(str(exc)) from None
     path = _db(db).resolve()
     reports_dir = (reports or get_settings().reports_dir).resolve()
     run_id = new_run_id()
@@ -661,7 +679,9 @@ def run(
         # the first line, at once: what runs, where it lands, where the report will be
         board.line(
             f"run id: {run_id} · fleet {fl.name} ({len(fl.deployments)} deployments, "
-            f"{'no Prefect' if no_prefect else 'Prefect flow'}) · database {path} · report "
+            f"{'no Prefect' if no_prefect else 'Prefect flow'}"
+            f"{', distributed on pool ' + fl.distributed.pool if spread else ''}) · "
+            f"database {path} · report "
             f"{reports_dir / run_id / 'index.html'}"
         )
         if no_prefect:
@@ -677,6 +697,7 @@ def run(
                     reports=str(reports_dir),
                     run_id=run_id,
                     search=search_opts,
+                    distributed=spread,
                     return_state=True,
                 )
             finally:

@@ -78,6 +78,12 @@ class FleetDeployment(DeploymentBase):
     links: tuple[LinkSpec, ...] = Field(
         (), description="interconnect links to check, each with its probe command"
     )
+    shares: tuple[str, ...] = Field(
+        (),
+        description="links or nodes this deployment shares with others (e.g. 'spark-3', "
+        "'ring-a'): deployments naming one are never swept at the same time by distributed "
+        "workers",
+    )
 
     @field_validator("probes", mode="before")
     @classmethod
@@ -114,6 +120,28 @@ class Schedule(_Strict):
     active: bool = True
 
 
+class Distributed(_Strict):
+    """How a night is spread over Prefect workers on many client hosts (``sparkcap.distributed``).
+
+    ``enabled`` makes ``sparkcap run`` distributed without ``--distributed``. The lake is an
+    fsspec URL or a path every worker host and the parent can reach (default
+    ``$SPARKCAP_HOME/lake``). ``host_stream_budget``: streams one client host may hold open at
+    once, over all the sweeps its worker runs (from ``benchmarks/client_ceiling.py``).
+    """
+
+    enabled: bool = False
+    pool: str = Field("sparkcap-sweeps", min_length=1)
+    lake: str | None = None
+    host_stream_budget: int = Field(256, ge=1)
+    # a child whose heartbeat is older than this is lost (its worker or host died)
+    stall_s: float = Field(180.0, ge=5)
+    # how long the parent waits for every child before naming the rest as missing
+    window_s: float = Field(12 * 3600.0, gt=0)
+    # a slot a dead child held is freed when its lease runs out (Prefect's minimum is 60 s)
+    lease_s: float = Field(300.0, ge=60)
+    poll_s: float = Field(5.0, gt=0)
+
+
 class Fleet(_Strict):
     name: str = Field(min_length=1)
     description: str = ""
@@ -128,6 +156,10 @@ class Fleet(_Strict):
     deployments: tuple[FleetDeployment, ...] = Field(min_length=1)
     link_min_share: float = Field(
         0.8, gt=0, le=1, description="a link below this share of nominal Gb/s is unhealthy"
+    )
+    distributed: Distributed = Field(
+        default_factory=Distributed,
+        description="work pool, lake and budgets for `sparkcap run --distributed`",
     )
 
     @model_validator(mode="after")

@@ -200,6 +200,12 @@ class Night:
     reports_dir: Path
     run_id: str | None = None
     progress: ProgressFn | None = None
+    # a distributed night (sparkcap.distributed) hands its children the fleet file, profile
+    # and search plan, from which each builds the same fleet as this one
+    distributed: bool = False
+    fleet_path: Path | None = None
+    profile: str = "full"
+    search: dict[str, Any] | None = None
     endpoints: dict[str, str] | None = None
     sweep: RunResult | None = None
     failed_probes: list[str] = field(default_factory=list)
@@ -245,6 +251,12 @@ class StepResult:
 
 
 def _sweep_step(night: Night) -> StepResult:
+    if night.distributed:
+        from sparkcap.distributed import sweep_distributed
+
+        result = sweep_distributed(night)
+        night.sweep, night.run_id = result, result.run_id
+        return StepResult("sweep", f"{result.n_staged} waves from the lake, run {result.status}")
     result = sweep(night.fleet, night.db_path, night.progress, night.run_id, night.endpoints)
     night.sweep, night.run_id = result, result.run_id
     return StepResult("sweep", f"{len(result.waves)} waves, run {result.status}")

@@ -111,6 +111,7 @@ class RunResult:
     status: str = "complete"
     reason: str | None = None
     unstaged: list[str] = field(default_factory=list)
+    n_staged: int = 0  # a distributed night's waves, staged from the lake
     # deployment -> why it could not be (fully) measured; also in raw.step_outcomes
     not_measured: dict[str, str] = field(default_factory=dict)
 

@@ -9,6 +9,7 @@ on demand (``read_secret``), never swept into a settings object that could be lo
 from __future__ import annotations
 
 import os
+import socket
 from pathlib import Path
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
@@ -33,6 +34,12 @@ class Settings(BaseSettings):
     # how long a writer waits for another process's DuckDB lock before saying so
     busy_wait_s: float = Field(
         10.0, ge=0, validation_alias=AliasChoices("SPARKCAP_BUSY_WAIT_S", "busy_wait_s")
+    )
+
+    # which client host a distributed worker runs on: names its stream budget (a Prefect
+    # global concurrency limit) and the host a lost child is reported against
+    client_host: str = Field(
+        default_factory=socket.gethostname, min_length=1, validation_alias="SPARKCAP_CLIENT_HOST"
     )
 
     @field_validator("log_level")

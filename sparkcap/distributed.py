@@ -1,0 +1,446 @@
+"""A night spread over Prefect workers on many client hosts, landing in one warehouse.
+
+One process cannot sweep a 100-deployment fleet in a night (a client process saturates at a
+few hundred streams), and DuckDB takes one writer. So a distributed night is:
+
+- **the parent** (``sweep_distributed``, the sweep step of a ``Night`` with ``distributed``):
+  records the run, makes sure the child deployment and the concurrency limits exist, starts one
+  child flow run per deployment × workload on the work pool (``run_deployment(timeout=0)``),
+  waits for them all, then, as the only writer, stages the lake (``sparkcap.lake``) and
+  records what each deployment's children did; the rest of the night (probes, validate, dbt,
+  report) runs once, as on one machine;
+- **the children** (``sweep_child``, run by ``flows/distributed.py`` on whichever worker takes
+  them): sweep one deployment × workload and write each wave to the lake, never the warehouse.
+  A child holds Prefect global concurrency limits while it sweeps: ``target:<deployment>``
+  (one sweep per target at a time), ``share:<name>`` for each link or node the fleet file says
+  the deployment shares (deployments sharing one never run together), and
+  ``host:<client host>`` occupying the plan's peak streams out of the host's stream budget.
+
+A child that fails says why in its status file; one whose worker dies stops its heartbeat and
+is declared lost after ``stall_s`` (its flow run is marked crashed); one no worker takes before
+the window closes is cancelled. Each costs its deployment × workload only: what it landed is
+staged, and the night names what is missing and why (``raw.step_outcomes``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict
+
+from sparkcap.config import SweepPlan, WorkloadName
+from sparkcap.fleet import Distributed, Fleet, FleetDeployment
+from sparkcap.lake import ChildKey, Lake, stage_lake
+
+if TYPE_CHECKING:
+    from sparkcap.pipeline import Night
+    from sparkcap.runner import RunResult
+
+CHILD_FLOW = "sparkcap-sweep-target"
+CHILD_ENTRYPOINT = "flows/distributed.py:sweep_target"
+
+
+class DistributedError(RuntimeError):
+    """A distributed night that cannot start (no Prefect server, no pool); one line."""
+
+
+class ChildSpec(BaseModel):
+    """The parameters of one child flow run. The fleet travels as its file's path (readable
+    at the same path on every worker host, like the lake), never as a dump: a dump would carry
+    header secrets into Prefect's database."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fleet_path: str
+    profile: str = "full"
+    search: dict[str, Any] | None = None
+    deployment: str
+    workload: WorkloadName
+    run_id: str
+    night: str
+    lake: str
+    endpoint: str | None = None  # a server the parent launched for the night
+
+    @property
+    def key(self) -> ChildKey:
+        return ChildKey(self.night, self.run_id, self.deployment, self.workload)
+
+
+def peak_streams(plan: SweepPlan) -> int:
+    """The most streams a sweep of this plan holds open at once."""
+    return plan.search.max_level if plan.search is not None else max(plan.levels)
+
+
+def child_limits(
+    deployment: FleetDeployment, plan: SweepPlan, settings: Distributed, host: str
+) -> list[tuple[list[str], int, int]]:
+    """What a child holds while it sweeps: (limit names, slots occupied, limit size)."""
+    exclusive = [f"target:{deployment.name}", *(f"share:{s}" for s in deployment.shares)]
+    streams = peak_streams(plan)
+    if streams > settings.host_stream_budget:
+        raise DistributedError(
+            f"{deployment.name}: the plan reaches {streams} streams, more than a client host's "
+            f"budget of {settings.host_stream_budget} (distributed.host_stream_budget)"
+        )
+    return [
+        (exclusive, 1, 1),
+        ([f"host:{host}"], streams, settings.host_stream_budget),
+    ]
+
+
+def ensure_limit(name: str, limit: int) -> None:
+    """A Prefect global concurrency limit, created on first use (idempotent across hosts)."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_global_concurrency_limit_by_name(name)
+        except ObjectNotFound:
+            with contextlib.suppress(ObjectAlreadyExists):
+                client.create_global_concurrency_limit(
+                    GlobalConcurrencyLimitCreate(name=name, limit=limit)
+                )
+
+
+@contextlib.contextmanager
+def _holding(limits: list[tuple[list[str], int, int]], lease_s: float) -> Iterator[None]:
+    """Take the limits in one order (exclusive ones first, then the host's streams), so two
+    children never wait on each other in a circle."""
+    from prefect.concurrency.sync import concurrency
+
+    with contextlib.ExitStack() as stack:
+        for names, occupy, size in limits:
+            for name in names:
+                ensure_limit(name, size)
+            stack.enter_context(
+                concurrency(names, occupy=occupy, lease_duration=lease_s, strict=True)
+            )
+        yield
+
+
+@contextlib.contextmanager
+def _heartbeat(lake: Lake, key: ChildKey, every_s: float) -> Iterator[None]:
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            with contextlib.suppress(Exception):  # a missed beat is only a later one
+                lake.heartbeat(key)
+
+    lake.heartbeat(key)
+    thread = threading.Thread(target=beat, name="sparkcap-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+
+
+@dataclass
+class ChildOutcome:
+    state: str  # ok / failed
+    waves: int = 0
+    reason: str | None = None
+
+
+def sweep_child(spec: ChildSpec, progress: Any = None) -> ChildOutcome:
+    """One deployment × workload of a distributed night: preflight, take the limits, sweep,
+    land every wave in the lake. Never opens the warehouse."""
+    from sparkcap.loadgen.sweep import EndpointDown, run_sweep
+    from sparkcap.metrics_scrape import scrape_into
+    from sparkcap.pipeline import fleet_for
+    from sparkcap.runner import PreflightError, preflight
+    from sparkcap.settings import get_settings
+
+    fleet = fleet_for(spec.fleet_path, spec.profile, search=spec.search)
+    fd = next((d for d in fleet.deployments if d.name == spec.deployment), None)
+    if fd is None:
+        raise DistributedError(f"fleet {spec.fleet_path} has no deployment {spec.deployment}")
+    plan = fd.plans.get(spec.workload, fleet.workloads[spec.workload])
+    dep = fd.resolve(spec.endpoint)
+    host = get_settings().client_host
+    lake, key = Lake(spec.lake), spec.key
+    settings = fleet.distributed
+    outcome = ChildOutcome("ok")
+    started = time.time()
+
+    def status(state: str, reason: str | None = None) -> None:
+        lake.write_status(
+            key, state=state, reason=reason, host=host, started=started, waves=outcome.waves
+        )
+
+    async def land(wave: Any) -> None:
+        await asyncio.to_thread(lake.write_wave, key, wave)
+        outcome.waves += 1
+        if progress is not None:
+            progress(wave, outcome.waves, outcome.waves)
+
+    status("running")
+    with _heartbeat(lake, key, max(1.0, settings.stall_s / 6)):
+        try:
+            asyncio.run(preflight(dep))
+            judge = None
+            if plan.search is not None:
+                from sparkcap.search_judge import SearchJudge
+
+                judge = SearchJudge.compile(fleet.threshold_tok_s)
+            with _holding(child_limits(fd, plan, settings, host), settings.lease_s):
+                before, after = scrape_into(dep)
+                asyncio.run(
+                    run_sweep(
+                        dep,
+                        spec.workload,
+                        plan,
+                        spec.run_id,
+                        on_wave=land,
+                        before_wave=before,
+                        after_wave=after,
+                        judge=judge,
+                    )
+                )
+        except (PreflightError, EndpointDown, DistributedError) as exc:
+            outcome.state, outcome.reason = "failed", str(exc)
+        except BaseException as exc:
+            outcome.state, outcome.reason = "failed", f"{type(exc).__name__}: {exc}"[:500]
+            status("failed", outcome.reason)
+            raise
+        status(outcome.state, outcome.reason)
+    return outcome
+
+
+# -- the parent ----------------------------------------------------------------------------
+
+
+def lake_url(fleet: Fleet) -> str:
+    """The lake as every host must reach it: a URL as given, a path made absolute."""
+    from sparkcap.settings import get_settings
+
+    given = fleet.distributed.lake
+    if given and "://" in given:
+        return given
+    return str(Path(given or get_settings().work_dir / "lake").resolve())
+
+
+def ensure_child_deployment(pool: str) -> str:
+    """The Prefect deployment children run from, on ``pool`` (created if missing, updated to
+    this install's project folder): ``<flow>/<pool>``."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.actions import WorkPoolCreate
+    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
+    from prefect.flows import load_flow_from_entrypoint
+    from prefect.utilities.callables import parameter_schema
+
+    from sparkcap.resources import part_dir
+
+    project = part_dir("flows").parent
+    flow: Any = load_flow_from_entrypoint(str(project / CHILD_ENTRYPOINT))
+    with get_client(sync_client=True) as client:
+        try:
+            client.read_work_pool(pool)
+        except ObjectNotFound:
+            with contextlib.suppress(ObjectAlreadyExists):
+                client.create_work_pool(WorkPoolCreate(name=pool, type="process"))
+        flow_id = client.create_flow_from_name(CHILD_FLOW)
+        client.create_deployment(
+            flow_id=flow_id,
+            name=pool,
+            entrypoint=CHILD_ENTRYPOINT,
+            path=str(project),
+            work_pool_name=pool,
+            parameter_openapi_schema=parameter_schema(flow).model_dump_for_openapi(),
+            pull_steps=[
+                {"prefect.deployments.steps.set_working_directory": {"directory": str(project)}}
+            ],
+            job_variables={"env": {"DO_NOT_TRACK": "1", "GX_ANALYTICS_ENABLED": "False"}},
+        )
+    return f"{CHILD_FLOW}/{pool}"
+
+
+@dataclass
+class ChildRun:
+    spec: ChildSpec
+    flow_run_id: Any
+    state: str = "SCHEDULED"
+    message: str = ""
+    verdict: str | None = None  # ok / failed, once final
+    reason: str | None = None
+
+
+@dataclass
+class FanOut:
+    children: list[ChildRun] = field(default_factory=list)
+
+
+def require_server() -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    if not PREFECT_API_URL.value():
+        raise DistributedError(
+            "a distributed night needs a Prefect server its workers share: set PREFECT_API_URL "
+            "(README, 'Scale out')"
+        )
+
+
+def fan_out(night: Night, run_id: str, day: str, lake: str) -> FanOut:
+    from prefect.deployments import run_deployment
+
+    fleet = night.fleet
+    settings = fleet.distributed
+    if night.fleet_path is None:
+        raise DistributedError("a distributed night needs its fleet file (children read it)")
+    name = ensure_child_deployment(settings.pool)
+    for d in fleet.deployments:
+        ensure_limit(f"target:{d.name}", 1)
+        for s in d.shares:
+            ensure_limit(f"share:{s}", 1)
+    out = FanOut()
+    eps = night.endpoints or {}
+    for dep, workload in fleet.planned_waves():
+        spec = ChildSpec(
+            fleet_path=str(night.fleet_path),
+            profile=night.profile,
+            search=night.search,
+            deployment=dep,
+            workload=workload,
+            run_id=run_id,
+            night=day,
+            lake=lake,
+            endpoint=eps.get(dep),
+        )
+        fr: Any = run_deployment(
+            name,
+            parameters={"spec": spec.model_dump(mode="json")},
+            timeout=0,
+            flow_run_name=f"{dep}-{workload}-{run_id}",
+            tags=[f"sparkcap-run:{run_id}"],
+        )
+        out.children.append(ChildRun(spec, fr.id))
+    return out
+
+
+def wait_for_children(fan: FanOut, lake: Lake, settings: Distributed) -> None:
+    """Until every child is final: a child that stops beating is lost, one that no worker
+    took before the window closed is cancelled; both are marked in Prefect and named."""
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
+    from prefect.states import Cancelled, Crashed
+
+    deadline = time.monotonic() + settings.window_s
+    waiting = {c.flow_run_id: c for c in fan.children}
+    with get_client(sync_client=True) as client:
+        while waiting:
+            runs = client.read_flow_runs(
+                flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=list(waiting)))
+            )
+            for fr in runs:
+                child = waiting[fr.id]
+                st = fr.state
+                child.state = st.type.value if st else "UNKNOWN"
+                child.message = (st.message or "") if st else ""
+                if st is not None and st.is_final():
+                    del waiting[fr.id]
+                    continue
+                if st is not None and st.is_running():
+                    age = lake.heartbeat_age_s(child.spec.key)
+                    if age is not None and age > settings.stall_s:
+                        host = (lake.read_status(child.spec.key) or {}).get("host", "?")
+                        child.reason = (
+                            f"{child.spec.workload}: lost (no heartbeat for {age:.0f} s from "
+                            f"client host {host}: its worker or host died)"
+                        )
+                        client.set_flow_run_state(fr.id, Crashed(message=child.reason), force=True)
+                        child.state = "CRASHED"
+                        del waiting[fr.id]
+                elif time.monotonic() > deadline:
+                    child.reason = (
+                        f"{child.spec.workload}: never started (no worker took it within the "
+                        f"night's window of {settings.window_s:.0f} s)"
+                    )
+                    client.set_flow_run_state(fr.id, Cancelled(message=child.reason), force=True)
+                    child.state = "CANCELLED"
+                    del waiting[fr.id]
+            if waiting:
+                time.sleep(settings.poll_s)
+
+
+def _verdict(child: ChildRun, lake: Lake) -> None:
+    """The child's own account when it has one; Prefect's state otherwise."""
+    status = lake.read_status(child.spec.key)
+    wl = child.spec.workload
+    if child.reason is not None:
+        child.verdict = "failed"
+    elif status is not None and status.get("state") in ("ok", "failed"):
+        child.verdict = str(status["state"])
+        if child.verdict == "failed":
+            child.reason = f"{wl}: {status.get('reason') or 'failed'}"
+    elif child.state == "COMPLETED":
+        child.verdict, child.reason = "failed", f"{wl}: finished without a status in the lake"
+    else:
+        child.verdict = "failed"
+        child.reason = f"{wl}: child flow run {child.state.lower()}" + (
+            f": {child.message}" if child.message else ""
+        )
+
+
+def sweep_distributed(night: Night) -> RunResult:
+    """The sweep step of a distributed night (see the module's docstring)."""
+    from sparkcap.loadgen.sweep import new_run_id
+    from sparkcap.runner import RunResult
+    from sparkcap.warehouse import record_step_to, run_end_to, run_start_to
+
+    require_server()
+    fleet = night.fleet
+    settings = fleet.distributed
+    run_id = night.run_id or new_run_id()
+    day = datetime.now(UTC).date().isoformat()
+    url = lake_url(fleet)
+    lake = Lake(url)
+    eps = night.endpoints or {}
+    deployments = [d.resolve(eps.get(d.name)) for d in fleet.deployments]
+    config = {
+        "fleet": fleet.model_dump(mode="json"),
+        "distributed": {"pool": settings.pool, "lake": url},
+        "endpoints": {d.name: str(d.endpoint) for d in deployments},
+    }
+    run_start_to(night.db_path, run_id, config, time.time_ns(), deployments)
+    result = RunResult(run_id=run_id, db_path=night.db_path)
+    try:
+        fan = fan_out(night, run_id, day, url)
+        wait_for_children(fan, lake, settings)
+    except BaseException as exc:
+        result.status, result.reason = "incomplete", f"{type(exc).__name__}: {exc}"[:500]
+        run_end_to(night.db_path, run_id, "incomplete", result.reason)
+        raise
+    staged = stage_lake(night.db_path, lake, run_id)
+    result.n_staged = staged.staged + staged.already
+    why: dict[str, list[str]] = {}
+    for child in fan.children:
+        _verdict(child, lake)
+        if child.verdict != "ok" and child.reason:
+            why.setdefault(child.spec.deployment, []).append(child.reason)
+    for dep, problems in staged.rejected_by_deployment.items():
+        why.setdefault(dep, []).append(
+            f"{len(problems)} wave(s) failed verification, not staged: {problems[0]}"
+        )
+    for d in fleet.deployments:
+        reasons = why.get(d.name)
+        text = "; ".join(reasons) if reasons else None
+        record_step_to(night.db_path, run_id, d.name, "sweep", "failed" if text else "ok", text)
+        if text:
+            result.not_measured[d.name] = text
+    if result.not_measured:
+        result.status = "incomplete"
+        result.reason = "; ".join(f"{k}: {v}" for k, v in result.not_measured.items())[:1000]
+    run_end_to(night.db_path, run_id, result.status, result.reason)
+    return result

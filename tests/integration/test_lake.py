@@ -1,0 +1,131 @@
+"""The lake: what a child writes is what the parent stages, verified, once."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from sparkcap import spool
+from sparkcap.config import SweepPlan
+from sparkcap.lake import TABLES, ChildKey, Lake, LakeError, stage_lake
+from sparkcap.loadgen.sweep import new_run_id, run_sweep
+from sparkcap.sim.server import SimServer
+from sparkcap.warehouse import run_start_to
+from tests.integration.helpers import dep, fast_profile
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def measured() -> tuple[str, list]:  # type: ignore[type-arg]
+    with SimServer([fast_profile("m")]) as sim:
+        run_id = new_run_id()
+        plan = SweepPlan(levels=(1, 2, 3), trials=1, warmup=False, max_tokens=24)
+        waves = asyncio.run(run_sweep(dep(sim.endpoint), "code", plan, run_id))
+    return sim.endpoint, waves
+
+
+def _rows(db: Path, table: str) -> list[tuple]:  # type: ignore[type-arg]
+    """A raw table's rows, but when they were staged."""
+    cols = "* exclude (staged_at)" if table == "waves" else "*"
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(f"select {cols} from raw.{table} order by all").fetchall()
+
+
+def test_lake_waves_stage_exactly_like_the_spool(
+    measured: tuple[str, list],  # type: ignore[type-arg]
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Parquet parts carry every column and type the spool's Arrow files do: the two
+    warehouses hold the same raw rows, and staging the lake again adds nothing."""
+    monkeypatch.setenv("SPARKCAP_HOME", str(tmp_path / "home"))
+    endpoint, waves = measured
+    run_id = waves[0].run_id
+    lake = Lake(tmp_path / "lake")
+    key = ChildKey("2026-11-30", run_id, "m", "code")
+    for db in (tmp_path / "lake.duckdb", tmp_path / "spool.duckdb"):
+        run_start_to(db, run_id, {}, time.time_ns(), [dep(endpoint)])
+    for w in waves:
+        lake.write_wave(key, w)
+        spool.write_wave(w, tmp_path / "spool.duckdb")
+    assert spool.stage_spool(tmp_path / "spool.duckdb") == len(waves)
+    first = stage_lake(tmp_path / "lake.duckdb", lake, run_id)
+    assert (first.staged, first.already, first.rejected) == (len(waves), 0, {})
+    for table in TABLES:
+        assert _rows(tmp_path / "lake.duckdb", table) == _rows(tmp_path / "spool.duckdb", table)
+    again = stage_lake(tmp_path / "lake.duckdb", lake, run_id)
+    assert (again.staged, again.already) == (0, len(waves))
+    assert len(_rows(tmp_path / "lake.duckdb", "waves")) == len(waves)
+    # the layout the issue names: hive partitions per table, manifests beside
+    parts = sorted((tmp_path / "lake" / "raw" / "chunks").rglob("*.parquet"))
+    assert len(parts) == len(waves)
+    assert parts[0].parent.relative_to(tmp_path / "lake" / "raw" / "chunks").as_posix() == (
+        f"night=2026-11-30/deployment=m/run_id={run_id}"
+    )
+    assert not list((tmp_path / "lake").rglob(".tmp-*"))
+
+
+def test_a_damaged_or_unfinished_wave_is_named_never_staged(
+    measured: tuple[str, list],  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    endpoint, waves = measured
+    run_id = waves[0].run_id
+    lake = Lake(tmp_path / "lake")
+    key = ChildKey("2026-11-30", run_id, "m", "code")
+    db = tmp_path / "w.duckdb"
+    run_start_to(db, run_id, {}, time.time_ns(), [dep(endpoint)])
+    good, damaged, unfinished = waves[0], waves[1], waves[2]
+    lake.write_wave(key, good)
+    manifest = lake.write_wave(key, damaged)
+    part = tmp_path / "lake" / manifest["tables"]["chunks"]["path"]
+    part.write_bytes(part.read_bytes()[:-8] + b"\0" * 8)
+    # a child killed between its parts and its manifest: parts on disk, no manifest
+    lake.write_wave(ChildKey("2026-11-30", run_id, "m", "code"), unfinished)
+    stem = unfinished.wave_id.replace("/", "__")
+    next((tmp_path / "lake" / "manifests").rglob(f"wave-{stem}.json")).unlink()
+    result = stage_lake(db, lake, run_id)
+    assert result.staged == 1
+    assert list(result.rejected) == [damaged.wave_id]
+    assert "chunks part fails its checksum" in result.rejected[damaged.wave_id]
+    assert result.rejected_by_deployment == {"m": [result.rejected[damaged.wave_id]]}
+    assert [r[0] for r in _rows(db, "waves")] == [good.wave_id]
+    with duckdb.connect(str(db), read_only=True) as con:
+        (n,) = con.execute("select count(*) from raw.requests").fetchone()  # type: ignore[misc]
+    assert n == good.concurrency
+
+
+def test_the_lake_is_any_fsspec_url(
+    measured: tuple[str, list],  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    endpoint, waves = measured
+    run_id = waves[0].run_id
+    lake = Lake(f"memory://lake-{run_id}")
+    key = ChildKey("2026-11-30", run_id, "m", "code")
+    for w in waves:
+        lake.write_wave(key, w)
+    lake.write_status(key, state="ok", host="h1")
+    lake.heartbeat(key)
+    assert lake.read_status(key) == {
+        "deployment": "m",
+        "host": "h1",
+        "state": "ok",
+        "workload": "code",
+    }
+    age = lake.heartbeat_age_s(key)
+    assert age is not None and 0 <= age < 60
+    db = tmp_path / "m.duckdb"
+    run_start_to(db, run_id, {}, time.time_ns(), [dep(endpoint)])
+    assert stage_lake(db, lake, run_id).staged == len(waves)
+
+
+def test_staging_a_run_the_warehouse_does_not_hold_says_so(tmp_path: Path) -> None:
+    with pytest.raises(LakeError, match="no run nope"):
+        run_start_to(tmp_path / "w.duckdb", "other", {}, time.time_ns(), [])
+        stage_lake(tmp_path / "w.duckdb", Lake(tmp_path / "lake"), "nope")
