@@ -28,12 +28,19 @@ from sparkcap.config import Deployment
 from sparkcap.warehouse import chunk_table, open_warehouse, record_run_start, stage_tables
 
 
-def night_waves(run_id: str, deployments: int, tokens: int, rng: np.random.Generator):
+def night_waves(
+    run_id: str,
+    deployments: int,
+    tokens: int,
+    rng: np.random.Generator,
+    levels: range = range(1, 17),
+    trials: int = 5,
+):
     """Yield (wave_id, tables) for one synthetic night, vectorised per wave."""
     for d in range(deployments):
         for workload in ("code", "prose"):
-            for level in range(1, 17):
-                for trial in range(1, 6):
+            for level in levels:
+                for trial in range(1, trials + 1):
                     wid = f"{run_id}/dep{d}/{workload}/c{level:04d}/t{trial}"
                     rate = 60.0 / (1 + 0.2 * (level - 1)) * rng.uniform(0.9, 1.1, level)
                     dt_ns = (1e9 / rate).astype(np.int64)

@@ -838,12 +838,38 @@ def report(
 
 
 @app.command()
-def stage(db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None) -> None:
-    """Stage waves left in the spool by an interrupted or blocked run."""
+def stage(
+    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
+    lake: Annotated[
+        str | None,
+        typer.Option(help="a distributed night's lake (path or fsspec URL): stage its run"),
+    ] = None,
+    run: Annotated[str | None, typer.Option(help="the run to stage from --lake")] = None,
+) -> None:
+    """Stage waves left in the spool by an interrupted or blocked run, or (``--lake``,
+    ``--run``) a distributed night's lake whose parent stopped before staging it."""
     from sparkcap.spool import stage_spool
 
+    if (lake is None) != (run is None):
+        raise CLIError("--lake and --run go together")
     n = stage_spool(_db(db))
     out.print(f"staged {n} spooled wave(s)", highlight=False)
+    if lake is not None and run is not None:
+        from sparkcap.lake import Lake, LakeError, stage_lake
+
+        try:
+            staged = stage_lake(_db(db), Lake(lake), run)
+        except LakeError as exc:
+            raise CLIError(str(exc)) from None
+        out.print(
+            f"staged {staged.staged} wave(s) of run {run} from {lake} "
+            f"({staged.already} already there)",
+            highlight=False,
+        )
+        for wave_id, why in staged.rejected.items():
+            err.print(f"not staged — {wave_id}: {why}", highlight=False)
+        if staged.rejected:
+            raise typer.Exit(1)
 
 
 @app.command()

@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -275,6 +275,7 @@ class ChildRun:
     message: str = ""
     verdict: str | None = None  # ok / failed, once final
     reason: str | None = None
+    resubmitted: int = 0
 
 
 @dataclass
@@ -292,9 +293,7 @@ def require_server() -> None:
         )
 
 
-def fan_out(night: Night, run_id: str, day: str, lake: str) -> FanOut:
-    from prefect.deployments import run_deployment
-
+def fan_out(night: Night, run_id: str, day: str, lake: str) -> tuple[FanOut, str]:
     fleet = night.fleet
     settings = fleet.distributed
     if night.fleet_path is None:
@@ -318,31 +317,49 @@ def fan_out(night: Night, run_id: str, day: str, lake: str) -> FanOut:
             lake=lake,
             endpoint=eps.get(dep),
         )
-        fr: Any = run_deployment(
-            name,
-            parameters={"spec": spec.model_dump(mode="json")},
-            timeout=0,
-            flow_run_name=f"{dep}-{workload}-{run_id}",
-            tags=[f"sparkcap-run:{run_id}"],
-        )
-        out.children.append(ChildRun(spec, fr.id))
-    return out
+        out.children.append(ChildRun(spec, submit(name, spec)))
+    return out, name
 
 
-def wait_for_children(fan: FanOut, lake: Lake, settings: Distributed) -> None:
-    """Until every child is final: a child that stops beating is lost, one that no worker
-    took before the window closed is cancelled; both are marked in Prefect and named."""
+def submit(deployment_name: str, spec: ChildSpec) -> Any:
+    """Start one child flow run on the pool and return its id, without waiting for it."""
+    from prefect.deployments import run_deployment
+
+    fr: Any = run_deployment(
+        deployment_name,
+        parameters={"spec": spec.model_dump(mode="json")},
+        timeout=0,
+        flow_run_name=f"{spec.deployment}-{spec.workload}-{spec.run_id}",
+        tags=[f"sparkcap-run:{spec.run_id}"],
+    )
+    return fr.id
+
+
+def wait_for_children(
+    fan: FanOut,
+    lake: Lake,
+    settings: Distributed,
+    resubmit: Callable[[ChildSpec], Any] | None = None,
+) -> None:
+    """Until every child is final. A running child whose heartbeat stops is lost (its host or
+    worker died; what it landed is kept, it is not run again: a sweep half measured twice
+    would be two measurements). A child a worker took but never started (pending, no
+    heartbeat, for ``stall_s``) died with that worker before measuring anything: it goes back
+    to the pool once (``resubmit``), for another worker. One that no worker took before the
+    window closed is cancelled. Each is marked in Prefect and named."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
     from prefect.states import Cancelled, Crashed
 
     deadline = time.monotonic() + settings.window_s
     waiting = {c.flow_run_id: c for c in fan.children}
+    pending_since: dict[Any, float] = {}
     with get_client(sync_client=True) as client:
         while waiting:
             runs = client.read_flow_runs(
                 flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=list(waiting)))
             )
+            now = time.monotonic()
             for fr in runs:
                 child = waiting[fr.id]
                 st = fr.state
@@ -351,21 +368,38 @@ def wait_for_children(fan: FanOut, lake: Lake, settings: Distributed) -> None:
                 if st is not None and st.is_final():
                     del waiting[fr.id]
                     continue
+                age = lake.heartbeat_age_s(child.spec.key)
+                wl = child.spec.workload
+                # silent: since the last heartbeat, or since first seen without one
+                silent_s = age if age is not None else now - pending_since.setdefault(fr.id, now)
                 if st is not None and st.is_running():
-                    age = lake.heartbeat_age_s(child.spec.key)
-                    if age is not None and age > settings.stall_s:
+                    if silent_s > settings.stall_s:
                         host = (lake.read_status(child.spec.key) or {}).get("host", "?")
                         child.reason = (
-                            f"{child.spec.workload}: lost (no heartbeat for {age:.0f} s from "
-                            f"client host {host}: its worker or host died)"
+                            f"{wl}: lost (no heartbeat for {silent_s:.0f} s from client host "
+                            f"{host}: its worker or host died)"
                         )
                         client.set_flow_run_state(fr.id, Crashed(message=child.reason), force=True)
                         child.state = "CRASHED"
                         del waiting[fr.id]
-                elif time.monotonic() > deadline:
+                elif st is not None and st.is_pending() and age is None:
+                    if silent_s > settings.stall_s:
+                        why = (
+                            f"{wl}: taken by a worker that stopped before starting it "
+                            f"(pending {silent_s:.0f} s)"
+                        )
+                        client.set_flow_run_state(fr.id, Crashed(message=why), force=True)
+                        del waiting[fr.id]
+                        if resubmit is not None and child.resubmitted == 0:
+                            again = ChildRun(child.spec, resubmit(child.spec), resubmitted=1)
+                            fan.children[fan.children.index(child)] = again
+                            waiting[again.flow_run_id] = again
+                        else:
+                            child.reason, child.state = why, "CRASHED"
+                elif now > deadline:
                     child.reason = (
-                        f"{child.spec.workload}: never started (no worker took it within the "
-                        f"night's window of {settings.window_s:.0f} s)"
+                        f"{wl}: never started (no worker took it within the night's window "
+                        f"of {settings.window_s:.0f} s)"
                     )
                     client.set_flow_run_state(fr.id, Cancelled(message=child.reason), force=True)
                     child.state = "CANCELLED"
@@ -416,8 +450,8 @@ def sweep_distributed(night: Night) -> RunResult:
     run_start_to(night.db_path, run_id, config, time.time_ns(), deployments)
     result = RunResult(run_id=run_id, db_path=night.db_path)
     try:
-        fan = fan_out(night, run_id, day, url)
-        wait_for_children(fan, lake, settings)
+        fan, child_deployment = fan_out(night, run_id, day, url)
+        wait_for_children(fan, lake, settings, lambda spec: submit(child_deployment, spec))
     except BaseException as exc:
         result.status, result.reason = "incomplete", f"{type(exc).__name__}: {exc}"[:500]
         run_end_to(night.db_path, run_id, "incomplete", result.reason)

@@ -45,6 +45,7 @@ import pyarrow.parquet as pq
 from sparkcap.loadgen.records import WaveRecord
 
 TABLES = ("waves", "requests", "chunks", "server_metrics", "client_processes", "search_levels")
+REQUIRED = ("waves", "requests", "chunks")  # a wave without these is not a wave
 
 
 class LakeError(RuntimeError):
@@ -131,9 +132,17 @@ class Lake:
         from sparkcap.warehouse import metrics_table, wave_tables
 
         tables = {**wave_tables(wave), "server_metrics": metrics_table(wave)}
-        stem = _value(wave.wave_id)
+        return self.write_tables(key, wave.wave_id, tables)
+
+    def write_tables(
+        self, key: ChildKey, wave_id: str, tables: dict[str, pa.Table]
+    ) -> dict[str, Any]:
+        """One wave's raw tables (those it has of ``TABLES``) as parts, then the manifest."""
+        stem = _value(wave_id)
         entries: dict[str, dict[str, Any]] = {}
         for name in TABLES:
+            if name not in tables:
+                continue
             buf = io.BytesIO()
             pq.write_table(tables[name], buf, compression="zstd")
             data = buf.getvalue()
@@ -146,7 +155,7 @@ class Lake:
                 "sha256": hashlib.sha256(data).hexdigest(),
             }
         manifest = {
-            "wave_id": wave.wave_id,
+            "wave_id": wave_id,
             "run_id": key.run_id,
             "deployment": key.deployment,
             "workload": key.workload,
@@ -211,7 +220,9 @@ class Lake:
         for name in TABLES:
             entry = wave.tables.get(name)
             if entry is None:
-                raise LakeError(f"wave {wave.wave_id}: manifest lists no {name} part")
+                if name in REQUIRED:
+                    raise LakeError(f"wave {wave.wave_id}: manifest lists no {name} part")
+                continue
             try:
                 data = self._get(self._path(entry["path"]))
             except FileNotFoundError:
@@ -255,7 +266,7 @@ def stage_lake(db_path: Path, lake: Lake, run_id: str) -> StagedLake:
                 out.rejected[wave.wave_id] = str(exc)
                 out.rejected_by_deployment.setdefault(wave.deployment, []).append(str(exc))
                 continue
-            stage_tables(con, [wave.wave_id], tables, tables["server_metrics"])
+            stage_tables(con, [wave.wave_id], tables, tables.get("server_metrics"))
             have.add(wave.wave_id)
             out.staged += 1
     return out

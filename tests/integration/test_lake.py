@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from pathlib import Path
 
@@ -129,3 +130,30 @@ def test_staging_a_run_the_warehouse_does_not_hold_says_so(tmp_path: Path) -> No
     with pytest.raises(LakeError, match="no run nope"):
         run_start_to(tmp_path / "w.duckdb", "other", {}, time.time_ns(), [])
         stage_lake(tmp_path / "w.duckdb", Lake(tmp_path / "lake"), "nope")
+
+
+def test_sparkcap_stage_stages_a_lake_a_parent_left(
+    measured: tuple[str, list],  # type: ignore[type-arg]
+    tmp_path: Path,
+) -> None:
+    """A parent that died after its children finished: the lake is staged by hand, once."""
+    from tests.integration.helpers import run_cli
+
+    endpoint, waves = measured
+    run_id = waves[0].run_id
+    lake = Lake(tmp_path / "lake")
+    for w in waves:
+        lake.write_wave(ChildKey("2026-11-30", run_id, "m", "code"), w)
+    db = tmp_path / "w.duckdb"
+    run_start_to(db, run_id, {}, time.time_ns(), [dep(endpoint)])
+    env = {**os.environ, "SPARKCAP_HOME": str(tmp_path / "home")}
+    args = ("stage", "--db", str(db), "--lake", str(tmp_path / "lake"), "--run", run_id)
+    first = run_cli(*args, env=env)
+    assert first.returncode == 0, first.stderr
+    assert f"staged {len(waves)} wave(s) of run {run_id}" in first.stdout
+    again = run_cli(*args, env=env)
+    assert f"staged 0 wave(s) of run {run_id}" in again.stdout
+    assert f"({len(waves)} already there)" in again.stdout
+    alone = run_cli("stage", "--db", str(db), "--lake", str(tmp_path / "lake"), env=env)
+    assert alone.returncode != 0
+    assert "--lake and --run go together" in alone.stderr

@@ -1,0 +1,364 @@
+"""A distributed night for real, on loopback: a ``prefect server``, two workers standing for two
+client hosts, four simulated deployments in a simulator process, the parent run by the CLI.
+
+It must give the marts a single-process night gives on the same deployments, stage every wave
+once, keep the fleet file's exclusions, and name a killed worker's deployment as missing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import httpx
+import psutil
+import pytest
+import yaml
+
+from sparkcap.sim.engine import SimProfile
+from tests.integration.conftest import ROOT
+from tests.integration.helpers import run_cli
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# single-stream rate and batch slowdown, r(c) = r1 / (1 + a (c - 1)), one token per step (no
+# drafts, so no acceptance noise): capacities at threshold 20 over levels 1, 2, 4 sit well
+# away from the threshold, so both nights must find the same ones
+PROFILES = {
+    "alpha": (60.0, 0.2),  # 60, 50, 37.5 tok/s: 4 (the highest level tried)
+    "bravo": (30.0, 0.3),  # 30, 23.1, 15.8: 2
+    "charlie": (15.0, 0.2),  # 15, ...: 0
+    "delta": (40.0, 0.5),  # 40, 26.7, 16: 2
+}
+EXPECTED = {
+    ("alpha", "code"): 4,
+    ("alpha", "prose"): 4,
+    ("bravo", "code"): 2,
+    ("bravo", "prose"): 2,
+    ("charlie", "code"): 0,
+    ("delta", "code"): 2,
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _stop(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is None or proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=20)
+
+
+class Pool:
+    """A Prefect server and its workers, one per stand-in client host."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        port = _free_port()
+        self.api = f"http://127.0.0.1:{port}/api"
+        self.env = {
+            **os.environ,
+            "PREFECT_HOME": str(base / "prefect"),
+            "PREFECT_API_URL": self.api,
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+            "PREFECT_WORKER_PREFETCH_SECONDS": "1",
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            "DO_NOT_TRACK": "1",
+            "SPARKCAP_HOME": str(base / "home"),
+        }
+        self.env.pop("PREFECT_API_KEY", None)
+        self.prefect = str(Path(sys.executable).parent / "prefect")
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.server = self._spawn(
+            "server", [self.prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
+        )
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{self.api}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        pytest.fail("prefect server did not start: " + self.log("server")[-3000:])
+
+    def _spawn(
+        self, name: str, cmd: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        with (self.base / f"{name}.log").open("ab") as log:
+            proc = subprocess.Popen(
+                cmd,
+                env=env or self.env,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        self.procs[name] = proc
+        return proc
+
+    def log(self, name: str) -> str:
+        path = self.base / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def worker(self, host: str, pool: str) -> subprocess.Popen[bytes]:
+        env = {
+            **self.env,
+            "SPARKCAP_CLIENT_HOST": host,
+            "SPARKCAP_HOME": str(self.base / f"home-{host}"),
+        }
+        cmd = [self.prefect, "worker", "start", "--pool", pool, "--type", "process"]
+        return self._spawn(f"worker-{host}-{pool}", [*cmd, "--limit", "2", "--name", host], env)
+
+    def kill_tree(self, name: str) -> None:
+        """What a host that dies does: the worker and every flow run it started, at once."""
+        root = psutil.Process(self.procs[name].pid)
+        for p in [*root.children(recursive=True), root]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                p.kill()
+        self.procs[name].wait(timeout=20)
+
+    def close(self) -> None:
+        for name, proc in self.procs.items():
+            if name != "server":
+                _stop(proc)
+        _stop(self.server)
+
+
+@pytest.fixture(scope="module")
+def sim_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    base = tmp_path_factory.mktemp("sim")
+    spec = {
+        "profiles": [
+            SimProfile(
+                model=name,
+                step_s1=1 / r1,
+                batch_slowdown=a,
+                context_slowdown=0.0,
+                draft_tokens=0,
+                prefill_tok_s=50_000,
+            ).model_dump()
+            for name, (r1, a) in PROFILES.items()
+        ]
+    }
+    ready = base / "ready.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sparkcap.sim", "0", json.dumps(spec), str(ready)],
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists():
+            assert time.monotonic() < deadline, "simulator did not start"
+            assert proc.poll() is None, "simulator exited"
+            time.sleep(0.1)
+        yield str(json.loads(ready.read_text())["endpoint"])
+    finally:
+        _stop(proc)
+
+
+def _fleet(base: Path, endpoint: str, pool: str, **distributed: Any) -> Path:
+    deployments = [
+        {"name": "alpha", "shares": ["node-1"]},
+        {"name": "bravo", "shares": ["node-1"]},
+        {"name": "charlie", "workloads": ["code"]},
+        {"name": "delta", "workloads": ["code"]},
+    ]
+    fleet = {
+        "name": "four",
+        "threshold_tok_s": 20,
+        "workloads": {
+            w: {"levels": [1, 2, 4], "trials": 1, "warmup": False, "max_tokens": 64}
+            for w in ("code", "prose")
+        },
+        "deployments": [
+            {**d, "model": d["name"], "endpoint": endpoint, "extra_body": {"ignore_eos": True}}
+            for d in deployments
+        ],
+        "distributed": {
+            "pool": pool,
+            "lake": str(base / "lake"),
+            "host_stream_budget": 6,
+            "stall_s": 20,
+            "lease_s": 60,
+            "poll_s": 1,
+            **distributed,
+        },
+    }
+    path = base / f"{pool}.yaml"
+    path.write_text(yaml.safe_dump(fleet))
+    return path
+
+
+def _capacities(db: Path) -> dict[tuple[str, str], int]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute(
+            "select deployment, workload, capacity_streams from marts.fct_capacity"
+        ).fetchall()
+    return {(d, w): int(c) for d, w, c in rows}
+
+
+def _level_rates(db: Path) -> dict[tuple[str, str, int], float]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute(
+            "select deployment, workload, concurrency, median_decode_tok_s from marts.fct_levels"
+        ).fetchall()
+    return {(d, w, c): float(r) for d, w, c, r in rows if r is not None}
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
+    p = Pool(tmp_path_factory.mktemp("prefect"))
+    try:
+        yield p
+    finally:
+        p.close()
+
+
+def test_distributed_night_equals_the_single_process_night(
+    pool: Pool, sim_endpoint: str, tmp_path: Path
+) -> None:
+    fleet = _fleet(tmp_path, sim_endpoint, "equal")
+    for host in ("host-a", "host-b"):
+        pool.worker(host, "equal")
+    env = {**pool.env, "SPARKCAP_HOME": str(tmp_path / "parent")}
+    dist = run_cli(
+        "run", "--fleet", str(fleet), "--db", str(tmp_path / "dist.duckdb"),
+        "--reports", str(tmp_path / "r1"), "--distributed", env=env, timeout=900,
+    )  # fmt: skip
+    logs = pool.log("worker-host-a-equal")[-2000:] + pool.log("worker-host-b-equal")[-2000:]
+    assert dist.returncode == 0, dist.stdout + dist.stderr + logs
+    single = run_cli(
+        "run", "--fleet", str(fleet), "--db", str(tmp_path / "single.duckdb"),
+        "--reports", str(tmp_path / "r2"), "--no-prefect", env=env, timeout=900,
+    )  # fmt: skip
+    assert single.returncode == 0, single.stdout + single.stderr
+    # the same capacities, the ones the simulator was built to have
+    assert _capacities(tmp_path / "dist.duckdb") == EXPECTED
+    assert _capacities(tmp_path / "single.duckdb") == EXPECTED
+    # rates within noise: the same simulator, measured from two client hosts
+    d_rates, s_rates = (
+        _level_rates(tmp_path / "dist.duckdb"),
+        _level_rates(tmp_path / "single.duckdb"),
+    )
+    assert d_rates.keys() == s_rates.keys()
+    for k in d_rates:
+        assert d_rates[k] == pytest.approx(s_rates[k], rel=0.1), k
+    # every wave staged once: as many as the lake's manifests, as many as planned
+    with duckdb.connect(str(tmp_path / "dist.duckdb"), read_only=True) as con:
+        (run_id,) = con.execute("select run_id from raw.runs").fetchone()  # type: ignore[misc]
+        n, distinct = con.execute(
+            "select count(*), count(distinct wave_id) from raw.waves"
+        ).fetchone()  # type: ignore[misc]
+        spans = con.execute(
+            "select deployment, workload, min(started_at), "
+            "max(started_at + to_microseconds((duration_s * 1e6)::bigint)) "
+            "from raw.waves group by all order by 3"
+        ).fetchall()
+        hosts = con.execute("select config_json from raw.runs").fetchone()
+    manifests = list((tmp_path / "lake" / "manifests").rglob("wave-*.json"))
+    assert n == distinct == len(manifests) == 6 * 3
+    assert hosts is not None and '"pool": "equal"' in hosts[0]
+    # one sweep per target at a time, and alpha and bravo (one node) never together
+    for i, (d1, w1, s1, e1) in enumerate(spans):
+        for d2, w2, s2, e2 in spans[i + 1 :]:
+            if d1 == d2 or {d1, d2} == {"alpha", "bravo"}:
+                assert s2 >= e1 or s1 >= e2, f"{d1}/{w1} overlapped {d2}/{w2}"
+    # both client hosts took children
+    statuses = [
+        json.loads(p.read_text()) for p in (tmp_path / "lake" / "manifests").rglob("child-*.json")
+    ]
+    assert {s["host"] for s in statuses} == {"host-a", "host-b"}
+    assert {s["state"] for s in statuses} == {"ok"}
+    assert run_id in dist.stdout
+
+
+def test_a_killed_worker_costs_its_deployment_only(
+    pool: Pool, sim_endpoint: str, tmp_path: Path
+) -> None:
+    fleet = _fleet(tmp_path, sim_endpoint, "kill")
+    pool.worker("host-a", "kill")
+    env = {**pool.env, "SPARKCAP_HOME": str(tmp_path / "parent")}
+    cmd = [
+        sys.executable, "-m", "sparkcap.cli", "run", "--fleet", str(fleet),
+        "--db", str(tmp_path / "kill.duckdb"), "--reports", str(tmp_path / "r"), "--distributed",
+    ]  # fmt: skip
+    with (tmp_path / "parent.log").open("wb") as log:
+        parent = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        # wait until host-a sweeps something, then take the host down
+        deadline = time.monotonic() + 300
+        victim = None
+        while victim is None:
+            assert time.monotonic() < deadline, pool.log("worker-host-a-kill")[-3000:]
+            assert parent.poll() is None, (tmp_path / "parent.log").read_text()
+            for p in (tmp_path / "lake" / "manifests").rglob("child-*.json"):
+                status = json.loads(p.read_text())
+                landed = [
+                    json.loads(m.read_text())["workload"] for m in p.parent.glob("wave-*.json")
+                ]
+                if (status["state"], status["host"]) == ("running", "host-a") and (
+                    status["workload"] in landed  # it has landed a wave
+                ):
+                    victim = (status["deployment"], status["workload"])
+            time.sleep(0.2)
+        pool.kill_tree("worker-host-a-kill")
+        pool.worker("host-b", "kill")  # the other host takes what is left
+        parent.wait(timeout=600)
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+    out = (tmp_path / "parent.log").read_text()
+    assert parent.returncode == 1, out
+    statuses = [
+        json.loads(p.read_text()) for p in (tmp_path / "lake" / "manifests").rglob("child-*.json")
+    ]
+    # what host-a was sweeping when it died (a child it had taken but not started went back
+    # to the pool and ran on host-b)
+    lost = {(s["deployment"], s["workload"]) for s in statuses if s["host"] == "host-a"}
+    assert victim in lost
+    assert {s["state"] for s in statuses if s["host"] == "host-a"} == {"running"}
+    assert {(s["deployment"], s["workload"]) for s in statuses if s["host"] == "host-b"} == (
+        set(EXPECTED) - lost
+    )
+    for dep, workload in lost:
+        assert f"{dep} not measured: " in out, out
+        assert f"{workload}: lost (no heartbeat" in out, out
+    assert "client host host-a" in out
+    with duckdb.connect(str(tmp_path / "kill.duckdb"), read_only=True) as con:
+        failed = con.execute(
+            "select deployment from raw.step_outcomes where status = 'failed' order by 1"
+        ).fetchall()
+        per_child = dict(
+            con.execute(
+                "select deployment || '/' || workload, count(*) from raw.waves group by 1"
+            ).fetchall()
+        )
+        (status,) = con.execute("select status from raw.runs").fetchone()  # type: ignore[misc]
+    assert failed == [(d,) for d in sorted({d for d, _ in lost})]
+    assert status == "incomplete"
+    # what the lost child landed is kept; every other child is whole
+    assert per_child.pop(f"{victim[0]}/{victim[1]}") >= 1
+    for d, w in lost - {victim}:
+        per_child.pop(f"{d}/{w}", None)
+    assert per_child == {f"{d}/{w}": 3 for d, w in EXPECTED if (d, w) not in lost}
+    # the report was published and names the missing deployment
+    assert (tmp_path / "r" / "latest" / "index.html").exists()

@@ -1,0 +1,122 @@
+"""How the parent of a distributed night tells what became of each child, against a real
+Prefect API (the test harness): lost, taken-but-never-started (back to the pool once), never
+taken (cancelled at the window's end), finished."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkcap.distributed import ChildRun, ChildSpec, FanOut, wait_for_children
+from sparkcap.fleet import Distributed
+from sparkcap.lake import Lake
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    os.environ.setdefault("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect")))
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=120):
+        yield
+
+
+def _run(state: Any) -> Any:
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+
+    @flow(name="stand-in-child")
+    def child() -> None:  # never run: only its flow runs' states matter
+        pass
+
+    with get_client(sync_client=True) as client:
+        return client.create_flow_run(child, state=state).id
+
+
+def _state(flow_run_id: Any) -> tuple[str, str]:
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        st = client.read_flow_run(flow_run_id).state
+    assert st is not None
+    return st.type.value, st.message or ""
+
+
+def test_the_parent_names_lost_children_and_gives_unstarted_ones_back(
+    harness: None, tmp_path: Path
+) -> None:
+    from prefect.states import Completed, Pending, Running, Scheduled
+
+    lake = Lake(tmp_path / "lake")
+
+    def spec(dep: str) -> ChildSpec:
+        return ChildSpec(
+            fleet_path="f.yaml", deployment=dep, workload="code", run_id="r1",
+            night="2026-11-30", lake=str(tmp_path / "lake"),
+        )  # fmt: skip
+
+    lost, unstarted, untaken, done = (spec(d) for d in ("lost", "unstarted", "untaken", "done"))
+    # the lost child beat once, 100 s ago, from host-a
+    lake.write_status(lost.key, state="running", host="host-a")
+    lake.heartbeat(lost.key)
+    beat = next((tmp_path / "lake").rglob("child-code.heartbeat"))
+    beat.write_text(str(time.time() - 100))
+    fan = FanOut(
+        [
+            ChildRun(lost, _run(Running())),
+            ChildRun(unstarted, _run(Pending())),
+            ChildRun(untaken, _run(Scheduled())),
+            ChildRun(done, _run(Completed())),
+        ]
+    )
+    first_ids = [c.flow_run_id for c in fan.children]
+    resubmitted: list[str] = []
+
+    def resubmit(s: ChildSpec) -> Any:
+        resubmitted.append(s.deployment)
+        return _run(Completed())  # another worker took it and finished
+
+    settings = Distributed(stall_s=5, window_s=3, poll_s=0.2)
+    t0 = time.monotonic()
+    wait_for_children(fan, lake, settings, resubmit)
+    assert time.monotonic() - t0 < 30
+    by_dep = {c.spec.deployment: c for c in fan.children}
+    assert "lost (no heartbeat for 10" in (by_dep["lost"].reason or "")
+    assert "client host host-a" in (by_dep["lost"].reason or "")
+    assert _state(first_ids[0]) == ("CRASHED", by_dep["lost"].reason)
+    # given back once, and finished elsewhere: no reason to name it
+    assert resubmitted == ["unstarted"]
+    assert by_dep["unstarted"].resubmitted == 1 and by_dep["unstarted"].reason is None
+    assert by_dep["unstarted"].state == "COMPLETED"
+    state, message = _state(first_ids[1])
+    assert state == "CRASHED" and "stopped before starting it" in message
+    # the window closed on the one nobody took
+    assert "never started" in (by_dep["untaken"].reason or "")
+    assert _state(first_ids[2])[0] == "CANCELLED"
+    assert by_dep["done"].reason is None and by_dep["done"].state == "COMPLETED"
+
+
+def test_a_second_unstarted_loss_is_named_not_resubmitted_again(
+    harness: None, tmp_path: Path
+) -> None:
+    from prefect.states import Pending
+
+    lake = Lake(tmp_path / "lake")
+    spec = ChildSpec(
+        fleet_path="f.yaml", deployment="d", workload="prose", run_id="r2",
+        night="2026-11-30", lake=str(tmp_path / "lake"),
+    )  # fmt: skip
+    fan = FanOut([ChildRun(spec, _run(Pending()), resubmitted=1)])
+    calls: list[ChildSpec] = []
+    wait_for_children(fan, lake, Distributed(stall_s=5, poll_s=0.2), calls.append)
+    assert calls == []
+    assert "prose: taken by a worker that stopped before starting it" in (
+        fan.children[0].reason or ""
+    )
