@@ -17,10 +17,11 @@ finished, why it failed, which client host ran it) and a heartbeat beside the ma
 which the parent tells a running child from a lost one.
 
 The parent of the night is the only writer: ``stage_lake`` verifies each manifest (the parts
-exist, their checksums and row counts match) and stages the wave in its own transaction
-through the same ``stage_tables`` as the local spool; a wave that fails verification is named,
-not staged. Staging skips waves the warehouse already holds, so staging the lake again (after
-a crash of the parent, or by ``sparkcap stage --lake``) stores each wave once.
+exist, their checksums and row counts match) and stages verified waves through the same
+``stage_tables`` as the local spool, in batches of whole waves, one transaction per batch; a
+wave that fails verification is named, not staged. Staging skips waves the warehouse already
+holds, so staging the lake again (after a crash of the parent, or by ``sparkcap stage
+--lake``) stores each wave once.
 
 The lake is any fsspec URL: a shared folder here, object storage (``s3://…``) where a user has
 it and its fsspec driver installed.
@@ -239,10 +240,13 @@ class Lake:
         return tables
 
 
-def stage_lake(db_path: Path, lake: Lake, run_id: str) -> StagedLake:
-    """Stage a run's verified waves from the lake into the warehouse (the one writer), each in
-    its own transaction; waves already there are left alone, waves that fail verification are
-    named and left out. The run's row must exist (the parent writes it before fanning out)."""
+def stage_lake(db_path: Path, lake: Lake, run_id: str, batch_rows: int = 2_000_000) -> StagedLake:
+    """Stage a run's verified waves from the lake into the warehouse (the one writer); waves
+    already there are left alone, waves that fail verification are named and left out. Waves
+    are staged in batches (about ``batch_rows`` chunk rows, one transaction each: a batch is
+    staged whole or not at all, so never half a wave); one transaction per wave would cost a
+    100-deployment night most of its staging time. The run's row must exist (the parent
+    writes it before fanning out)."""
     from sparkcap.warehouse import open_warehouse, stage_tables
 
     out = StagedLake()
@@ -256,6 +260,21 @@ def stage_lake(db_path: Path, lake: Lake, run_id: str) -> StagedLake:
                 "select wave_id from raw.waves where run_id = ?", [run_id]
             ).fetchall()
         }
+        batch: list[tuple[str, dict[str, pa.Table]]] = []
+
+        def flush() -> None:
+            if not batch:
+                return
+            merged = {
+                name: pa.concat_tables(parts, promote_options="permissive")
+                for name in TABLES
+                if (parts := [t[name] for _, t in batch if name in t])
+            }
+            stage_tables(con, [w for w, _ in batch], merged, merged.get("server_metrics"))
+            out.staged += len(batch)
+            batch.clear()
+
+        rows = 0
         for wave in waves:
             if wave.wave_id in have:
                 out.already += 1
@@ -266,7 +285,11 @@ def stage_lake(db_path: Path, lake: Lake, run_id: str) -> StagedLake:
                 out.rejected[wave.wave_id] = str(exc)
                 out.rejected_by_deployment.setdefault(wave.deployment, []).append(str(exc))
                 continue
-            stage_tables(con, [wave.wave_id], tables, tables.get("server_metrics"))
             have.add(wave.wave_id)
-            out.staged += 1
+            batch.append((wave.wave_id, tables))
+            rows += tables["chunks"].num_rows
+            if rows >= batch_rows:
+                flush()
+                rows = 0
+        flush()
     return out
