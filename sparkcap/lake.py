@@ -230,7 +230,7 @@ class Lake:
                 raise LakeError(f"wave {wave.wave_id}: {name} part is missing") from None
             if hashlib.sha256(data).hexdigest() != entry["sha256"]:
                 raise LakeError(f"wave {wave.wave_id}: {name} part fails its checksum")
-            table = pq.read_table(io.BytesIO(data))
+            table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
             if table.num_rows != entry["rows"]:
                 raise LakeError(
                     f"wave {wave.wave_id}: {name} part has {table.num_rows} rows, "
