@@ -1,0 +1,101 @@
+"""What a distributed night's child holds, and what the fleet file and CLI accept."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sparkcap.config import SearchPlan, SweepPlan
+from sparkcap.distributed import ChildSpec, DistributedError, child_limits, peak_streams
+from sparkcap.fleet import Distributed, FleetError, load_fleet
+from sparkcap.lake import partition
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _fleet(tmp_path: Path, **extra: object) -> Path:
+    doc = {
+        "name": "f",
+        "workloads": {"code": {"levels": [1, 2, 8]}},
+        "deployments": [
+            {"name": "a", "model": "m", "endpoint": "http://127.0.0.1:9/v1", "shares": ["n1"]},
+            {"name": "b", "model": "m", "endpoint": "http://127.0.0.1:9/v1"},
+        ],
+        **extra,
+    }
+    path = tmp_path / "f.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_a_child_holds_its_target_its_shares_and_its_peak_streams(tmp_path: Path) -> None:
+    fleet = load_fleet(_fleet(tmp_path, distributed={"host_stream_budget": 64}))
+    a, b = fleet.deployments
+    grid = fleet.workloads["code"]
+    assert peak_streams(grid) == 8
+    assert child_limits(a, grid, fleet.distributed, "h1") == [
+        (["target:a", "share:n1"], 1, 1),
+        (["host:h1"], 8, 64),
+    ]
+    assert child_limits(b, grid, fleet.distributed, "h2")[0] == (["target:b"], 1, 1)
+    searched = SweepPlan(search=SearchPlan(max_level=48))
+    assert peak_streams(searched) == 48
+    too_many = SweepPlan(levels=(1, 128))
+    with pytest.raises(DistributedError, match="reaches 128 streams, more than a client host's"):
+        child_limits(a, too_many, fleet.distributed, "h1")
+
+
+def test_distributed_settings_are_checked_with_file_and_line(tmp_path: Path) -> None:
+    assert load_fleet(_fleet(tmp_path)).distributed == Distributed()
+    with pytest.raises(FleetError, match=r"f\.yaml:\d+: distributed\.stall_s: .*greater than"):
+        load_fleet(_fleet(tmp_path, distributed={"stall_s": 1}))
+    with pytest.raises(FleetError, match=r"distributed\.lease_s"):
+        load_fleet(_fleet(tmp_path, distributed={"lease_s": 10}))  # Prefect's minimum is 60
+    with pytest.raises(FleetError, match=r"distributed\.pools: unknown key"):
+        load_fleet(_fleet(tmp_path, distributed={"pools": "x"}))
+
+
+def test_a_childs_parameters_carry_no_fleet_dump(tmp_path: Path) -> None:
+    """Header secrets in a fleet file must not reach Prefect's database: the child gets the
+    file's path, and the spec refuses anything else."""
+    spec = ChildSpec(
+        fleet_path="/f.yaml", deployment="a", workload="code", run_id="r", night="n", lake="l"
+    )
+    assert set(spec.model_dump()) == {
+        "fleet_path", "profile", "search", "deployment", "workload", "run_id", "night",
+        "lake", "endpoint",
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="extra"):
+        ChildSpec.model_validate({**spec.model_dump(), "fleet": {"deployments": []}})
+
+
+def test_partition_values_are_path_safe() -> None:
+    assert partition("2026-11-30", "qwen/a b", "20261130T0200Z-x") == (
+        "night=2026-11-30/deployment=qwen__a%20b/run_id=20261130T0200Z-x"
+    )
+
+
+def _cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SPARKCAP_HOME": str(home)}
+    env.pop("PREFECT_API_URL", None)
+    return subprocess.run(
+        [sys.executable, "-m", "sparkcap.cli", *args],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+
+
+def test_distributed_needs_prefect_and_a_server(tmp_path: Path) -> None:
+    fleet = str(_fleet(tmp_path))
+    both = _cli("run", "--fleet", fleet, "--distributed", "--no-prefect", home=tmp_path)
+    assert both.returncode != 0
+    assert "--distributed runs on Prefect workers: leave out --no-prefect" in both.stderr
+    no_server = _cli("run", "--fleet", fleet, "--distributed", home=tmp_path)
+    assert no_server.returncode != 0
+    assert "needs a Prefect server its workers share: set PREFECT_API_URL" in no_server.stderr
+    assert "Traceback" not in no_server.stderr
+    assert not (tmp_path / "warehouse").exists()
