@@ -71,23 +71,28 @@ def prefect_yaml(fleet_paths: list[Path], root: Path) -> str:
     return HEADER + yaml.safe_dump(doc, sort_keys=False, width=100)
 
 
-def ensure_warehouse_limit(db_path: str | Path) -> str:
-    """A one-slot Prefect global concurrency limit named after the warehouse file, created on
-    first use: two fleets (two deployments) that write one DuckDB file never run at once,
-    whatever their schedules; fleets with different warehouses do not wait for each other."""
+def ensure_limit(name: str, limit: int) -> str:
+    """A Prefect global concurrency limit, created on first use (idempotent: two processes,
+    or two hosts, may race to create it)."""
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
     from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
 
-    from sparkcap.pipeline import warehouse_limit_name
-
-    name = warehouse_limit_name(Path(db_path))
     with get_client(sync_client=True) as client:
         try:
             client.read_global_concurrency_limit_by_name(name)
         except ObjectNotFound:
-            with contextlib.suppress(ObjectAlreadyExists):  # another night created it first
+            with contextlib.suppress(ObjectAlreadyExists):
                 client.create_global_concurrency_limit(
-                    GlobalConcurrencyLimitCreate(name=name, limit=1)
+                    GlobalConcurrencyLimitCreate(name=name, limit=limit)
                 )
     return name
+
+
+def ensure_warehouse_limit(db_path: str | Path) -> str:
+    """A one-slot limit named after the warehouse file: two fleets (two deployments) that
+    write one DuckDB file never run at once, whatever their schedules; fleets with different
+    warehouses do not wait for each other."""
+    from sparkcap.pipeline import warehouse_limit_name
+
+    return ensure_limit(warehouse_limit_name(Path(db_path)), 1)

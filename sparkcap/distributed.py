@@ -96,27 +96,13 @@ def child_limits(
     ]
 
 
-def ensure_limit(name: str, limit: int) -> None:
-    """A Prefect global concurrency limit, created on first use (idempotent across hosts)."""
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.actions import GlobalConcurrencyLimitCreate
-    from prefect.exceptions import ObjectAlreadyExists, ObjectNotFound
-
-    with get_client(sync_client=True) as client:
-        try:
-            client.read_global_concurrency_limit_by_name(name)
-        except ObjectNotFound:
-            with contextlib.suppress(ObjectAlreadyExists):
-                client.create_global_concurrency_limit(
-                    GlobalConcurrencyLimitCreate(name=name, limit=limit)
-                )
-
-
 @contextlib.contextmanager
 def _holding(limits: list[tuple[list[str], int, int]], lease_s: float) -> Iterator[None]:
     """Take the limits in one order (exclusive ones first, then the host's streams), so two
     children never wait on each other in a circle."""
     from prefect.concurrency.sync import concurrency
+
+    from sparkcap.deploy import ensure_limit
 
     with contextlib.ExitStack() as stack:
         for names, occupy, size in limits:
@@ -294,6 +280,8 @@ def require_server() -> None:
 
 
 def fan_out(night: Night, run_id: str, day: str, lake: str) -> tuple[FanOut, str]:
+    from sparkcap.deploy import ensure_limit
+
     fleet = night.fleet
     settings = fleet.distributed
     if night.fleet_path is None:
