@@ -341,8 +341,16 @@ def wait_for_children(
 
     deadline = time.monotonic() + settings.window_s
     waiting = {c.flow_run_id: c for c in fan.children}
-    pending_since: dict[Any, float] = {}
+    silent_since: dict[Any, float] = {}
     with get_client(sync_client=True) as client:
+
+        def close(child: ChildRun, state: Any, reason: str, named: bool = True) -> None:
+            """Mark the child's flow run in Prefect (so no one waits on it) and stop waiting."""
+            client.set_flow_run_state(child.flow_run_id, state(message=reason), force=True)
+            del waiting[child.flow_run_id]
+            if named:
+                child.reason, child.state = reason, state.__name__.upper()
+
         while waiting:
             runs = client.read_flow_runs(
                 flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=list(waiting)))
@@ -359,39 +367,38 @@ def wait_for_children(
                 age = lake.heartbeat_age_s(child.spec.key)
                 wl = child.spec.workload
                 # silent: since the last heartbeat, or since first seen without one
-                silent_s = age if age is not None else now - pending_since.setdefault(fr.id, now)
-                if st is not None and st.is_running():
-                    if silent_s > settings.stall_s:
-                        host = (lake.read_status(child.spec.key) or {}).get("host", "?")
-                        child.reason = (
-                            f"{wl}: lost (no heartbeat for {silent_s:.0f} s from client host "
-                            f"{host}: its worker or host died)"
-                        )
-                        client.set_flow_run_state(fr.id, Crashed(message=child.reason), force=True)
-                        child.state = "CRASHED"
-                        del waiting[fr.id]
-                elif st is not None and st.is_pending() and age is None:
-                    if silent_s > settings.stall_s:
-                        why = (
-                            f"{wl}: taken by a worker that stopped before starting it "
-                            f"(pending {silent_s:.0f} s)"
-                        )
-                        client.set_flow_run_state(fr.id, Crashed(message=why), force=True)
-                        del waiting[fr.id]
-                        if resubmit is not None and child.resubmitted == 0:
-                            again = ChildRun(child.spec, resubmit(child.spec), resubmitted=1)
-                            fan.children[fan.children.index(child)] = again
-                            waiting[again.flow_run_id] = again
-                        else:
-                            child.reason, child.state = why, "CRASHED"
-                elif now > deadline:
-                    child.reason = (
-                        f"{wl}: never started (no worker took it within the night's window "
-                        f"of {settings.window_s:.0f} s)"
+                silent_s = age if age is not None else now - silent_since.setdefault(fr.id, now)
+                if st is not None and st.is_running() and silent_s > settings.stall_s:
+                    host = (lake.read_status(child.spec.key) or {}).get("host", "?")
+                    close(
+                        child,
+                        Crashed,
+                        f"{wl}: lost (no heartbeat for {silent_s:.0f} s from client host "
+                        f"{host}: its worker or host died)",
                     )
-                    client.set_flow_run_state(fr.id, Cancelled(message=child.reason), force=True)
-                    child.state = "CANCELLED"
-                    del waiting[fr.id]
+                elif (
+                    st is not None
+                    and st.is_pending()
+                    and age is None
+                    and silent_s > settings.stall_s
+                ):
+                    again = resubmit is not None and child.resubmitted == 0
+                    why = (
+                        f"{wl}: taken by a worker that stopped before starting it "
+                        f"(pending {silent_s:.0f} s)"
+                    )
+                    close(child, Crashed, why, named=not again)
+                    if again and resubmit is not None:
+                        retry = ChildRun(child.spec, resubmit(child.spec), resubmitted=1)
+                        fan.children[fan.children.index(child)] = retry
+                        waiting[retry.flow_run_id] = retry
+                elif st is not None and st.is_scheduled() and now > deadline:
+                    close(
+                        child,
+                        Cancelled,
+                        f"{wl}: never started (no worker took it within the night's window "
+                        f"of {settings.window_s:.0f} s)",
+                    )
             if waiting:
                 time.sleep(settings.poll_s)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -13,6 +14,7 @@ import pytest
 from sparkcap import spool
 from sparkcap.config import SweepPlan
 from sparkcap.lake import TABLES, ChildKey, Lake, LakeError, stage_lake
+from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
 from sparkcap.sim.server import SimServer
 from sparkcap.warehouse import run_start_to
@@ -21,13 +23,33 @@ from tests.integration.helpers import dep, fast_profile
 pytestmark = pytest.mark.integration
 
 
+@dataclass
+class Measured:
+    """Three waves a child measured, and how a test lands and stages them."""
+
+    endpoint: str
+    waves: list[WaveRecord]
+
+    @property
+    def run_id(self) -> str:
+        return self.waves[0].run_id
+
+    @property
+    def key(self) -> ChildKey:
+        return ChildKey("2026-11-30", self.run_id, "m", "code")
+
+    def warehouse(self, db: Path) -> Path:
+        """A warehouse holding the run's row, as the parent writes it before fanning out."""
+        run_start_to(db, self.run_id, {}, time.time_ns(), [dep(self.endpoint)])
+        return db
+
+
 @pytest.fixture(scope="module")
-def measured() -> tuple[str, list]:  # type: ignore[type-arg]
+def measured() -> Measured:
     with SimServer([fast_profile("m")]) as sim:
-        run_id = new_run_id()
         plan = SweepPlan(levels=(1, 2, 3), trials=1, warmup=False, max_tokens=24)
-        waves = asyncio.run(run_sweep(dep(sim.endpoint), "code", plan, run_id))
-    return sim.endpoint, waves
+        waves = asyncio.run(run_sweep(dep(sim.endpoint), "code", plan, new_run_id()))
+    return Measured(sim.endpoint, waves)
 
 
 def _rows(db: Path, table: str) -> list[tuple]:  # type: ignore[type-arg]
@@ -38,19 +60,17 @@ def _rows(db: Path, table: str) -> list[tuple]:  # type: ignore[type-arg]
 
 
 def test_lake_waves_stage_exactly_like_the_spool(
-    measured: tuple[str, list],  # type: ignore[type-arg]
+    measured: Measured,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Parquet parts carry every column and type the spool's Arrow files do: the two
     warehouses hold the same raw rows, and staging the lake again adds nothing."""
     monkeypatch.setenv("SPARKCAP_HOME", str(tmp_path / "home"))
-    endpoint, waves = measured
-    run_id = waves[0].run_id
+    waves, run_id, key = measured.waves, measured.run_id, measured.key
     lake = Lake(tmp_path / "lake")
-    key = ChildKey("2026-11-30", run_id, "m", "code")
     for db in (tmp_path / "lake.duckdb", tmp_path / "spool.duckdb"):
-        run_start_to(db, run_id, {}, time.time_ns(), [dep(endpoint)])
+        measured.warehouse(db)
     for w in waves:
         lake.write_wave(key, w)
         spool.write_wave(w, tmp_path / "spool.duckdb")
@@ -72,22 +92,19 @@ def test_lake_waves_stage_exactly_like_the_spool(
 
 
 def test_a_damaged_or_unfinished_wave_is_named_never_staged(
-    measured: tuple[str, list],  # type: ignore[type-arg]
+    measured: Measured,
     tmp_path: Path,
 ) -> None:
-    endpoint, waves = measured
-    run_id = waves[0].run_id
+    waves, run_id, key = measured.waves, measured.run_id, measured.key
     lake = Lake(tmp_path / "lake")
-    key = ChildKey("2026-11-30", run_id, "m", "code")
-    db = tmp_path / "w.duckdb"
-    run_start_to(db, run_id, {}, time.time_ns(), [dep(endpoint)])
+    db = measured.warehouse(tmp_path / "w.duckdb")
     good, damaged, unfinished = waves[0], waves[1], waves[2]
     lake.write_wave(key, good)
     manifest = lake.write_wave(key, damaged)
     part = tmp_path / "lake" / manifest["tables"]["chunks"]["path"]
     part.write_bytes(part.read_bytes()[:-8] + b"\0" * 8)
     # a child killed between its parts and its manifest: parts on disk, no manifest
-    lake.write_wave(ChildKey("2026-11-30", run_id, "m", "code"), unfinished)
+    lake.write_wave(key, unfinished)
     stem = unfinished.wave_id.replace("/", "__")
     next((tmp_path / "lake" / "manifests").rglob(f"wave-{stem}.json")).unlink()
     result = stage_lake(db, lake, run_id)
@@ -102,13 +119,11 @@ def test_a_damaged_or_unfinished_wave_is_named_never_staged(
 
 
 def test_the_lake_is_any_fsspec_url(
-    measured: tuple[str, list],  # type: ignore[type-arg]
+    measured: Measured,
     tmp_path: Path,
 ) -> None:
-    endpoint, waves = measured
-    run_id = waves[0].run_id
+    waves, run_id, key = measured.waves, measured.run_id, measured.key
     lake = Lake(f"memory://lake-{run_id}")
-    key = ChildKey("2026-11-30", run_id, "m", "code")
     for w in waves:
         lake.write_wave(key, w)
     lake.write_status(key, state="ok", host="h1")
@@ -121,9 +136,7 @@ def test_the_lake_is_any_fsspec_url(
     }
     age = lake.heartbeat_age_s(key)
     assert age is not None and 0 <= age < 60
-    db = tmp_path / "m.duckdb"
-    run_start_to(db, run_id, {}, time.time_ns(), [dep(endpoint)])
-    assert stage_lake(db, lake, run_id).staged == len(waves)
+    assert stage_lake(measured.warehouse(tmp_path / "m.duckdb"), lake, run_id).staged == len(waves)
 
 
 def test_staging_a_run_the_warehouse_does_not_hold_says_so(tmp_path: Path) -> None:
@@ -133,19 +146,17 @@ def test_staging_a_run_the_warehouse_does_not_hold_says_so(tmp_path: Path) -> No
 
 
 def test_sparkcap_stage_stages_a_lake_a_parent_left(
-    measured: tuple[str, list],  # type: ignore[type-arg]
+    measured: Measured,
     tmp_path: Path,
 ) -> None:
     """A parent that died after its children finished: the lake is staged by hand, once."""
     from tests.integration.helpers import run_cli
 
-    endpoint, waves = measured
-    run_id = waves[0].run_id
+    waves, run_id = measured.waves, measured.run_id
     lake = Lake(tmp_path / "lake")
     for w in waves:
-        lake.write_wave(ChildKey("2026-11-30", run_id, "m", "code"), w)
-    db = tmp_path / "w.duckdb"
-    run_start_to(db, run_id, {}, time.time_ns(), [dep(endpoint)])
+        lake.write_wave(measured.key, w)
+    db = measured.warehouse(tmp_path / "w.duckdb")
     env = {**os.environ, "SPARKCAP_HOME": str(tmp_path / "home")}
     args = ("stage", "--db", str(db), "--lake", str(tmp_path / "lake"), "--run", run_id)
     first = run_cli(*args, env=env)
