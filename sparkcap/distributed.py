@@ -328,6 +328,7 @@ def wait_for_children(
     lake: Lake,
     settings: Distributed,
     resubmit: Callable[[ChildSpec], Any] | None = None,
+    on_change: Callable[[ChildRun], None] | None = None,
 ) -> None:
     """Until every child is final. A running child whose heartbeat stops is lost (its host or
     worker died; what it landed is kept, it is not run again: a sweep half measured twice
@@ -350,6 +351,8 @@ def wait_for_children(
             del waiting[child.flow_run_id]
             if named:
                 child.reason, child.state = reason, state.__name__.upper()
+            if on_change is not None:
+                on_change(child)
 
         while waiting:
             runs = client.read_flow_runs(
@@ -359,8 +362,11 @@ def wait_for_children(
             for fr in runs:
                 child = waiting[fr.id]
                 st = fr.state
+                before = child.state
                 child.state = st.type.value if st else "UNKNOWN"
                 child.message = (st.message or "") if st else ""
+                if on_change is not None and child.state != before:
+                    on_change(child)
                 if st is not None and st.is_final():
                     del waiting[fr.id]
                     continue
@@ -401,6 +407,22 @@ def wait_for_children(
                     )
             if waiting:
                 time.sleep(settings.poll_s)
+
+
+def _say_child(child: ChildRun, lake: Lake) -> None:
+    """A child's change of state, to the run log and to a CLI watching the night."""
+    from sparkcap import progress
+
+    status = lake.read_status(child.spec.key) or {}
+    where = f" on {status['host']}" if status.get("host") else ""
+    text = f"{child.spec.deployment}/{child.spec.workload}: {child.state.lower()}{where}" + (
+        f" ({child.reason})" if child.reason else ""
+    )
+    progress.note(text)
+    with contextlib.suppress(Exception):  # outside a flow run there is no run logger
+        from prefect.logging import get_run_logger
+
+        get_run_logger().info(text)
 
 
 def _verdict(child: ChildRun, lake: Lake) -> None:
@@ -446,7 +468,13 @@ def sweep_distributed(night: Night) -> RunResult:
     result = RunResult(run_id=run_id, db_path=night.db_path)
     try:
         fan, child_deployment = fan_out(night, run_id, day, url)
-        wait_for_children(fan, lake, settings, lambda spec: submit(child_deployment, spec))
+        wait_for_children(
+            fan,
+            lake,
+            settings,
+            lambda spec: submit(child_deployment, spec),
+            lambda child: _say_child(child, lake),
+        )
     except BaseException as exc:
         result.status, result.reason = "incomplete", f"{type(exc).__name__}: {exc}"[:500]
         run_end_to(night.db_path, run_id, "incomplete", result.reason)

@@ -59,6 +59,17 @@ def emit(wave: WaveRecord, done: int, total: int) -> None:
         fn(wave, done, total)
 
 
+def note(text: str) -> None:
+    """A line for every watcher that prints lines (a distributed night's children: started on
+    a host, finished, lost), where no wave of this process can be shown."""
+    with _lock:
+        sinks = list(_sinks)
+    for fn in sinks:
+        line = getattr(fn, "line", None)
+        if line is not None:
+            line(text)
+
+
 def live_decode_tok_s(r: RequestRecord) -> float | None:
     """A stream's rate for a progress line, before anything is staged. The number of record is
     ``int_stream_rates.decode_tok_s`` (dbt); this live figure is labelled as such wherever it

@@ -289,6 +289,10 @@ def test_distributed_night_equals_the_single_process_night(
     assert {s["host"] for s in statuses} == {"host-a", "host-b"}
     assert {s["state"] for s in statuses} == {"ok"}
     assert run_id in dist.stdout
+    # the CLI watching the parent says where each child ran and how it ended
+    shown = dist.stdout + dist.stderr
+    for d, w in EXPECTED:
+        assert f"{d}/{w}: completed on host-" in shown, shown
 
 
 def test_a_killed_worker_costs_its_deployment_only(

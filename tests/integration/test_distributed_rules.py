@@ -85,7 +85,10 @@ def test_the_parent_names_lost_children_and_gives_unstarted_ones_back(
 
     settings = Distributed(stall_s=5, window_s=3, poll_s=0.2)
     t0 = time.monotonic()
-    wait_for_children(fan, lake, settings, resubmit)
+    seen: list[tuple[str, str]] = []
+    wait_for_children(
+        fan, lake, settings, resubmit, lambda c: seen.append((c.spec.deployment, c.state))
+    )
     assert time.monotonic() - t0 < 30
     by_dep = {c.spec.deployment: c for c in fan.children}
     assert "lost (no heartbeat for 10" in (by_dep["lost"].reason or "")
@@ -101,6 +104,9 @@ def test_the_parent_names_lost_children_and_gives_unstarted_ones_back(
     assert "never started" in (by_dep["untaken"].reason or "")
     assert _state(first_ids[2])[0] == "CANCELLED"
     assert by_dep["done"].reason is None and by_dep["done"].state == "COMPLETED"
+    # every change was told as it happened
+    assert {("lost", "CRASHED"), ("untaken", "CANCELLED"), ("done", "COMPLETED")} <= set(seen)
+    assert ("unstarted", "COMPLETED") in seen
 
 
 def test_a_second_unstarted_loss_is_named_not_resubmitted_again(
