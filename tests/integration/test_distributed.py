@@ -364,5 +364,7 @@ def test_a_killed_worker_costs_its_deployment_only(
     for d, w in lost - {victim}:
         per_child.pop(f"{d}/{w}", None)
     assert per_child == {f"{d}/{w}": 3 for d, w in EXPECTED if (d, w) not in lost}
-    # the report was published and names the missing deployment
-    assert (tmp_path / "r" / "latest" / "index.html").exists()
+    # the report was published and says what is missing and why
+    page = (tmp_path / "r" / "latest" / "index.html").read_text()
+    assert "lost (no heartbeat for" in page
+    assert "client host host-a" in page
