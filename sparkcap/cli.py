@@ -663,9 +663,10 @@ def run(
     if spread and no_prefect:
         raise CLIError("--distributed runs on Prefect workers: leave out --no-prefect")
     if spread:
-        from sparkcap.distributed import DistributedError, require_server
+        from sparkcap.distributed import DistributedError, check_budgets, require_server
 
         try:
+            check_budgets(fl)
             require_server()
         except DistributedError as exc:
             raise CLIError(str(exc)) from None

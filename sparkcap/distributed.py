@@ -218,6 +218,15 @@ def lake_url(fleet: Fleet) -> str:
     return str(Path(given or get_settings().work_dir / "lake").resolve())
 
 
+def check_budgets(fleet: Fleet) -> None:
+    """Before anything is recorded: every deployment × workload must fit a client host's
+    stream budget (a child that cannot would only fail on its worker)."""
+    for d in fleet.deployments:
+        for wl, plan in fleet.workloads.items():
+            if d.workloads is None or wl in d.workloads:
+                child_limits(d, d.plans.get(wl, plan), fleet.distributed, "any")
+
+
 def ensure_child_deployment(pool: str) -> str:
     """The Prefect deployment children run from, on ``pool`` (created if missing, updated to
     this install's project folder): ``<flow>/<pool>``."""
@@ -452,6 +461,7 @@ def sweep_distributed(night: Night) -> RunResult:
 
     require_server()
     fleet = night.fleet
+    check_budgets(fleet)
     settings = fleet.distributed
     run_id = night.run_id or new_run_id()
     day = datetime.now(UTC).date().isoformat()

@@ -99,3 +99,12 @@ def test_distributed_needs_prefect_and_a_server(tmp_path: Path) -> None:
     assert "needs a Prefect server its workers share: set PREFECT_API_URL" in no_server.stderr
     assert "Traceback" not in no_server.stderr
     assert not (tmp_path / "warehouse").exists()
+
+
+def test_a_plan_over_a_hosts_budget_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    fleet = str(_fleet(tmp_path, distributed={"host_stream_budget": 4}))
+    over = _cli("run", "--fleet", fleet, "--distributed", home=tmp_path)
+    assert over.returncode != 0
+    assert "a: the plan reaches 8 streams, more than a client host's budget of 4" in over.stderr
+    assert "Traceback" not in over.stderr
+    assert not (tmp_path / "warehouse").exists()
