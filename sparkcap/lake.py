@@ -44,8 +44,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sparkcap.loadgen.records import WaveRecord
+from sparkcap.spool import TABLES, safe_name
 
-TABLES = ("waves", "requests", "chunks", "server_metrics", "client_processes", "search_levels")
 REQUIRED = ("waves", "requests", "chunks")  # a wave without these is not a wave
 
 
@@ -55,7 +55,7 @@ class LakeError(RuntimeError):
 
 def _value(text: str) -> str:
     """A hive partition value or file stem: readable, and safe in any path or URL."""
-    return quote(text.replace("/", "__"), safe="-_.=")
+    return quote(safe_name(text), safe="-_.=")
 
 
 def partition(night: str, deployment: str, run_id: str) -> str:

@@ -35,7 +35,8 @@ def spool_root() -> Path:
     return get_settings().work_dir / "spool"
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+    """A run or wave id as one path component."""
     return name.replace("/", "__")
 
 
@@ -48,7 +49,7 @@ def warehouse_key(db_path: Path | str) -> str:
 
 def write_wave(wave: WaveRecord, db_path: Path | str, root: Path | None = None) -> Path:
     root = (root or spool_root()) / warehouse_key(db_path)
-    final = root / _safe(wave.run_id) / _safe(wave.wave_id)
+    final = root / safe_name(wave.run_id) / safe_name(wave.wave_id)
     tmp = final.parent / f".tmp-{uuid.uuid4().hex}"
     tmp.mkdir(parents=True, exist_ok=True)
     tables = {**wave_tables(wave), "server_metrics": metrics_table(wave)}
@@ -88,7 +89,7 @@ def pending(db_path: Path | str, root: Path | None = None, run_id: str | None = 
     root = (root or spool_root()) / warehouse_key(db_path)
     if not root.exists():
         return []
-    runs = [root / _safe(run_id)] if run_id else sorted(p for p in root.iterdir() if p.is_dir())
+    runs = [root / safe_name(run_id)] if run_id else sorted(p for p in root.iterdir() if p.is_dir())
     out: list[Path] = []
     for r in runs:
         if r.exists():

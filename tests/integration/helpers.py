@@ -113,3 +113,31 @@ def run_cli(
         timeout=timeout,
         env=env if env is not None else dict(os.environ),
     )
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 nothing listens on (for a server that takes a fixed port)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_prefect_api(api: str, log: Path, timeout_s: float) -> None:
+    """Until a ``prefect server`` started in a test answers its health check; a server that
+    never does fails the test with the tail of its log."""
+    import time
+
+    import httpx
+    import pytest
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{api}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    pytest.fail("prefect server did not start: " + log.read_text(errors="replace")[-3000:])

@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,14 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
-import httpx
 import psutil
 import pytest
 import yaml
 
 from sparkcap.sim.engine import SimProfile
 from tests.integration.conftest import ROOT
-from tests.integration.helpers import run_cli
+from tests.integration.helpers import free_port, run_cli, wait_for_prefect_api
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -50,12 +48,6 @@ EXPECTED = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _stop(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is None or proc.poll() is not None:
         return
@@ -72,7 +64,7 @@ class Pool:
 
     def __init__(self, base: Path) -> None:
         self.base = base
-        port = _free_port()
+        port = free_port()
         self.api = f"http://127.0.0.1:{port}/api"
         self.env = {
             **os.environ,
@@ -90,15 +82,7 @@ class Pool:
         self.server = self._spawn(
             "server", [self.prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
         )
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.api}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        pytest.fail("prefect server did not start: " + self.log("server")[-3000:])
+        wait_for_prefect_api(self.api, base / "server.log", timeout_s=180)
 
     def _spawn(
         self, name: str, cmd: list[str], env: dict[str, str] | None = None

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.helpers import faulty
+from tests.integration.helpers import faulty, free_port, wait_for_prefect_api
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -165,14 +164,8 @@ def test_flow_records_data_quality_failure_and_still_publishes(
     assert "completion_length_present" in arts.get("data-quality", "")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     api = f"http://127.0.0.1:{port}/api"
     env = {
         **os.environ,
@@ -197,16 +190,7 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
     )
     worker = None
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{api}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        else:
-            pytest.fail("prefect server did not start: " + (tmp_path / "server.log").read_text())
+        wait_for_prefect_api(api, tmp_path / "server.log", timeout_s=120)
 
         def run(*args: str) -> str:
             p = subprocess.run(
