@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.helpers import TWIN_TRIALS
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -17,7 +19,10 @@ def twin_night(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, o
     mp = pytest.MonkeyPatch()
     mp.setenv("SPARKCAP_HOME", str(base / "home"))
     try:
-        fleet = pipeline.fleet_for(ROOT / "fleets" / "twin.yaml", "demo")
+        # Three trials per level, not the demo's one: GLM code at 4 streams sits ~6 % above the
+        # threshold by design (the study's knife edge), and one 64-token wave on a busy CI
+        # machine once read it 1 % below. The level median over trials is the study's method.
+        fleet = pipeline.fleet_for(ROOT / "fleets" / "twin.yaml", "demo", trials=TWIN_TRIALS)
         db = base / "twin.duckdb"
         reports = base / "reports"
         result = pipeline.run_pipeline(fleet, db, reports)

@@ -19,6 +19,9 @@ from sparkcap.sim.engine import SimFaults, SimProfile
 # timing rule (0.5 %) would rightly invalidate them. These tests are about something else.
 SHORT_STREAM_VARS: dict[str, object] = {"timing_error_tolerance": 0.5}
 
+# trials per level in the shared twin night (conftest.twin_night)
+TWIN_TRIALS = 3
+
 
 def fast_profile(model: str = "m", **kw: Any) -> SimProfile:
     """A quick engine: ~100 tok/s at one stream, so tests finish in seconds."""

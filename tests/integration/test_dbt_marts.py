@@ -16,7 +16,7 @@ from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.runner import run_sweeps
 from sparkcap.sim.fleet import TWIN, expected_fleet_capacity
 from sparkcap.sim.server import SimServer
-from tests.integration.helpers import dep, fast_profile
+from tests.integration.helpers import TWIN_TRIALS, dep, fast_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -101,7 +101,7 @@ def test_trials_and_aggregate_throughput(night: tuple[Path, str]) -> None:
         "from marts.fct_trials where run_id = ? and trial > 0 and is_valid",
         [run_id],
     )[0]
-    assert last[0] == last[1] == 3 * 2 * 5
+    assert last[0] == last[1] == 3 * 2 * 5 * TWIN_TRIALS
     # aggregate throughput is not concurrency x median (the study's point)
     rows = q(
         db,
