@@ -57,10 +57,12 @@ def nightly_fleet_sweep(
     run_id: str | None = None,
     search: dict[str, Any] | None = None,
     distributed: bool | None = None,
+    finish: bool = False,
 ) -> Any:
     """``search``: a SearchPlan's fields; every workload is then searched, not swept as a grid.
     ``distributed``: sweep on the fleet's work pool, one child run per deployment × workload
-    (default: the fleet file's ``distributed.enabled``)."""
+    (default: the fleet file's ``distributed.enabled``). ``finish``: the distributed night
+    ``run_id``'s parent stopped; stage its lake, name what is missing, build and report."""
     settings = get_settings()
     db_path = Path(db or settings.db_path).resolve()
     the_fleet = pipeline.fleet_for(fleet, profile, search=search)
@@ -74,6 +76,7 @@ def nightly_fleet_sweep(
         fleet_path=Path(fleet).resolve(),
         profile=profile,
         search=search,
+        finish=finish,
     )
     with concurrency(ensure_warehouse_limit(str(db_path)), occupy=1, strict=True):
         return _night(night)

@@ -649,6 +649,14 @@ def run(
             "workload, landing in the lake (default: the fleet file's distributed.enabled)",
         ),
     ] = None,
+    finish: Annotated[
+        str | None,
+        typer.Option(
+            help="finish the distributed night RUN_ID whose parent stopped: stage what its "
+            "children landed in the lake, name what is missing, validate, build, report",
+            metavar="RUN_ID",
+        ),
+    ] = None,
 ) -> None:
     """Run the nightly pipeline once: sweep, stage, validate, build, report."""
     from sparkcap import pipeline
@@ -660,9 +668,11 @@ def run(
     # validates the fleet file before anything starts
     fl = pipeline.fleet_for(fleet, profile, search=search_opts)
     spread = fl.distributed.enabled if distributed is None else distributed
-    if spread and no_prefect:
+    if finish is not None and (searching is not None or distributed is False):
+        raise CLIError("--finish takes the night as its children swept it: no search options")
+    if spread and no_prefect and finish is None:
         raise CLIError("--distributed runs on Prefect workers: leave out --no-prefect")
-    if spread:
+    if spread and finish is None:
         from sparkcap.distributed import DistributedError, check_budgets, require_server
 
         try:
@@ -671,8 +681,15 @@ def run(
         except DistributedError as exc:
             raise CLIError(str(exc)) from None
     path = _db(db).resolve()
+    if finish is not None:  # refused here, before anything starts, as the step would refuse
+        from sparkcap.distributed import DistributedError, children_to_finish
+
+        try:
+            children_to_finish(fl, path, finish)
+        except DistributedError as exc:
+            raise CLIError(str(exc)) from None
     reports_dir = (reports or get_settings().reports_dir).resolve()
-    run_id = new_run_id()
+    run_id = finish or new_run_id()
     result: dict[str, Any] | None = None
     state: Any = None
     board = night_progress.NightProgress(fl.planned_waves())
@@ -686,7 +703,9 @@ def run(
             f"{reports_dir / run_id / 'index.html'}"
         )
         if no_prefect:
-            result = pipeline.run_pipeline(fl, path, reports_dir, board, run_id=run_id)
+            result = pipeline.run_pipeline(
+                fl, path, reports_dir, board, run_id=run_id, finish=finish is not None
+            )
         else:
             flow = load_nightly_flow()
             night_progress.add_sink(board)
@@ -699,6 +718,7 @@ def run(
                     run_id=run_id,
                     search=search_opts,
                     distributed=spread,
+                    finish=finish is not None,
                     return_state=True,
                 )
             finally:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -453,35 +454,43 @@ def _verdict(child: ChildRun, lake: Lake) -> None:
         )
 
 
-def sweep_distributed(night: Night) -> RunResult:
-    """The sweep step of a distributed night (see the module's docstring)."""
-    from sparkcap.loadgen.sweep import new_run_id
-    from sparkcap.runner import RunResult
-    from sparkcap.warehouse import record_step_to, run_end_to, run_start_to
+def record_night_start(night: Night, run_id: str, day: str, url: str) -> None:
+    """The run's row, before any child starts. It keeps the lake and the night partition the
+    children write to: what a later ``--finish`` reads their statuses from."""
+    from sparkcap.warehouse import run_start_to
 
-    require_server()
     fleet = night.fleet
-    check_budgets(fleet)
-    settings = fleet.distributed
-    run_id = night.run_id or new_run_id()
-    day = datetime.now(UTC).date().isoformat()
-    url = lake_url(fleet)
-    lake = Lake(url)
     eps = night.endpoints or {}
     deployments = [d.resolve(eps.get(d.name)) for d in fleet.deployments]
     config = {
         "fleet": fleet.model_dump(mode="json"),
-        "distributed": {"pool": settings.pool, "lake": url},
+        "distributed": {"pool": fleet.distributed.pool, "lake": url, "night": day},
         "endpoints": {d.name: str(d.endpoint) for d in deployments},
     }
     run_start_to(night.db_path, run_id, config, time.time_ns(), deployments)
+
+
+def sweep_distributed(night: Night) -> RunResult:
+    """The sweep step of a distributed night (see the module's docstring)."""
+    from sparkcap.loadgen.sweep import new_run_id
+    from sparkcap.runner import RunResult
+    from sparkcap.warehouse import run_end_to
+
+    require_server()
+    fleet = night.fleet
+    check_budgets(fleet)
+    run_id = night.run_id or new_run_id()
+    day = datetime.now(UTC).date().isoformat()
+    url = lake_url(fleet)
+    lake = Lake(url)
+    record_night_start(night, run_id, day, url)
     result = RunResult(run_id=run_id, db_path=night.db_path)
     try:
         fan, child_deployment = fan_out(night, run_id, day, url)
         wait_for_children(
             fan,
             lake,
-            settings,
+            fleet.distributed,
             lambda spec: submit(child_deployment, spec),
             lambda child: _say_child(child, lake),
         )
@@ -489,6 +498,83 @@ def sweep_distributed(night: Night) -> RunResult:
         result.status, result.reason = "incomplete", f"{type(exc).__name__}: {exc}"[:500]
         run_end_to(night.db_path, run_id, "incomplete", result.reason)
         raise
+    return _land(night, lake, fan, result)
+
+
+def finish_distributed(night: Night) -> RunResult:
+    """The sweep step of a night whose parent stopped (killed, its host rebooted) after
+    starting the children: no fan-out and no waiting, only what the lake holds."""
+    from sparkcap.runner import RunResult
+
+    run_id = night.require_run_id()
+    fan = children_to_finish(night.fleet, night.db_path, run_id)
+    lake = Lake(fan.children[0].spec.lake) if fan.children else Lake(lake_url(night.fleet))
+    return _land(night, lake, fan, RunResult(run_id, night.db_path))
+
+
+def children_to_finish(fleet: Fleet, db_path: Path, run_id: str) -> FanOut:
+    """How each child of a stopped parent's night ended, from its own status in the lake; read
+    only, so the CLI refuses a finish before anything starts. One still running (a fresh
+    heartbeat) refuses it, since staging now would keep half its sweep; one whose heartbeat
+    went silent is lost and one with no status never started: both named, as the parent
+    would have named them."""
+    from sparkcap.warehouse import open_warehouse
+
+    if not Path(db_path).exists():
+        raise DistributedError(f"no database at {db_path}: finish a night against its parent's")
+    with open_warehouse(db_path, read_only=True) as con:
+        row = con.execute(
+            "select config_json, started_at from raw.runs where run_id = ?", [run_id]
+        ).fetchone()
+    if row is None:
+        raise DistributedError(
+            f"run {run_id} is not in {db_path}: finish a night against the database its "
+            "parent started it in (it records the run before starting any child)"
+        )
+    recorded = (json.loads(row[0]) if row[0] else {}).get("distributed") or {}
+    if not recorded:
+        raise DistributedError(f"run {run_id} was not a distributed night: nothing to finish")
+    url = str(recorded.get("lake") or lake_url(fleet))
+    day = str(recorded.get("night") or row[1].astimezone(UTC).date().isoformat())
+    lake = Lake(url)
+    fan = FanOut()
+    for dep, workload in fleet.planned_waves():
+        spec = ChildSpec(
+            fleet_path="",
+            profile="full",
+            deployment=dep,
+            workload=workload,
+            run_id=run_id,
+            night=day,
+            lake=url,
+        )
+        child = ChildRun(spec, flow_run_id=None, state="UNKNOWN")
+        status = lake.read_status(spec.key)
+        age = lake.heartbeat_age_s(spec.key)
+        if status is None:
+            child.reason = f"{workload}: never started (no status in the lake {url})"
+        elif status.get("state") == "running":
+            host = status.get("host", "?")
+            if age is not None and age <= fleet.distributed.stall_s:
+                raise DistributedError(
+                    f"{dep}/{workload} of run {run_id} is still running on {host} (heartbeat "
+                    f"{age:.0f} s ago): finish the night once it has ended"
+                )
+            silent = f"{age:.0f} s" if age is not None else "ever"
+            child.reason = (
+                f"{workload}: lost (no heartbeat for {silent} from client host {host}: its "
+                "worker or host died)"
+            )
+        fan.children.append(child)
+    return fan
+
+
+def _land(night: Night, lake: Lake, fan: FanOut, result: RunResult) -> RunResult:
+    """The one writer: stage what the children landed, then record each deployment's
+    outcome and the run's end."""
+    from sparkcap.warehouse import record_step_to, run_end_to
+
+    run_id = result.run_id
     staged = stage_lake(night.db_path, lake, run_id)
     result.n_staged = staged.staged + staged.already
     why: dict[str, list[str]] = {}
@@ -500,7 +586,7 @@ def sweep_distributed(night: Night) -> RunResult:
         why.setdefault(dep, []).append(
             f"{len(problems)} wave(s) failed verification, not staged: {problems[0]}"
         )
-    for d in fleet.deployments:
+    for d in night.fleet.deployments:
         reasons = why.get(d.name)
         text = "; ".join(reasons) if reasons else None
         record_step_to(night.db_path, run_id, d.name, "sweep", "failed" if text else "ok", text)

@@ -207,6 +207,9 @@ class Night:
     profile: str = "full"
     search: dict[str, Any] | None = None
     endpoints: dict[str, str] | None = None
+    # finishing a distributed night whose parent stopped: the lake, not a new sweep; nothing is
+    # launched and the probes and link checks are not run (they would measure now, not then)
+    finish: bool = False
     sweep: RunResult | None = None
     failed_probes: list[str] = field(default_factory=list)
     dq: DQOutcome | None = None
@@ -217,6 +220,9 @@ class Night:
         """Launch what the fleet asks sparkcap to launch, for the whole night."""
         from sparkcap.localserver import launched
 
+        if self.finish:
+            yield self
+            return
         with launched(self.fleet) as endpoints:
             self.endpoints = endpoints
             try:
@@ -251,10 +257,10 @@ class StepResult:
 
 
 def _sweep_step(night: Night) -> StepResult:
-    if night.distributed:
-        from sparkcap.distributed import sweep_distributed
+    if night.distributed or night.finish:
+        from sparkcap.distributed import finish_distributed, sweep_distributed
 
-        result = sweep_distributed(night)
+        result = finish_distributed(night) if night.finish else sweep_distributed(night)
         night.sweep, night.run_id = result, result.run_id
         return StepResult("sweep", f"{result.n_staged} waves from the lake, run {result.status}")
     result = sweep(night.fleet, night.db_path, night.progress, night.run_id, night.endpoints)
@@ -262,7 +268,22 @@ def _sweep_step(night: Night) -> StepResult:
     return StepResult("sweep", f"{len(result.waves)} waves, run {result.status}")
 
 
+def _not_run_when_finishing(night: Night, step: str, what: str) -> StepResult:
+    from sparkcap.warehouse import record_step_to
+
+    why = (
+        f"not run: the night was finished from its lake after its parent stopped ({what} "
+        "would measure the fleet now, not that night)"
+    )
+    record_step_to(night.db_path, night.require_run_id(), None, step, "failed", why)
+    return StepResult(step, why)
+
+
 def _probes_step(night: Night) -> StepResult:
+    if night.finish:
+        if any(d.probes for d in night.fleet.deployments):
+            return _not_run_when_finishing(night, "probes", "the probes")
+        return StepResult("probes", "none configured")
     run_id = night.require_run_id()
     night.failed_probes = probes(night.fleet, night.db_path, run_id, night.endpoints)
     failed = night.failed_probes
@@ -270,6 +291,10 @@ def _probes_step(night: Night) -> StepResult:
 
 
 def _links_step(night: Night) -> StepResult:
+    if night.finish:
+        if any(d.links for d in night.fleet.deployments):
+            return _not_run_when_finishing(night, "link-check", "a link check")
+        return StepResult("link-check", "none configured")
     n = link_check(night.fleet, night.db_path, night.require_run_id())
     return StepResult("link-check", f"{n} link(s) measured")
 
@@ -348,6 +373,8 @@ def run_pipeline(
     reports_dir: Path,
     progress: ProgressFn | None = None,
     run_id: str | None = None,
+    finish: bool = False,
 ) -> dict[str, Any]:
     """``run_night`` for a fleet (the CLI's ``--no-prefect`` path and the tests)."""
-    return run_night(Night(fleet, db_path, reports_dir, run_id=run_id, progress=progress))
+    night = Night(fleet, db_path, reports_dir, run_id=run_id, progress=progress, finish=finish)
+    return run_night(night)
