@@ -19,7 +19,10 @@ few hundred streams), and DuckDB takes one writer. So a distributed night is:
 A child that fails says why in its status file; one whose worker dies stops its heartbeat and
 is declared lost after ``stall_s`` (its flow run is marked crashed); one no worker takes before
 the window closes is cancelled. Each costs its deployment × workload only: what it landed is
-staged, and the night names what is missing and why (``raw.step_outcomes``).
+staged, and the night names what is missing and why (``raw.step_outcomes``). A parent that
+dies leaves its children sweeping into the lake; ``finish_distributed`` (``sparkcap run
+--finish RUN_ID``) later does what the parent would have done after its wait, from the
+children's own statuses.
 """
 
 from __future__ import annotations
