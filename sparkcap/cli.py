@@ -669,7 +669,10 @@ def run(
     fl = pipeline.fleet_for(fleet, profile, search=search_opts)
     spread = fl.distributed.enabled if distributed is None else distributed
     if finish is not None and (searching is not None or distributed is False):
-        raise CLIError("--finish takes the night as its children swept it: no search options")
+        raise CLIError(
+            "--finish takes the night as its children swept it: leave out --embedded and "
+            "the search options"
+        )
     if spread and no_prefect and finish is None:
         raise CLIError("--distributed runs on Prefect workers: leave out --no-prefect")
     if spread and finish is None:
