@@ -40,7 +40,7 @@ def _fleet(base: Path, endpoint: str) -> Path:
             {"name": n, "model": n, "endpoint": endpoint, "extra_body": {"ignore_eos": True}}
             for n in NAMES
         ],
-        "distributed": {"enabled": True, "lake": str(base / "lake"), "stall_s": 30},
+        "distributed": {"enabled": True, "lake": str(base / "lake"), "stall_s": 120},
     }
     # a probe the finish cannot run: it would measure the fleet now, not that night
     fleet["deployments"][0]["probes"] = {"output-length": {}}  # type: ignore[index]
