@@ -16,9 +16,10 @@
 
 {#- The version of the rules themselves, beside the vars: bumped whenever a model changes a
     judgement (0.4: queueing and concurrency derived from token times; probe waves judged by
-    int_trials; 5: search levels and sustain waves), so nights built by an older sparkcap
+    int_trials; 5: search levels and sustain waves; 6: a level without a valid trial is no
+    measured failure, int_capacity.unmeasured_level), so nights built by an older sparkcap
     are rebuilt once by the new rules. -#}
-{% macro rules_version() -%}5{%- endmacro %}
+{% macro rules_version() -%}6{%- endmacro %}
 
 {% macro judgement_settings() -%}
     {%- set parts = ['rules=' ~ rules_version()] -%}

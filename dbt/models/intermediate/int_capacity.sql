@@ -3,7 +3,9 @@
 
 -- Capacity: the largest tested level that passes with every smaller tested level passing;
 -- the first failing level; a crossing interpolated linearly in concurrency between the two
--- (floored to whole streams); flags for a lower bound and a non-monotonic curve.
+-- (floored to whole streams); flags for a lower bound and a non-monotonic curve. A first
+-- failing level without a valid trial is no measured failure: `unmeasured_level` names it and
+-- `unmeasured_reason` says why (the capacity below it stands, "fails at" would not).
 with levels as (
     select * from {{ ref('int_levels') }}
     where {{ changed_runs_filter('run_id') }}
@@ -36,6 +38,8 @@ summary as (
         coalesce(bool_or(l.passes_threshold and l.concurrency > f.first_failing_level), false)
             as is_non_monotonic,
         cast(sum(l.n_valid_trials) as integer) as n_valid_trials,
+        cast(count(*) filter (where l.n_valid_trials > 0) as integer) as n_measured_levels,
+        cast(count(*) as integer) as n_levels,
         max(l.run_watermark) as run_watermark
     from levels as l
     left join first_fail as f
@@ -48,7 +52,10 @@ with_rates as (
         s.*,
         lo.median_decode_tok_s as capacity_level_tok_s,
         hi.median_decode_tok_s as first_failing_tok_s,
-        hi.any_queued as first_failing_queued
+        hi.any_queued as first_failing_queued,
+        case when hi.no_valid_trial_reason is not null then hi.concurrency end
+            as unmeasured_level,
+        hi.no_valid_trial_reason as unmeasured_reason
     from summary as s
     left join levels as lo
         on lo.run_id = s.run_id and lo.deployment = s.deployment
@@ -81,7 +88,16 @@ final as (
         end as capacity_interpolated,
         first_failing_level is null as is_lower_bound,
         is_non_monotonic,
-        capacity_level is null and lowest_level > 1 as is_below_lowest_level,
+        -- the lowest tested level (above 1) was measured, and failed
+        capacity_level is null and lowest_level > 1 and unmeasured_level is null
+            as is_below_lowest_level,
+        -- false: no capacity was measured, the lowest level had no valid trial (every request
+        -- refused, every stream broken or every trial spoiled); 0 streams is then no verdict
+        not (capacity_level is null and unmeasured_level is not null) as is_measured,
+        unmeasured_level,
+        unmeasured_reason,
+        n_measured_levels,
+        n_levels,
         lowest_level,
         top_level,
         capacity_level_tok_s,

@@ -3,7 +3,9 @@
 
 -- The level value: median over the level's valid trials (warm-ups and waves superseded by a
 -- re-measurement never count). A level where any counted trial queued streams cannot pass,
--- whatever its rate.
+-- whatever its rate. A level without a valid trial fails too, but that failure is no
+-- measurement: `no_valid_trial_reason` says why nothing counted, so that nobody reads
+-- "too slow" where the server refused every request or the client spoiled every trial.
 with trials as (
     select * from {{ ref('int_trials') }}
     where {{ changed_runs_filter('run_id') }}
@@ -12,6 +14,40 @@ with trials as (
 counted as (
     select * from trials
     where probe is null and trial > 0 and not coalesce(is_superseded, false)
+),
+
+stream_endings as (
+    -- how the counted trials' streams ended, per status (and HTTP status when not 200)
+    select
+        t.run_id,
+        t.deployment,
+        t.workload,
+        t.concurrency,
+        s.status,
+        s.status || coalesce(
+            ' (' || case when s.http_status <> 200 then s.http_status end || ')', ''
+        ) as ending,
+        count(*) as n_streams
+    from {{ ref('int_stream_rates') }} as s
+    inner join counted as t on t.wave_id = s.wave_id
+    group by all
+),
+
+level_streams as (
+    select
+        run_id,
+        deployment,
+        workload,
+        concurrency,
+        cast(sum(n_streams) as integer) as n_streams,
+        cast(coalesce(sum(n_streams) filter (where status <> 'ok'), 0) as integer)
+            as n_failed,
+        count(*) filter (where status <> 'ok') as n_failure_kinds,
+        any_value(ending) filter (where status <> 'ok') as only_failure,
+        string_agg(n_streams || ' ' || ending, ', ' order by n_streams desc, ending)
+            filter (where status <> 'ok') as failures
+    from stream_endings
+    group by all
 ),
 
 final as (
@@ -42,10 +78,27 @@ final as (
             'bool_or(queued)',
             'count(*) filter (where is_valid) > 0'
         ) }} as passes_threshold,
+        string_agg(distinct invalid_reasons, '; ' order by invalid_reasons) as trial_reasons,
         max(run_watermark) as run_watermark,
         {{ judgement_settings() }} as judgement_settings
     from counted
     group by run_id, deployment, workload, concurrency
 )
 
-select * from final
+select
+    f.* exclude (trial_reasons),
+    case
+        -- a valid trial, or queued streams (the server could not hold the level: measured)
+        when f.n_valid_trials > 0 or coalesce(f.any_queued, false) then null
+        -- failed streams first: a refusal or a broken stream is what a person needs to read
+        when s.n_failed > 0 and s.n_failure_kinds = 1
+            then s.n_failed || ' of ' || s.n_streams || ' ' || s.only_failure
+        when s.n_failed > 0
+            then s.n_failed || ' of ' || s.n_streams || ' streams failed: ' || s.failures
+        else f.n_trials || ' of ' || f.n_trials || ' trial' || if(f.n_trials = 1, '', 's')
+            || ' invalid: ' || coalesce(f.trial_reasons, 'no reason recorded')
+    end as no_valid_trial_reason
+from final as f
+left join level_streams as s
+    on s.run_id = f.run_id and s.deployment = f.deployment and s.workload = f.workload
+    and s.concurrency = f.concurrency

@@ -29,6 +29,7 @@ final as (
         r.stream_index,
         r.prompt_id,
         r.status,
+        r.http_status,
         r.requested_tokens,
         r.required_tokens,
         r.completion_tokens,

@@ -1,6 +1,8 @@
 -- Capacity per run, deployment and workload: the level rule (int_capacity), its bootstrap
 -- interval, and for a search the sustain verdict: a sustain wave that fell below the threshold
--- at N streams caps the capacity at N - 1, and `sustain_result` says so.
+-- at N streams caps the capacity at N - 1, and `sustain_result` says so. `capacity_verdict`
+-- words it once for every reader (CLI, report, Prefect artifact, compare): a level without a
+-- valid trial reads "no valid measurement at level N: why", never "below the threshold".
 with capacity as (
     select * from {{ ref('int_capacity') }}
 ),
@@ -57,6 +59,9 @@ final as (
         is_lower_bound,
         is_non_monotonic,
         is_below_lowest_level,
+        is_measured,
+        unmeasured_level,
+        unmeasured_reason,
         {{ capped_below_fallen_sustain('ci_low_streams') }} as ci_low_streams,
         {{ capped_below_fallen_sustain('ci_high_streams') }} as ci_high_streams,
         -- a search's own interval: every tested level up to the low end cleared the threshold,
@@ -79,6 +84,8 @@ final as (
         end as sustain_result,
         sustain_path,
         n_valid_trials,
+        n_measured_levels,
+        n_levels,
         lowest_level,
         top_level,
         capacity_level_tok_s,
@@ -87,4 +94,30 @@ final as (
     from joined
 )
 
-select * from final
+select
+    *,
+    case
+        when unmeasured_level is not null and level_capacity_streams = 0
+            then 'no valid measurement at level ' || unmeasured_level || ': ' || unmeasured_reason
+                || if(n_measured_levels = 0 and n_levels > 1, ' (nor at any other level)', '')
+        when unmeasured_level is not null
+            then capacity_streams || ' stream' || if(capacity_streams = 1, '', 's')
+                || ' (no valid measurement at level ' || unmeasured_level || ': '
+                || unmeasured_reason || ')'
+        when capacity_streams = 0
+            then 'below ' || printf('%g', threshold_tok_s::double)
+                || ' tok/s even at the lowest level'
+        when is_lower_bound
+            then '≥ ' || capacity_streams || ' streams (all tested levels pass)'
+        when capacity_streams <> level_capacity_streams
+            then capacity_streams || ' stream' || if(capacity_streams = 1, '', 's')
+        else capacity_streams || ' stream' || if(capacity_streams = 1, '', 's')
+            || ' (fails at ' || first_failing_level || ')'
+    end
+    || if(method = 'search', ' · search; sustain wave: ' || sustain_result, '')
+    || if(
+        method = 'search' and search_high_streams > search_low_streams,
+        ' · undecided between ' || search_low_streams || ' and ' || search_high_streams,
+        ''
+    ) as capacity_verdict
+from final

@@ -1,7 +1,8 @@
 {{ config(materialized='view') }}
 
 -- Report-ready capacity rows: fct_capacity with the deployment's replicas and the texts the
--- report prints (bracket, interval, flags), so the page formats no judgement of its own.
+-- report prints (bracket, interval, flags; fct_capacity's verdict), so the page formats no
+-- judgement of its own.
 with capacity as (
     select * from {{ ref('fct_capacity') }}
 ),
@@ -18,6 +19,11 @@ final as (
         d.hardware,
         d.model as model_name,
         case
+            -- a level without a valid trial bounds nothing: it was not measured
+            when not c.is_measured then 'no valid measurement'
+            when c.unmeasured_level is not null
+                then '≥ ' || c.capacity_streams || ' (level ' || c.unmeasured_level
+                    || ' not measured)'
             when c.first_failing_level is not null
                 then '[' || c.capacity_streams || ', ' || c.first_failing_level || ']'
             else '≥ ' || c.capacity_streams || ' (lower bound)'

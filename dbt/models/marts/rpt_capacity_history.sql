@@ -19,7 +19,8 @@ joined as (
         c.workload,
         c.threshold_tok_s,
         c.method,
-        c.capacity_streams
+        c.capacity_streams,
+        c.is_measured
     from capacity as c
     inner join runs as r on r.run_id = c.run_id
 ),
@@ -31,7 +32,11 @@ final as (
         lag(capacity_streams) over nights as previous_capacity_streams,
         -- a grid's 8 and a search's 11 can both be right: the change says which method gave each
         lag(method) over nights as previous_method,
-        capacity_streams - lag(capacity_streams) over nights as capacity_change
+        -- a night that measured nothing changed nothing (its 0 streams is no measurement)
+        case
+            when is_measured is not false and lag(is_measured) over nights is not false
+                then capacity_streams - lag(capacity_streams) over nights
+        end as capacity_change
     from joined
     window nights as (partition by deployment, workload order by started_at, run_id)
 )
