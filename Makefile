@@ -8,7 +8,7 @@ export PREFECT_HOME ?= $(CURDIR)/.sparkcap/prefect
 export DO_NOT_TRACK := 1
 export GX_ANALYTICS_ENABLED := False
 
-.PHONY: venv demo test test-fast lint fmt typecheck bench local-server clean
+.PHONY: venv demo test test-fast lint fmt typecheck bench local-server docs docs-reference clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (sparkcap needs Python 3.11)"; exit 1; }
@@ -28,6 +28,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check sparkcap flows tests benchmarks
 	$(VENV)/bin/ruff format --check sparkcap flows tests benchmarks
 	$(VENV)/bin/mypy
+	$(PY) -m sparkcap.docs_reference --check
 	@# pytest exits 5 when it collects nothing: say so rather than fail or pass silently
 	@$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
@@ -47,5 +48,14 @@ bench: $(STAMP)
 local-server: $(STAMP)
 	$(VENV)/bin/sparkcap local-server
 
+# The docs site, offline (no CDN, no web fonts): open site/index.html. --strict fails on a broken
+# link or anchor and on a page missing from mkdocs.yml's nav.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# Rewrite the generated reference pages (CLI, raw schema, dbt models) from the code.
+docs-reference: $(STAMP)
+	$(PY) -m sparkcap.docs_reference
+
 clean:
-	rm -rf $(VENV) .sparkcap warehouse reports
+	rm -rf $(VENV) .sparkcap warehouse reports site
