@@ -156,7 +156,7 @@ RAW_TABLES: dict[str, pa.Schema] = {
         _c("completion_tokens", I32, doc="NULL when the server gave no count"),
         _c("prompt_tokens", I32),
         _c("cached_prompt_tokens", I32),
-        _c("count_source", STR, null=False, doc="usage | continuous_usage | none"),
+        _c("count_source", STR, null=False, doc="usage | continuous_usage | none | invalid_usage"),
         _c("finish_reason", STR),
         _c("status", STR, null=False, doc="ok | short | truncated | server_error | ..."),
         _c("http_status", I32),

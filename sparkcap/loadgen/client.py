@@ -3,7 +3,10 @@
 Rules this module enforces (see README, "What sparkcap promises"):
 - the arrival time of every read is taken with ``perf_counter_ns`` before anything is parsed;
 - the first token is the first chunk that carries generated text, not the role-only chunk;
-- token counts come from the server's ``usage``; chunks are never counted as tokens;
+- token counts come from the server's ``usage``; chunks are never counted as tokens, and a
+  count that cannot be true (not an integer, out of the int32 range, going down, fewer cached
+  than prompt tokens, none for text that arrived) discards the stream's usage: NULL counts,
+  ``count_source = 'invalid_usage'`` and the reason, never a guess and never a wrapped value;
 - nothing is retried; every failure keeps the partial data received before it.
 """
 
@@ -20,11 +23,14 @@ import httpx
 import orjson
 
 from sparkcap.loadgen.arrivals import for_running_loop, socket_fd
-from sparkcap.loadgen.records import NO_TOKENS, CountSource, RequestRecord, Status
+from sparkcap.loadgen.records import MAX_COUNT, NO_TOKENS, CountSource, RequestRecord, Status
 from sparkcap.loadgen.sse import SSEParser, SSEProtocolError
 
 ERROR_SNIPPET_CHARS = 500
+FINISH_REASON_CHARS = 100
 _CONTENT_KEYS = ("content", "reasoning_content", "reasoning")
+# what h11 says when the peer closed the connection: the stream was cut, not malformed
+_DISCONNECTED = ("disconnected", "peer closed")
 
 
 class _InBandError(Exception):
@@ -34,6 +40,23 @@ class _InBandError(Exception):
 def _snippet(text: str) -> str:
     text = text.strip().replace("\n", " ")
     return text[:ERROR_SNIPPET_CHARS]
+
+
+def _shown(value: object) -> str:
+    """A value a server sent, as an error line may quote it: short, a container by its kind."""
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, list):
+        return "an array"
+    try:
+        return json.dumps(value)[:40]
+    except (TypeError, ValueError):
+        return type(value).__name__
+
+
+def _is_count(value: object) -> bool:
+    """A token count a warehouse column can hold: an int (``true`` is not one), in range."""
+    return type(value) is int and 0 <= value <= MAX_COUNT
 
 
 def _delta_chars(choice: dict[str, Any]) -> int:
@@ -47,14 +70,25 @@ def _delta_chars(choice: dict[str, Any]) -> int:
             n += len(v)
     calls = delta.get("tool_calls")
     if calls:
-        n += len(json.dumps(calls))
+        try:
+            n += len(json.dumps(calls))
+        except RecursionError as exc:
+            raise SSEProtocolError("JSON nested too deeply") from exc
     return n
 
 
 class StreamState:
     """Applies parsed events to a record; separate from I/O so it can be tested on bytes."""
 
-    __slots__ = ("_last_usage_tokens", "_usage_chunks", "anchor", "parser", "rec")
+    __slots__ = (
+        "_last_usage_tokens",
+        "_settled",
+        "_usage_chunks",
+        "anchor",
+        "parser",
+        "rec",
+        "usage_problem",
+    )
 
     def __init__(self, rec: RequestRecord, anchor_perf_ns: int, parser: SSEParser) -> None:
         self.rec = rec
@@ -62,15 +96,37 @@ class StreamState:
         self.parser = parser
         self._last_usage_tokens: int | None = None
         self._usage_chunks = 0
+        self._settled = False
+        # why the server's usage cannot be true; once set, no count of this stream is kept
+        self.usage_problem: str | None = None
+
+    def _distrust(self, why: str) -> None:
+        self.usage_problem = f"usage ignored: {why}"
+        rec = self.rec
+        rec.completion_tokens = rec.prompt_tokens = rec.cached_prompt_tokens = None
 
     def finalize(self) -> None:
         """Settle ``count_source``: per-chunk counts only if *every* content chunk had usage.
 
         A server that attaches usage to its last content chunk only would otherwise make that
-        one chunk look like it carried the whole output.
+        one chunk look like it carried the whole output. Runs before the stream is judged
+        (an impossible count must not make it ``short``); once only.
         """
+        if self._settled:
+            return
+        self._settled = True
         rec = self.rec
         n = len(rec.chunks)
+        if self.usage_problem is None and n and rec.completion_tokens == 0:
+            self._distrust(f"completion_tokens 0 for {n} chunk(s) of generated text")
+        if self.usage_problem is not None:
+            if self._usage_chunks:
+                for i in range(n):
+                    rec.chunks.n_tokens[i] = NO_TOKENS
+            rec.count_source = CountSource.INVALID_USAGE
+            why = self.usage_problem
+            rec.error = why if rec.error is None else f"{rec.error}; {why}"
+            return
         if n and self._usage_chunks == n:
             rec.count_source = CountSource.CONTINUOUS_USAGE
             return
@@ -132,24 +188,15 @@ class StreamState:
                 n_chars += _delta_chars(ch)
                 fr = ch.get("finish_reason")
                 if fr:
-                    rec.finish_reason = str(fr)
+                    fr = fr if isinstance(fr, str) else _shown(fr)
+                    rec.finish_reason = fr[:FINISH_REASON_CHARS]
         usage = obj.get("usage")
         chunk_tokens = NO_TOKENS
-        if isinstance(usage, dict):
-            ct = usage.get("completion_tokens")
-            if isinstance(ct, int) and ct >= 0:
-                if choices and n_chars:
-                    prev = self._last_usage_tokens or 0
-                    chunk_tokens = ct - prev
-                    self._usage_chunks += 1
-                self._last_usage_tokens = ct
-                rec.completion_tokens = ct
-            pt = usage.get("prompt_tokens")
-            if isinstance(pt, int):
-                rec.prompt_tokens = pt
-            details = usage.get("prompt_tokens_details")
-            if isinstance(details, dict) and isinstance(details.get("cached_tokens"), int):
-                rec.cached_prompt_tokens = details["cached_tokens"]
+        if usage is not None and self.usage_problem is None:
+            if isinstance(usage, dict):
+                chunk_tokens = self._usage(usage, n_chars > 0)
+            else:
+                self._distrust(f"usage is {_shown(usage)}, not an object")
         if n_chars:
             if rec.first_token_ns is None:
                 rec.first_token_ns = t_ns
@@ -157,6 +204,55 @@ class StreamState:
             rec.last_token_ns = t_ns
             rec.last_token_exact = exact
             rec.chunks.append(t_ns, chunk_tokens, n_chars)
+
+    def _usage(self, usage: dict[str, Any], content: bool) -> int:
+        """Apply one ``usage`` object; returns the chunk's own token count when it carried
+        text (continuous usage), else ``NO_TOKENS``. A value that cannot be true discards the
+        stream's usage (:meth:`_distrust`); only what is impossible is refused, since a large
+        count for few chunks is what speculative decoding looks like."""
+        rec = self.rec
+        chunk_tokens = NO_TOKENS
+        ct = usage.get("completion_tokens")
+        if ct is not None:
+            if not _is_count(ct):
+                self._distrust(f"completion_tokens {_shown(ct)} is not a token count")
+                return NO_TOKENS
+            prev = self._last_usage_tokens
+            if prev is not None and ct < prev:
+                self._distrust(f"completion_tokens went down from {prev} to {ct}")
+                return NO_TOKENS
+            if content:
+                chunk_tokens = ct - (prev or 0)
+                self._usage_chunks += 1
+            self._last_usage_tokens = ct
+            rec.completion_tokens = ct
+        pt = usage.get("prompt_tokens")
+        if pt is not None:
+            if not _is_count(pt):
+                self._distrust(f"prompt_tokens {_shown(pt)} is not a token count")
+                return NO_TOKENS
+            rec.prompt_tokens = pt
+        details = usage.get("prompt_tokens_details")
+        if details is not None:
+            if not isinstance(details, dict):
+                self._distrust(f"prompt_tokens_details is {_shown(details)}, not an object")
+                return NO_TOKENS
+            cached = details.get("cached_tokens")
+            if cached is not None:
+                if not _is_count(cached):
+                    self._distrust(f"cached_tokens {_shown(cached)} is not a token count")
+                    return NO_TOKENS
+                rec.cached_prompt_tokens = cached
+        if (
+            rec.cached_prompt_tokens is not None
+            and rec.prompt_tokens is not None
+            and rec.cached_prompt_tokens > rec.prompt_tokens
+        ):
+            self._distrust(
+                f"cached_tokens {rec.cached_prompt_tokens} exceed prompt_tokens {rec.prompt_tokens}"
+            )
+            return NO_TOKENS
+        return chunk_tokens
 
 
 async def _read_with_arrivals(
@@ -195,6 +291,35 @@ async def _read_with_arrivals(
         state.feed(part, first, rest, first_exact)
         if rec.saw_done:
             break
+
+
+async def _head_of_body(response: httpx.Response) -> str:
+    """The first few hundred characters of a body that is not a stream, for the error."""
+    raw = b""
+    async for part in response.aiter_raw():
+        raw += part
+        if len(raw) >= 4 * ERROR_SNIPPET_CHARS:
+            break
+    return _snippet(raw.decode("utf-8", errors="replace"))
+
+
+def _content_coding(response: httpx.Response) -> str | None:
+    """The response's content coding when it is not identity (``None``: the bytes are the
+    body). Asked for identity (connections.py), a server may still compress; such bytes
+    cannot be parsed as they arrive, and a compressor's buffering moves their arrival."""
+    coding = response.headers.get("content-encoding", "").strip().lower()
+    return None if coding in ("", "identity") else coding[:40]
+
+
+def _malformed_http(exc: httpx.RemoteProtocolError) -> str | None:
+    """What was wrong with a response httpcore could not parse (``None``: the peer only
+    closed the connection, a cut rather than a malformed answer)."""
+    text = str(exc)
+    if any(k in text for k in _DISCONNECTED):
+        return None
+    if "Receive buffer too long" in text:
+        return "the response head is larger than 100 KiB"
+    return _snippet(text)[:200] or type(exc).__name__
 
 
 def classify(rec: RequestRecord) -> Status:
@@ -280,13 +405,13 @@ async def stream_request(
             try:
                 rec.headers_ns = perf() - anchor_perf_ns
                 rec.http_status = response.status_code
+                coding = _content_coding(response)
                 if response.status_code >= 300:
-                    raw = b""
-                    async for part in response.aiter_raw():
-                        raw += part
-                        if len(raw) >= 4 * ERROR_SNIPPET_CHARS:
-                            break
-                    text = _snippet(raw.decode("utf-8", errors="replace"))
+                    text = (
+                        f"({coding}-encoded body, not shown)"
+                        if coding is not None
+                        else await _head_of_body(response)
+                    )
                     if response.status_code in (429, 503):
                         rec.status = Status.REJECTED
                         rec.retry_after = response.headers.get("retry-after")
@@ -294,6 +419,19 @@ async def stream_request(
                         rec.status = Status.SERVER_ERROR
                     rec.error = f"HTTP {response.status_code}: {text}"
                     return rec
+                if coding is not None:
+                    raise SSEProtocolError(
+                        f"the stream came Content-Encoding: {coding} although identity was "
+                        "asked for (a compressing proxy?): its arrival times would be the "
+                        "compressor's, not the server's"
+                    )
+                media = response.headers.get("content-type", "").partition(";")[0]
+                media = media.strip().lower()
+                if media and media != "text/event-stream":
+                    raise SSEProtocolError(
+                        f"HTTP {response.status_code} answered {media[:60]!r}, not an event "
+                        f"stream: {await _head_of_body(response)}"
+                    )
                 arrivals = for_running_loop()
                 fd = socket_fd(response) if arrivals is not None else None
                 if arrivals is None or fd is None:
@@ -307,14 +445,25 @@ async def stream_request(
                 state.close(perf())
             finally:
                 await response.aclose()
+        state.finalize()  # before the verdict: an impossible count must not judge the stream
         rec.status = classify(rec)
+        verdict: str | None = None
         if rec.status is Status.SHORT:
-            rec.error = (
+            verdict = (
                 f"delivered {rec.completion_tokens} of {rec.required_tokens} required tokens "
                 f"(finish_reason={rec.finish_reason})"
             )
+        elif rec.status is Status.TRUNCATED and parser.foreign_lines and not rec.n_chunks:
+            # nothing of an event stream arrived, only other text: an HTML page, a JSON reply
+            rec.status = Status.PROTOCOL_ERROR
+            verdict = (
+                f"the body is not an event stream ({parser.foreign_lines} line(s) that are "
+                "no SSE field)"
+            )
         elif rec.status is Status.TRUNCATED:
-            rec.error = "stream ended without [DONE] or finish_reason"
+            verdict = "stream ended without [DONE] or finish_reason"
+        if verdict is not None:
+            rec.error = verdict if rec.error is None else f"{verdict}; {rec.error}"
     except _InBandError as exc:
         rec.status = Status.SERVER_ERROR
         rec.error = f"in-band error: {exc}"
@@ -326,9 +475,16 @@ async def stream_request(
         kind = type(exc).__name__
         rec.error = f"{kind} after {(perf() - anchor_perf_ns - (rec.sent_ns or 0)) / 1e9:.1f} s"
     except (httpx.RemoteProtocolError, httpx.ReadError) as exc:
-        # connection cut mid-stream: keep what arrived
-        rec.status = Status.TRUNCATED
-        rec.error = f"connection lost: {type(exc).__name__}"
+        malformed = _malformed_http(exc) if isinstance(exc, httpx.RemoteProtocolError) else None
+        if malformed is not None:
+            # the server answered, with something that is not HTTP (an oversized head, a
+            # broken chunk): a protocol error, never "stopped answering"
+            rec.status = Status.PROTOCOL_ERROR
+            rec.error = f"malformed HTTP response: {malformed}"
+        else:
+            # connection cut mid-stream: keep what arrived
+            rec.status = Status.TRUNCATED
+            rec.error = f"connection lost: {type(exc).__name__}"
     except httpx.HTTPError as exc:
         rec.status = Status.SERVER_ERROR
         rec.error = f"{type(exc).__name__}: {_snippet(str(exc))}"

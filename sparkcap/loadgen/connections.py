@@ -30,6 +30,13 @@ def tls_verify(deployment: Deployment) -> ssl.SSLContext:
     return httpx.create_ssl_context()
 
 
+# httpx asks for gzip/deflate but the stream is read raw (every read is stamped before it is
+# parsed): compression is refused up front, on every request sparkcap makes. A server or proxy
+# that compresses anyway is a protocol error (client.py), because a compressor also buffers,
+# and its output's arrival times are no longer the server's token times.
+IDENTITY_ENCODING = {"Accept-Encoding": "identity"}
+
+
 def make_client(
     deployment: Deployment,
     max_streams: int,
@@ -39,6 +46,7 @@ def make_client(
     t = deployment.timeouts
     limit = max_connections if max_connections is not None else max_streams + 4
     return httpx.AsyncClient(
+        headers=IDENTITY_ENCODING,
         timeout=httpx.Timeout(connect=t.connect_s, read=t.read_idle_s, write=30.0, pool=30.0),
         limits=httpx.Limits(
             max_connections=limit,

@@ -27,7 +27,7 @@ from sparkcap.config import (
 )
 from sparkcap.loadgen.client import stream_request
 from sparkcap.loadgen.connections import make_client
-from sparkcap.loadgen.records import RequestRecord, WaveRecord
+from sparkcap.loadgen.records import MAX_COUNT, RequestRecord, WaveRecord
 from sparkcap.loadgen.sweep import request_headers
 from sparkcap.loadgen.wave import LoopMonitor, build_body
 from sparkcap.loadgen.workloads import StreamSpec, build_streams
@@ -67,14 +67,10 @@ WORDS = [
 CHARS_PER_TOKEN_GUESS = 4
 
 
-def _base_url(dep: Deployment) -> str:
-    base = str(dep.endpoint).rstrip("/")
-    return base[: -len("/v1")] if base.endswith("/v1") else base
-
-
 async def count_tokens(client: httpx.AsyncClient, dep: Deployment, text: str) -> int | None:
-    """The server's token count for ``text``, or ``None`` if it offers no tokenizer."""
-    url = _base_url(dep) + "/tokenize"
+    """The server's token count for ``text``, or ``None`` if it offers no tokenizer (or
+    answers with something that is no count)."""
+    url = dep.server_url("tokenize")
     for body in ({"content": text}, {"model": dep.model, "prompt": text}):
         try:
             r = await client.post(url, json=body, headers=request_headers(dep))
@@ -84,10 +80,13 @@ async def count_tokens(client: httpx.AsyncClient, dep: Deployment, text: str) ->
             continue
         try:
             data = r.json()
-        except ValueError:
+        except (ValueError, RecursionError):
             return None
-        if isinstance(data.get("count"), int):
-            return int(data["count"])
+        if not isinstance(data, dict):
+            return None
+        count = data.get("count")
+        if type(count) is int and 0 <= count <= MAX_COUNT:
+            return count
         if isinstance(data.get("tokens"), list):
             return len(data["tokens"])
     return None

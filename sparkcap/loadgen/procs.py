@@ -133,8 +133,8 @@ class ClientPool:
     def __init__(
         self, deployment: Deployment, n_processes: int, min_streams_per_process: int = 16
     ) -> None:
-        if n_processes < 2:
-            raise ValueError("a pool needs at least two processes (one runs in-process)")
+        if n_processes < 1:
+            raise ValueError("a pool needs at least one process")
         self.deployment = deployment
         self.n_processes = n_processes
         self.min_streams_per_process = min_streams_per_process

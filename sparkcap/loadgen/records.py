@@ -27,9 +27,14 @@ class CountSource(StrEnum):
     USAGE = "usage"
     CONTINUOUS_USAGE = "continuous_usage"
     NONE = "none"
+    # the server's usage held an impossible value (``error`` says which): none of its counts
+    # is kept, and the stream is judged as one without a count
+    INVALID_USAGE = "invalid_usage"
 
 
 NO_TOKENS = -1  # sentinel in ChunkColumns.n_tokens for "server gave no per-chunk count"
+# the token columns of the raw warehouse are int32: no count a server sends may exceed this
+MAX_COUNT = (1 << 31) - 1
 
 
 @dataclass(slots=True)
@@ -84,6 +89,21 @@ class RequestRecord:
     @property
     def n_chunks(self) -> int:
         return len(self.chunks)
+
+
+def stored_counts(rec: RequestRecord) -> tuple[int | None, int | None, int | None, str, str | None]:
+    """(completion, prompt, cached, count_source, error) as the int32 columns may hold them.
+
+    The stream's own parser already refuses impossible counts (client.py); a record made any
+    other way (a probe, a test, an older spool) is checked again where it is stored, because
+    Arrow refuses an out-of-range value (the whole wave is lost) and numpy wraps it.
+    """
+    values = (rec.completion_tokens, rec.prompt_tokens, rec.cached_prompt_tokens)
+    if all(v is None or (type(v) is int and 0 <= v <= MAX_COUNT) for v in values):
+        return (*values, str(rec.count_source), rec.error)
+    why = "usage ignored: a count outside 0..2^31-1"
+    error = why if rec.error is None else f"{rec.error}; {why}"
+    return None, None, None, CountSource.INVALID_USAGE.value, error
 
 
 @dataclass(slots=True)

@@ -26,7 +26,14 @@ class SSEEvent:
     event: str = "message"
 
 
+_KNOWN_FIELDS = (b"data", b"event", b"id", b"retry")
+
+
 class SSEParser:
+    """``foreign_lines`` counts lines no event stream has (unknown fields, an unterminated
+    last line that is not one): an HTML page or a JSON body read as a stream is nothing but
+    those, which tells it from an event stream that was merely cut."""
+
     __slots__ = (
         "_buf",
         "_data_bytes",
@@ -35,6 +42,7 @@ class SSEParser:
         "_max_event",
         "_max_line",
         "_skip_lf",
+        "foreign_lines",
     )
 
     def __init__(
@@ -49,6 +57,7 @@ class SSEParser:
         self._skip_lf = False
         self._max_line = max_line_bytes
         self._max_event = max_event_bytes
+        self.foreign_lines = 0
 
     def feed(self, chunk: bytes) -> list[SSEEvent]:
         """Consume bytes; return the events they completed, in order."""
@@ -93,7 +102,10 @@ class SSEParser:
         Some servers omit the final blank line after ``data: [DONE]``; dropping that event would
         turn a finished stream into a truncated one. An unterminated last line is discarded.
         """
+        rest = bytes(self._buf)
         self._buf.clear()
+        if rest and rest[:1] != b":" and rest.partition(b":")[0] not in _KNOWN_FIELDS:
+            self.foreign_lines += 1
         if self._data_lines:
             return [self._dispatch()]
         return []
@@ -121,6 +133,8 @@ class SSEParser:
             self._data_lines.append(value)
         elif field == b"event":
             self._event_type = value
+        elif field != b"id" and field != b"retry":
+            self.foreign_lines += 1
         # id / retry / unknown fields carry nothing sparkcap measures
         return None
 

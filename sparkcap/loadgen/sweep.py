@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from sparkcap.config import Deployment, SweepPlan
+from sparkcap.config import Deployment, MissingSecret, SweepPlan, header_problem
 from sparkcap.loadgen.connections import StreamClients
 from sparkcap.loadgen.procs import ClientPool, available_cores
 from sparkcap.loadgen.records import Status, WaveRecord
@@ -129,15 +129,38 @@ def plan_waves(plan: SweepPlan) -> list[WavePlanItem]:
 
 
 def request_headers(deployment: Deployment) -> dict[str, str]:
+    """Every header a request to ``deployment`` carries, secrets read from the environment now.
+
+    A header whose variable is unset raises :class:`MissingSecret` rather than being left
+    out: a request without it measures a server that refuses it (or answers someone else).
+    Credentials from the endpoint URL become Basic auth and, as when httpx took them from the
+    URL itself, replace an API key.
+    """
     headers = {"Accept": "text/event-stream"}
     headers |= {k: v.get_secret_value() for k, v in deployment.headers.items()}
     for name, env_var in deployment.header_env.items():
         value = read_secret(env_var)
-        if value is not None:
-            headers[name] = value.get_secret_value()
+        if value is None:
+            raise MissingSecret(
+                f"{deployment.name}: header {name!r} is to come from ${env_var}, which is not set"
+            )
+        if header_problem(name, value.get_secret_value()) is not None:
+            raise MissingSecret(
+                f"{deployment.name}: ${env_var} (header {name!r}) holds what no HTTP header can "
+                "carry: printable ASCII only, no line breaks (the value is not shown)"
+            )
+        headers[name] = value.get_secret_value()
     key = read_secret(deployment.api_key_env)
     if key is not None:
+        if header_problem("Authorization", key.get_secret_value()) is not None:
+            raise MissingSecret(
+                f"{deployment.name}: ${deployment.api_key_env} holds what no HTTP header can "
+                "carry: printable ASCII only, no line breaks (the value is not shown)"
+            )
         headers["Authorization"] = f"Bearer {key.get_secret_value()}"
+    basic = deployment.basic_auth_header()
+    if basic is not None:
+        headers["Authorization"] = basic
     return headers
 
 
@@ -293,10 +316,10 @@ async def run_sweep(
 ) -> list[WaveRecord]:
     """Sweep the plan's levels as a grid, or search them when the plan says so (then
     ``judge`` decides each level; see loadgen/search.py)."""
-    n_procs = plan.client_processes or available_cores()
+    n_procs = client_process_count(plan)
     client_cm: contextlib.AbstractAsyncContextManager[StreamClients | ClientPool] = (
         ClientPool(deployment, n_procs, plan.min_streams_per_process)
-        if n_procs > 1
+        if n_procs > 0
         else StreamClients(deployment)
     )
     async with client_cm as client:
@@ -322,6 +345,20 @@ async def run_sweep(
             for item in plan_waves(plan):
                 await runner.measure(item)
     return runner.waves
+
+
+def client_process_count(plan: SweepPlan) -> int:
+    """Worker processes a sweep starts (0: every stream runs on the sweep's own loop).
+
+    Only as many as its largest wave can use: a wave is dealt over at most one process per
+    ``min_streams_per_process`` streams (procs.py), so more would be interpreters that start,
+    hold connections and never run a stream.
+    """
+    wanted = plan.client_processes or available_cores()
+    if wanted <= 1:
+        return 0
+    largest = plan.search.max_level if plan.search is not None else max(plan.levels)
+    return max(1, min(wanted, largest // plan.min_streams_per_process))
 
 
 def planned_wave_count(plan: SweepPlan) -> int:

@@ -150,7 +150,7 @@ def build_body(
 def required_tokens_for(spec: StreamSpec, extra_body: dict[str, Any]) -> int:
     """A stream must deliver the requested length; ``min_tokens`` may lower that bar."""
     mt = extra_body.get("min_tokens")
-    if isinstance(mt, int) and 0 < mt < spec.max_tokens:
+    if type(mt) is int and 0 < mt < spec.max_tokens:  # not ``true``
         return mt
     return spec.max_tokens
 
