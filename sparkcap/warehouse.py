@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from sparkcap import __version__
-from sparkcap.config import Deployment
-from sparkcap.loadgen.records import NO_TOKENS, WaveRecord
+from sparkcap.config import Deployment, url_without_credentials
+from sparkcap.loadgen.records import MAX_COUNT, WaveRecord, stored_counts
 from sparkcap.schema import RAW_TABLES, SCHEMA_SQL, columns, raw_table
 from sparkcap.settings import get_settings
 
@@ -182,8 +182,12 @@ def record_run_end(
 
 def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
     """Arrow tables for one wave: ``waves`` (one row), ``requests``, ``chunks``,
-    ``client_processes``."""
+    ``client_processes``.
+
+    Nothing a server sent may wrap or raise here: token counts are checked again against
+    the int32 columns (``stored_counts``) and an endpoint never carries its credentials."""
     reqs = wave.requests
+    stored = [stored_counts(r) for r in reqs]
     waves = raw_table(
         "waves",
         {
@@ -191,7 +195,7 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "run_id": [wave.run_id],
             "deployment": [wave.deployment],
             "model": [wave.model],
-            "endpoint": [wave.endpoint],
+            "endpoint": [url_without_credentials(wave.endpoint)],
             "workload": [wave.workload],
             "concurrency": [wave.concurrency],
             "trial": [wave.trial],
@@ -229,14 +233,14 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "last_token_ns": [r.last_token_ns for r in reqs],
             "end_ns": [r.end_ns for r in reqs],
             "headers_ns": [r.headers_ns for r in reqs],
-            "completion_tokens": [r.completion_tokens for r in reqs],
-            "prompt_tokens": [r.prompt_tokens for r in reqs],
-            "cached_prompt_tokens": [r.cached_prompt_tokens for r in reqs],
-            "count_source": [str(r.count_source) for r in reqs],
+            "completion_tokens": [c[0] for c in stored],
+            "prompt_tokens": [c[1] for c in stored],
+            "cached_prompt_tokens": [c[2] for c in stored],
+            "count_source": [c[3] for c in stored],
             "finish_reason": [r.finish_reason for r in reqs],
             "status": [str(r.status) for r in reqs],
             "http_status": [r.http_status for r in reqs],
-            "error": [r.error for r in reqs],
+            "error": [c[4] for c in stored],
             "retry_after": [r.retry_after for r in reqs],
             "saw_done": [r.saw_done for r in reqs],
             "n_chunks": [r.n_chunks for r in reqs],
@@ -317,14 +321,18 @@ def chunk_table(
     n_tokens: np.ndarray,
     n_chars: np.ndarray,
 ) -> pa.Table:
-    """Chunk rows as Arrow columns; request ids dictionary-encoded so they cost an int each."""
+    """Chunk rows as Arrow columns; request ids dictionary-encoded so they cost an int each.
+
+    A per-chunk count outside the int32 column (``NO_TOKENS``, or anything a server's
+    counters could make) is NULL, never wrapped by the cast."""
+    unknown = (n_tokens < 0) | (n_tokens > MAX_COUNT)
     return raw_table(
         "chunks",
         {
             "request_id": pa.DictionaryArray.from_arrays(pa.array(request_index), request_ids),
             "seq": pa.array(seq.astype(np.int32)),
             "t_ns": pa.array(t_ns),
-            "n_tokens": pa.array(n_tokens.astype(np.int32), mask=n_tokens == NO_TOKENS),
+            "n_tokens": pa.array(np.where(unknown, 0, n_tokens).astype(np.int32), mask=unknown),
             "n_chars": pa.array(n_chars.astype(np.int32)),
         },
     )
