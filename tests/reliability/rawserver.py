@@ -9,11 +9,20 @@ import threading
 from collections.abc import Callable, Iterable
 
 Script = Callable[[int], Iterable[bytes | float]]  # request ordinal -> pieces / pauses
+Head = Callable[[int], bytes]  # request ordinal -> the response's status line and headers
+
+DEFAULT_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
 
 
 class RawServer:
-    def __init__(self, script: Script) -> None:
+    """``head`` (optional) replaces the streaming answer's status line and headers, e.g. to
+    send a gzip encoding, another content type or an oversized head. ``heads`` keeps every
+    request's head as received (request line and headers), the models probe's too."""
+
+    def __init__(self, script: Script, head: Head | None = None) -> None:
         self.script = script
+        self.head = head
+        self.heads: list[bytes] = []
         self.loop = asyncio.new_event_loop()
         self.ordinal = 0
         self.sock = socket.socket()
@@ -32,6 +41,7 @@ class RawServer:
             self._tasks.add(task)
         try:
             head = await reader.readuntil(b"\r\n\r\n")
+            self.heads.append(head)
             length = 0
             for line in head.split(b"\r\n"):
                 if line.lower().startswith(b"content-length:"):
@@ -47,9 +57,7 @@ class RawServer:
                 writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
                 await writer.drain()
                 return
-            writer.write(
-                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
-            )
+            writer.write(self.head(ordinal) if self.head is not None else DEFAULT_HEAD)
             for piece in self.script(ordinal):
                 if isinstance(piece, float):
                     await asyncio.sleep(piece)

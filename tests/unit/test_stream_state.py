@@ -179,3 +179,52 @@ def test_anything_after_done_is_ignored() -> None:
         ]
     )
     assert r.n_chunks == 1 and r.status is Status.OK
+
+
+@pytest.mark.parametrize(
+    ("usage", "why"),
+    [
+        ({"prompt_tokens": 40, "completion_tokens": True}, "completion_tokens true"),
+        ({"prompt_tokens": 40, "completion_tokens": 2**31}, "completion_tokens 2147483648"),
+        ({"prompt_tokens": 40, "completion_tokens": -1}, "completion_tokens -1"),
+        ({"prompt_tokens": 2.5, "completion_tokens": 5}, "prompt_tokens 2.5"),
+        (
+            {
+                "prompt_tokens": 4,
+                "completion_tokens": 5,
+                "prompt_tokens_details": {"cached_tokens": 8},
+            },
+            "cached_tokens 8 exceed prompt_tokens 4",
+        ),
+    ],
+)
+def test_a_count_that_cannot_be_true_discards_the_streams_usage(
+    usage: dict[str, object], why: str
+) -> None:
+    """Judged as a stream without a count: ``ok`` (never ``short`` by an absurd count), every
+    count NULL, ``invalid_usage`` and the reason."""
+    r = run(
+        [
+            (chunk("abc"), 2),
+            (chunk("de", finish="length"), 3),
+            (sse({"choices": [], "usage": usage}), 4),
+            (b"data: [DONE]\n\n", 5),
+        ]
+    )
+    assert (r.completion_tokens, r.prompt_tokens, r.cached_prompt_tokens) == (None, None, None)
+    assert r.count_source is CountSource.INVALID_USAGE
+    assert r.status is Status.OK and why in (r.error or "")
+
+
+def test_continuous_counts_that_go_down_are_not_stored_as_negatives() -> None:
+    r = run(
+        [
+            (chunk("abc", usage={"completion_tokens": 3}), 2),
+            (chunk("de", usage={"completion_tokens": 1}), 3),
+            (chunk("f", finish="length", usage={"completion_tokens": 6}), 4),
+            (b"data: [DONE]\n\n", 5),
+        ]
+    )
+    assert list(r.chunks.n_tokens) == [NO_TOKENS, NO_TOKENS, NO_TOKENS]
+    assert r.completion_tokens is None and r.count_source is CountSource.INVALID_USAGE
+    assert "went down from 3 to 1" in (r.error or "")

@@ -1,0 +1,552 @@
+"""Hostile servers and inputs on the capture side cost one stream, never a wave or a night
+(issue 23: absurd usage, compression, URL credentials and query strings, malformed answers,
+bad config values). Every server here is a raw socket on 127.0.0.1 (``rawserver.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import json
+import logging
+import os
+import subprocess
+import sys
+from array import array
+from pathlib import Path
+
+import duckdb
+import pytest
+import yaml
+
+from sparkcap.config import SweepPlan, SweepRequest
+from sparkcap.loadgen.records import RequestRecord, WaveRecord
+from tests.integration.helpers import dep
+from tests.reliability.rawserver import RawServer, vllm_stream
+
+pytestmark = [pytest.mark.reliability, pytest.mark.integration]
+
+TOKENS = [f"tok{i} " for i in range(4)]
+DEAD = "http://127.0.0.1:9/v1"
+
+
+def ev(obj: object) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+def stream_with_usage(usage: dict[str, object], per_chunk: list[object] | None = None) -> bytes:
+    """A well-formed stream of ``TOKENS`` whose final usage object is ``usage``; with
+    ``per_chunk``, each content chunk carries ``completion_tokens`` from it (continuous)."""
+    out = [ev({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})]
+    for i, t in enumerate(TOKENS):
+        obj: dict[str, object] = {"choices": [{"index": 0, "delta": {"content": t}}]}
+        if per_chunk is not None:
+            obj["usage"] = {"prompt_tokens": 9, "completion_tokens": per_chunk[i]}
+        out.append(ev(obj))
+    out.append(ev({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}))
+    out.append(ev({"choices": [], "usage": usage}))
+    out.append(b"data: [DONE]\n\n")
+    return b"".join(out)
+
+
+def staged_requests(db: Path) -> list[tuple[object, ...]]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(
+            "select status, completion_tokens, prompt_tokens, cached_prompt_tokens, "
+            "count_source, error from raw.requests order by request_id"
+        ).fetchall()
+
+
+def capture(
+    endpoint: str, levels: tuple[int, ...], client_processes: int = 1, **dep_kw: object
+) -> list[WaveRecord]:
+    """The sweep's waves against ``endpoint``, in memory (no preflight, nothing staged)."""
+    from sparkcap.loadgen.sweep import new_run_id, run_sweep
+
+    plan = SweepPlan(
+        levels=levels,
+        trials=1,
+        warmup=False,
+        max_tokens=8,
+        max_remeasures=0,
+        client_processes=client_processes,
+    )
+    return asyncio.run(run_sweep(dep(endpoint, "m", **dep_kw), "code", plan, new_run_id()))
+
+
+def header_map(head: bytes) -> dict[bytes, bytes]:
+    lines = head.split(b"\r\n")[1:]
+    return {k.strip().lower(): v.strip() for k, _, v in (x.partition(b":") for x in lines if x)}
+
+
+def run_one_wave(endpoint: str, db: Path, streams: int, **dep_kw: object) -> object:
+    """One staged wave of ``streams`` streams, in this process (preflight included)."""
+    from sparkcap.runner import run_sweeps
+
+    plan = SweepPlan(
+        levels=(streams,),
+        trials=1,
+        warmup=False,
+        max_tokens=4,
+        max_remeasures=0,
+        client_processes=1,
+    )
+    req = SweepRequest(deployment=dep(endpoint, "m", **dep_kw), workload="code", plan=plan)
+    return asyncio.run(run_sweeps([req], db))
+
+
+# -- item 1: a count the server gives is checked like any other server output -------------
+
+ABSURD_USAGE = {
+    "completion 2^31": ({"prompt_tokens": 9, "completion_tokens": 2**31}, None),
+    "completion true": ({"prompt_tokens": 9, "completion_tokens": True}, None),
+    "completion float": ({"prompt_tokens": 9, "completion_tokens": 4.0}, None),
+    "completion text": ({"prompt_tokens": 9, "completion_tokens": "4"}, None),
+    "prompt 2^31": ({"prompt_tokens": 2**31, "completion_tokens": 4}, None),
+    "prompt true": ({"prompt_tokens": True, "completion_tokens": 4}, None),
+    "cached 2^31": (
+        {
+            "prompt_tokens": 9,
+            "completion_tokens": 4,
+            "prompt_tokens_details": {"cached_tokens": 2**31},
+        },
+        None,
+    ),
+    "cached above prompt": (
+        {
+            "prompt_tokens": 9,
+            "completion_tokens": 4,
+            "prompt_tokens_details": {"cached_tokens": 10},
+        },
+        None,
+    ),
+    "continuous goes down": ({"prompt_tokens": 9, "completion_tokens": 4}, [1, 3, 2, 4]),
+    "zero for text": ({"prompt_tokens": 9, "completion_tokens": 0}, None),
+}
+
+
+def test_absurd_usage_counts_are_stored_as_null_with_the_reason(tmp_path: Path) -> None:
+    """One wave, one stream per kind of impossible usage: every wave is staged (today 2^31 or
+    ``true`` raise in Arrow and the wave is lost), each stream's counts are NULL with
+    ``count_source = 'invalid_usage'`` and the reason in ``error``, and nothing is wrapped
+    (per-chunk counts that went down are NULL, not negative)."""
+    bodies = [stream_with_usage(u, per_chunk) for u, per_chunk in ABSURD_USAGE.values()]
+    db = tmp_path / "absurd.duckdb"
+    with RawServer(lambda o: [bodies[(o - 1) % len(bodies)]]) as srv:  # 0: the models probe
+        result = run_one_wave(srv.endpoint, db, len(bodies), continuous_usage=True)
+    assert result.status == "complete", result.reason  # type: ignore[attr-defined]
+    rows = staged_requests(db)
+    assert len(rows) == len(bodies)
+    for status, completion, prompt, cached, source, error in rows:
+        assert status == "ok"
+        assert (completion, prompt, cached, source) == (None, None, None, "invalid_usage")
+        assert "usage ignored" in error
+    reasons = " | ".join(str(r[5]) for r in rows)
+    for needle in (
+        "completion_tokens 2147483648 is not a token count",
+        "completion_tokens true",
+        "completion_tokens 4.0",
+        'completion_tokens "4"',
+        "prompt_tokens 2147483648",
+        "prompt_tokens true",
+        "cached_tokens 2147483648",
+        "cached_tokens 10 exceed prompt_tokens 9",
+        "completion_tokens went down from 3 to 2",
+        "completion_tokens 0 for 4 chunk(s)",
+    ):
+        assert needle in reasons, (needle, reasons)
+    with duckdb.connect(str(db), read_only=True) as con:
+        (n_chunks, n_counted) = con.execute(
+            "select count(*), count(n_tokens) from raw.chunks"
+        ).fetchone() or (0, 0)
+    assert n_chunks == 4 * len(bodies) and n_counted == 0
+
+
+def test_staging_never_wraps_or_raises_on_a_count_a_server_sent() -> None:
+    """Defence in depth: a record whose counts never went through the stream parser (a probe,
+    an older spool) is checked again where it becomes Arrow columns."""
+    from sparkcap.warehouse import wave_tables
+
+    wave = WaveRecord("w", "r", "d", "m", "http://u:secret-pw@h/v1", "code", 1, 1, 0, 0)
+    rec = RequestRecord("w/s000", 0, "p", 4, 4, 0.0)
+    rec.completion_tokens, rec.prompt_tokens = 2**31, True  # type: ignore[assignment]
+    rec.chunks.t_ns, rec.chunks.n_chars = array("q", [1, 2, 3]), array("q", [1, 1, 1])
+    rec.chunks.n_tokens = array("q", [2**40, -5, 3])
+    wave.requests = [rec]
+    tables = wave_tables(wave)
+    row = tables["requests"].to_pylist()[0]
+    assert (row["completion_tokens"], row["prompt_tokens"], row["count_source"]) == (
+        None,
+        None,
+        "invalid_usage",
+    )
+    assert tables["chunks"].column("n_tokens").to_pylist() == [None, None, 3]
+    assert "secret-pw" not in tables["waves"].column("endpoint")[0].as_py()
+
+
+def test_token_lengths_beyond_the_int32_columns_are_refused_up_front(tmp_path: Path) -> None:
+    """``--max-tokens 3000000000`` and a fleet file's ``max_tokens`` are refused with one
+    line before anything is sent (today the CLI goes on to the server)."""
+    from sparkcap.fleet import FleetError, load_fleet
+
+    p = cli(
+        "sweep",
+        "--endpoint",
+        DEAD,
+        "--model",
+        "m",
+        "--workload",
+        "code",
+        "--max-tokens",
+        "3000000000",
+        "--db",
+        str(tmp_path / "x.duckdb"),
+    )
+    assert p.returncode != 0
+    assert_one_error_line(p, "max_tokens")
+    fleet = {
+        "name": "big",
+        "workloads": {"code": {"levels": [1], "max_tokens": 3_000_000_000}},
+        "deployments": [{"name": "d", "model": "m", "endpoint": DEAD}],
+    }
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(fleet))
+    with pytest.raises(FleetError, match="max_tokens"):
+        load_fleet(path)
+
+
+@pytest.mark.slow
+def test_a_fleet_night_with_absurd_usage_from_one_deployment_publishes_the_others(
+    tmp_path: Path,
+) -> None:
+    """A simulated deployment and one whose server reports ``completion_tokens`` 2^31 and
+    ``prompt_tokens: true`` on every stream: the night is swept, staged, built and reported;
+    the good deployment has its capacity, the absurd one's streams are stored with NULL
+    counts and the reason (today staging raises in Arrow and the night publishes nothing)."""
+    from sparkcap.sim.server import SimServer
+    from tests.integration.helpers import fast_profile
+
+    absurd = stream_with_usage({"prompt_tokens": True, "completion_tokens": 2**31})
+    # one 16-token stream per deployment, in a worker process: its stamps are the kernel's
+    # (an in-process loop's lag is a few per cent of so short a stream, spoiling the trial)
+    plan = {"levels": [1], "trials": 1, "max_tokens": 16, "warmup": False, "client_processes": 2}
+    db, reports = tmp_path / "n.duckdb", tmp_path / "reports"
+    with SimServer([fast_profile("m")]) as sim, RawServer(lambda o: [absurd]) as bad:
+        fleet = {
+            "name": "absurd",
+            "workloads": {"code": plan},
+            "deployments": [
+                {"name": "absurd", "model": "m", "endpoint": bad.endpoint},
+                {"name": "good", "model": "m", "endpoint": sim.endpoint},
+            ],
+        }
+        path = tmp_path / "absurd.yaml"
+        path.write_text(yaml.safe_dump(fleet))
+        p = cli(
+            "run",
+            "--fleet",
+            str(path),
+            "--db",
+            str(db),
+            "--reports",
+            str(reports),
+            "--no-prefect",
+            timeout=300,
+        )
+    assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    assert next(reports.glob("*/index.html")).exists(), p.stderr[-2000:]
+    # the absurd deployment's counts fail data quality (it claims to report usage): one line
+    assert p.stderr.strip().splitlines()[-1].startswith("error: "), p.stderr[-2000:]
+    with duckdb.connect(str(db), read_only=True) as con:
+        caps = con.execute(
+            "select deployment, capacity_streams from marts.fct_capacity where deployment = 'good'"
+        ).fetchall()
+        absurd_rows = con.execute(
+            "select r.completion_tokens, r.prompt_tokens, r.count_source, r.error "
+            "from raw.requests r join raw.waves w using (wave_id) where w.deployment = 'absurd'"
+        ).fetchall()
+    assert caps and caps[0][1] is not None and caps[0][1] >= 1, caps
+    assert absurd_rows
+    for completion, prompt, source, error in absurd_rows:
+        assert (completion, prompt, source) == (None, None, "invalid_usage")
+        assert "completion_tokens 2147483648 is not a token count" in error
+
+
+# -- item 2: compression ---------------------------------------------------------------
+
+
+def test_identity_is_asked_for_and_a_compressed_stream_is_a_protocol_error() -> None:
+    """Every request asks for ``Accept-Encoding: identity``; a server (or proxy) that gzips
+    anyway makes a protocol error that says so, not a `truncated` stream read as garbage."""
+    body = gzip.compress(vllm_stream(TOKENS))
+
+    def head(ordinal: int) -> bytes:
+        return (
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Encoding: gzip\r\n"
+            b"Connection: close\r\n\r\n"
+        )
+
+    with RawServer(lambda o: [body], head=head) as srv:
+        (w,) = capture(srv.endpoint, (2,))
+    assert len(srv.heads) == 2
+    assert all(header_map(h)[b"accept-encoding"] == b"identity" for h in srv.heads), srv.heads
+    for r in w.requests:
+        assert r.status.value == "protocol_error"
+        assert "Content-Encoding: gzip" in (r.error or "")
+
+
+# -- item 10: endpoint URLs ------------------------------------------------------------
+
+USER, PASSWORD = "canary-user", "canary-pw-51e8d2"
+
+
+def test_url_credentials_are_sent_but_stored_and_printed_nowhere(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``http://user:pw@host/v1?api-version=…``: the server gets Basic auth and the query
+    string on every request (the models probe and each stream: today the query is mangled
+    into the path); the credentials are in no byte of the DuckDB file or the spool, in no log
+    line at DEBUG, in no fleet dump and in no error line."""
+    from sparkcap.fleet import load_fleet
+    from sparkcap.runner import run_sweeps
+
+    basic = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    db = tmp_path / "creds.duckdb"
+    with RawServer(lambda o: [vllm_stream(TOKENS)]) as srv:
+        url = f"http://{USER}:{PASSWORD}@127.0.0.1:{srv.port}/v1?api-version=2024-06-01"
+        req = SweepRequest(
+            deployment=dep(url, "m"),
+            workload="code",
+            plan=SweepPlan(levels=(1,), trials=1, warmup=False, max_tokens=4, client_processes=1),
+        )
+        with caplog.at_level(logging.DEBUG):
+            result = asyncio.run(
+                run_sweeps([req], db, config={"sweeps": [req.model_dump(mode="json")]})
+            )
+    assert result.status == "complete"
+    # every request carries the credentials as Basic auth and asks for identity; the stream's
+    # URL keeps the query string (the models probe and /metrics build theirs in runner.py and
+    # metrics_scrape.py, from Deployment.models_url / server_url)
+    (post,) = [h for h in srv.heads if h.startswith(b"POST")]
+    assert post.split(b"\r\n")[0] == b"POST /v1/chat/completions?api-version=2024-06-01 HTTP/1.1"
+    assert len(srv.heads) >= 2  # the models probe too
+    for head in srv.heads:
+        assert header_map(head)[b"authorization"] == basic.encode()
+        assert header_map(head)[b"accept-encoding"] == b"identity"
+    stored = db.read_bytes() + b"".join(
+        f.read_bytes() for f in Path(os.environ["SPARKCAP_HOME"]).rglob("*") if f.is_file()
+    )
+    for secret in (PASSWORD, USER, basic.split()[1]):
+        assert secret.encode() not in stored
+        assert secret not in caplog.text
+    with duckdb.connect(str(db), read_only=True) as con:
+        (endpoint,) = con.execute("select endpoint from raw.waves").fetchone() or ("",)
+    assert endpoint == f"http://127.0.0.1:{srv.port}/v1?api-version=2024-06-01"
+    # a fleet file: dumped (raw.runs.config_json, Prefect) without them, resolved with them
+    path = tmp_path / "creds.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "c",
+                "workloads": {"code": {"levels": [1]}},
+                "deployments": [{"name": "d", "model": "m", "endpoint": url}],
+            }
+        )
+    )
+    fleet = load_fleet(path)
+    assert PASSWORD not in fleet.model_dump_json() and PASSWORD not in repr(fleet)
+    (swept,) = fleet.sweep_requests()
+    assert swept.deployment.basic_auth_header() == basic
+    # an error line names the endpoint without them
+    dead = f"http://{USER}:{PASSWORD}@127.0.0.1:9/v1"
+    p = cli(
+        "sweep",
+        "--endpoint",
+        dead,
+        "--model",
+        "m",
+        "--workload",
+        "code",
+        "--db",
+        str(tmp_path / "dead.duckdb"),
+    )
+    assert p.returncode != 0 and "127.0.0.1:9" in p.stderr
+    assert PASSWORD not in p.stderr + p.stdout and USER not in p.stderr + p.stdout
+
+
+def test_every_url_built_from_the_endpoint_keeps_its_query_string() -> None:
+    """Azure's ``?api-version=`` goes on every request, after the path (today it is mangled
+    into it: ``/v1?api-version=…/chat/completions``)."""
+    d = dep("https://u:p@example.org/openai/v1/?api-version=2024-06-01", "m")
+    q = "?api-version=2024-06-01"
+    assert d.chat_url == f"https://example.org/openai/v1/chat/completions{q}"
+    assert d.models_url == f"https://example.org/openai/v1/models{q}"
+    assert d.server_url("metrics") == f"https://example.org/openai/metrics{q}"
+    assert str(d.endpoint) == f"https://example.org/openai/v1/{q}"
+
+
+# -- item 12: malformed answers ----------------------------------------------------------
+
+
+def test_an_oversized_response_head_is_a_protocol_error_not_a_dead_server() -> None:
+    """A 200 whose head exceeds httpcore's limit was answered: each stream is a
+    protocol error with the reason, and the sweep is not stopped as "stopped answering"."""
+
+    def head(ordinal: int) -> bytes:
+        filler = b"".join(b"X-Filler-%d: %s\r\n" % (i, b"y" * 1000) for i in range(200))
+        return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n" + filler + b"\r\n"
+
+    with RawServer(lambda o: [vllm_stream(TOKENS)], head=head) as srv:
+        waves = capture(srv.endpoint, (1, 2))
+    assert len(waves) == 2  # the sweep went on
+    for r in (r for w in waves for r in w.requests):
+        assert r.status.value == "protocol_error"
+        assert "response head is larger than 100 KiB" in (r.error or "")
+
+
+HTML = b"<!doctype html><html><head><title>Login</title></head><body>Sign in</body></html>\n"
+JSON_REPLY = json.dumps(
+    {
+        "id": "x",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"content": "hi"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 9, "completion_tokens": 1},
+    }
+).encode()
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body", "needle"),
+    [
+        pytest.param(b"text/html; charset=utf-8", HTML, "'text/html', not an event", id="html"),
+        pytest.param(b"application/json", JSON_REPLY, "'application/json'", id="json"),
+        pytest.param(b"text/event-stream", JSON_REPLY, "not an event stream", id="json-as-sse"),
+    ],
+)
+def test_an_html_page_or_a_json_reply_is_a_protocol_error(
+    content_type: bytes, body: bytes, needle: str
+) -> None:
+    """A login page from a proxy, or a non-streamed JSON answer, is a protocol error with the
+    reason and the start of the body, never a `truncated` stream."""
+
+    def head(ordinal: int) -> bytes:
+        return (
+            b"HTTP/1.1 200 OK\r\nContent-Type: " + content_type + b"\r\nConnection: close\r\n\r\n"
+        )
+
+    with RawServer(lambda o: [body], head=head) as srv:
+        (w,) = capture(srv.endpoint, (1,))
+    (r,) = w.requests
+    assert r.status.value == "protocol_error", r.error
+    assert needle in (r.error or "")
+
+
+# -- item 12: bad config values -----------------------------------------------------------
+
+
+def test_an_infinite_timeout_is_refused(tmp_path: Path) -> None:
+    """``read_idle_s: 1e309`` (infinity) would switch the idle timeout off: refused, in a
+    fleet file with its line, and wherever a config is built."""
+    from pydantic import ValidationError
+
+    from sparkcap.config import Timeouts
+    from sparkcap.fleet import FleetError, load_fleet
+
+    with pytest.raises(ValidationError, match="finite"):
+        Timeouts(read_idle_s=float("1e309"))
+    path = tmp_path / "inf.yaml"
+    path.write_text(
+        "name: inf\nworkloads:\n  code:\n    levels: [1]\ndeployments:\n"
+        "  - name: d\n    model: m\n    endpoint: http://127.0.0.1:9/v1\n"
+        "    timeouts:\n      read_idle_s: 1e309\n"
+    )
+    with pytest.raises(FleetError, match="read_idle_s"):
+        load_fleet(path)
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "sparkcap.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={k: v for k, v in os.environ.items() if k != "SPARKCAP_UNSET_HEADER_VAR"},
+    )
+
+
+def assert_one_error_line(p: subprocess.CompletedProcess[str], needle: str) -> None:
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), p.stderr[-2000:]
+    assert needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        pytest.param(["--extra-body", '{"temperature": NaN}'], "nan", id="nan-extra-body"),
+        pytest.param(["--header", "x-api-key: caf\u00e9"], "printable ASCII", id="non-ascii"),
+        pytest.param(
+            ["--header", "x-api-key: env:SPARKCAP_UNSET_HEADER_VAR"],
+            "SPARKCAP_UNSET_HEADER_VAR, which is not set",
+            id="unset-header-var",
+        ),
+    ],
+)
+def test_bad_request_settings_give_one_error_line_before_anything_is_sent(
+    args: list[str], needle: str, tmp_path: Path
+) -> None:
+    """``NaN`` in ``--extra-body`` (sent as ``null`` today), a non-ASCII header value (a
+    traceback today) and a header whose variable is unset (dropped silently today) each end
+    with one ``error:`` line naming the problem, and no run is written."""
+    with RawServer(lambda o: [vllm_stream(TOKENS)]) as srv:
+        db = tmp_path / "x.duckdb"
+        p = cli(
+            "sweep",
+            "--endpoint",
+            srv.endpoint,
+            "--model",
+            "m",
+            "--workload",
+            "code",
+            "--levels",
+            "1",
+            "--trials",
+            "1",
+            "--no-warmup",
+            "--max-tokens",
+            "4",
+            "--client-processes",
+            "1",
+            "--db",
+            str(db),
+            *args,
+        )
+    assert p.returncode != 0
+    assert_one_error_line(p, needle)
+    assert "caf\u00e9" not in p.stderr  # a header value is never echoed
+    assert srv.heads == []  # nothing was sent
+    assert not db.exists()
+
+
+# -- item 12: processes ------------------------------------------------------------------
+
+
+def test_a_one_stream_sweep_starts_no_more_processes_than_it_can_use(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--client-processes 4`` for a sweep whose largest wave has one stream starts one
+    load-generating process (a wave is dealt over one process per 16 streams), not four."""
+    from sparkcap.loadgen import procs
+
+    started: list[list[str]] = []
+    real_popen = procs.subprocess.Popen
+
+    def counting_popen(args, **kw):  # type: ignore[no-untyped-def]
+        started.append(list(args))
+        return real_popen(args, **kw)
+
+    monkeypatch.setattr(procs.subprocess, "Popen", counting_popen)
+    with RawServer(lambda o: [vllm_stream(TOKENS)]) as srv:
+        (w,) = capture(srv.endpoint, (1,), client_processes=4)
+    assert [r.status.value for r in w.requests] == ["ok"]
+    assert len(started) == 1, started
