@@ -6,7 +6,6 @@ errors, 1 for everything else); secrets are never echoed.
 
 from __future__ import annotations
 
-import asyncio
 import csv
 import json
 import sys
@@ -30,6 +29,7 @@ from sparkcap.config import (
     WorkloadName,
     probe_options,
 )
+from sparkcap.progress import text_console
 from sparkcap.settings import get_settings
 
 app = typer.Typer(
@@ -38,7 +38,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Measure how many concurrent streams an LLM fleet sustains at an interactive rate.",
 )
-err = Console(stderr=True, soft_wrap=True)
+err = text_console(stderr=True, soft_wrap=True)
 
 
 def _print_version(value: bool) -> None:
@@ -59,11 +59,15 @@ def _root(
     """Measure how many concurrent streams an LLM fleet sustains at an interactive rate."""
 
 
-out = Console(width=None if sys.stdout.isatty() else 120, soft_wrap=not sys.stdout.isatty())
+out = text_console(width=None if sys.stdout.isatty() else 120, soft_wrap=not sys.stdout.isatty())
 
 
 class CLIError(Exception):
     """A user-facing failure: printed as one line, exit status 1."""
+
+
+class Interrupted(CLIError):
+    """Ctrl-C: one line saying what was kept, exit status 130 (the shell's 128 + SIGINT)."""
 
 
 def _db(db: Path | None) -> Path:
@@ -138,10 +142,10 @@ def search_plan(
 
 def run_with_progress(requests: list[SweepRequest], db: Path, **kwargs: Any) -> Any:
     from sparkcap.progress import NightProgress, planned_waves
-    from sparkcap.runner import run_sweeps
+    from sparkcap.runner import run_interruptibly, run_sweeps
 
     with NightProgress(planned_waves(requests)) as board:
-        return asyncio.run(run_sweeps(requests, db, progress=board, **kwargs))
+        return run_interruptibly(run_sweeps(requests, db, progress=board, **kwargs))
 
 
 OutputFormat = Literal["table", "csv", "json"]
@@ -171,6 +175,8 @@ CAPACITY_COLUMNS = (
     "search_high_streams",
     "n_straddling_levels",
     "sustain_result",
+    "is_measured",
+    "capacity_verdict",
 )
 
 
@@ -227,22 +233,9 @@ def print_levels(db: Path, run_id: str, fmt: OutputFormat = "table") -> None:
     for row in capacities:
         c = dict(zip(CAPACITY_COLUMNS, row, strict=True))
         t = float(c["threshold_tok_s"])  # DuckDB may hand back a DECIMAL: print 15, not 15.0
-        cap, first_failing = c["capacity_streams"], c["first_failing_level"]
-        if c["is_below_lowest_level"] or cap is None or cap == 0:
-            text = f"below {t:g} tok/s even at the lowest level"
-        elif c["is_lower_bound"]:
-            text = f"≥ {cap} streams (all tested levels pass)"
-        elif cap != c["level_capacity_streams"]:
-            text = f"{cap} stream" + ("s" if cap != 1 else "")
-        else:
-            text = f"{cap} stream" + ("s" if cap != 1 else "") + f" (fails at {first_failing})"
-        if c["method"] == "search":
-            text += f" · search; sustain wave: {c['sustain_result']}"
-            low, high = c["search_low_streams"], c["search_high_streams"]
-            if low is not None and high is not None and high > low:
-                text += f" · undecided between {low} and {high}"
         pair = f"{c['deployment']}/{c['workload']}"
-        out.print(f"capacity at {t:g} tok/s — {pair}: {text}", highlight=False)
+        # the mart words the verdict ("no valid measurement at level 1: …" is not "below")
+        out.print(f"capacity at {t:g} tok/s — {pair}: {c['capacity_verdict']}", highlight=False)
 
 
 def _print_machine_readable(
@@ -258,7 +251,7 @@ def _print_machine_readable(
         return
     by_pair = {(c["deployment"], c["workload"]): c for c in caps}
     w = csv.writer(sys.stdout)
-    extra = ("threshold_tok_s", "capacity_streams", "is_lower_bound")
+    extra = ("threshold_tok_s", "capacity_streams", "is_lower_bound", "capacity_verdict")
     w.writerow(["run_id", *LEVEL_COLUMNS, *extra])
     for row in lv:
         c = by_pair.get((row["deployment"], row["workload"]), {})
@@ -382,22 +375,59 @@ def sweep(
         ),
     )
     path = _db(db)
-    run_id = None
+    from sparkcap.loadgen.sweep import new_run_id
+
     if run is not None:
         from sparkcap.runner import open_run_for
 
         run_id = open_run_for(path, run, req.deployment.name, [req.workload])
-    result = run_with_progress([req], path, run_id=run_id)
-    say = out if fmt == "table" else err  # csv/json: only the data on stdout
-    say.print(f"run id: {result.run_id}", highlight=False)
+    else:
+        run_id = new_run_id()  # known before the sweep, so that a Ctrl-C can name it
     from sparkcap.build import build as dbt_build
+    from sparkcap.pipeline import unmeasured_pairs
 
-    dbt_build(path)  # incremental: the new run only; the marts are what the CLI prints
+    say = out if fmt == "table" else err  # csv/json: only the data on stdout
+    try:
+        result = run_with_progress([req], path, run_id=run_id)
+        say.print(f"run id: {result.run_id}", highlight=False)
+        dbt_build(path)  # incremental: the new run only; the marts are what the CLI prints
+    except KeyboardInterrupt:
+        raise Interrupted(interrupted_line(path, run_id)) from None
     print_levels(path, result.run_id, fmt)
     say.print(f"database: {path}", highlight=False)
     if result.status != "complete":
         err.print(f"error: run {result.run_id} is incomplete: {result.reason}", highlight=False)
         raise typer.Exit(1)
+    for dep_name, wl, verdict in unmeasured_pairs(path, result.run_id):
+        if (dep_name, wl) == (req.deployment.name, req.workload):
+            raise CLIError(f"run {result.run_id}: {dep_name}/{wl} measured nothing: {verdict}")
+
+
+def interrupted_line(db: Path, run_id: str) -> str:
+    """What a Ctrl-C leaves, for its one error line: the run as recorded and the waves staged
+    before it (kept; the wave in flight is no measurement), or that nothing was recorded."""
+    from sparkcap.warehouse import open_warehouse
+
+    try:
+        with open_warehouse(db, read_only=True) as con:
+            run = con.execute("select status from raw.runs where run_id = ?", [run_id]).fetchone()
+            waves = con.execute(
+                "select count(*) from raw.waves where run_id = ?", [run_id]
+            ).fetchone()
+    except Exception:  # a busy or missing file: say what is certain
+        return f"interrupted (Ctrl-C): run {run_id} stopped; the waves it staged are kept"
+    if run is None:
+        return "interrupted (Ctrl-C) before the run started; nothing was recorded"
+    n = int(waves[0]) if waves else 0
+    if run[0] == "complete":  # after the sweep: building or reporting was cut short
+        return (
+            f"interrupted (Ctrl-C) after the sweep: run {run_id} and its {n} wave(s) are "
+            "recorded (`sparkcap build`, then `sparkcap report`, finish it)"
+        )
+    return (
+        f"interrupted (Ctrl-C): run {run_id} is marked {run[0]}; its {n} staged wave(s) "
+        "are kept (`sparkcap build` builds them)"
+    )
 
 
 def _safe_name(model: str) -> str:
@@ -433,7 +463,7 @@ def probe(
 ) -> None:
     """Measure what long prefills and prompt caches do to responsiveness."""
     from sparkcap.progress import live_ttft_s
-    from sparkcap.runner import run_probe
+    from sparkcap.runner import run_interruptibly, run_probe
 
     try:
         extra = json.loads(extra_body) if extra_body else {}
@@ -470,7 +500,7 @@ def probe(
     }
     options = probe_options(name, **given[name])
     path = _db(db)
-    result = asyncio.run(run_probe(dep, options, path))
+    result = run_interruptibly(run_probe(dep, options, path))
     out.print(f"run id: {result.run_id}", highlight=False)
     for r in [r for w in result.waves[:1] for r in w.requests]:
         if r.role in ("background", "code", "prose"):
@@ -696,37 +726,40 @@ def run(
     result: dict[str, Any] | None = None
     state: Any = None
     board = night_progress.NightProgress(fl.planned_waves())
-    with board:
-        # the first line, at once: what runs, where it lands, where the report will be
-        board.line(
-            f"run id: {run_id} · fleet {fl.name} ({len(fl.deployments)} deployments, "
-            f"{'no Prefect' if no_prefect else 'Prefect flow'}"
-            f"{', distributed on pool ' + fl.distributed.pool if spread else ''}) · "
-            f"database {path} · report "
-            f"{reports_dir / run_id / 'index.html'}"
-        )
-        if no_prefect:
-            result = pipeline.run_pipeline(
-                fl, path, reports_dir, board, run_id=run_id, finish=finish is not None
+    try:
+        with board:
+            # the first line, at once: what runs, where it lands, where the report will be
+            board.line(
+                f"run id: {run_id} · fleet {fl.name} ({len(fl.deployments)} deployments, "
+                f"{'no Prefect' if no_prefect else 'Prefect flow'}"
+                f"{', distributed on pool ' + fl.distributed.pool if spread else ''}) · "
+                f"database {path} · report "
+                f"{reports_dir / run_id / 'index.html'}"
             )
-        else:
-            flow = load_nightly_flow()
-            night_progress.add_sink(board)
-            try:
-                state = flow(
-                    fleet=str(fleet),
-                    db=str(path),
-                    profile=profile,
-                    reports=str(reports_dir),
-                    run_id=run_id,
-                    search=search_opts,
-                    distributed=spread,
-                    finish=finish is not None,
-                    return_state=True,
+            if no_prefect:
+                result = pipeline.run_pipeline(
+                    fl, path, reports_dir, board, run_id=run_id, finish=finish is not None
                 )
-            finally:
-                night_progress.remove_sink(board)
-            result = state.result(raise_on_failure=False) if state.is_completed() else None
+            else:
+                flow = load_nightly_flow()
+                night_progress.add_sink(board)
+                try:
+                    state = flow(
+                        fleet=str(fleet),
+                        db=str(path),
+                        profile=profile,
+                        reports=str(reports_dir),
+                        run_id=run_id,
+                        search=search_opts,
+                        distributed=spread,
+                        finish=finish is not None,
+                        return_state=True,
+                    )
+                finally:
+                    night_progress.remove_sink(board)
+                result = state.result(raise_on_failure=False) if state.is_completed() else None
+    except KeyboardInterrupt:
+        raise Interrupted(interrupted_line(path, run_id)) from None
     if result is None:
         _print_after_failed_flow(path, reports_dir, state)
         raise typer.Exit(1)
@@ -1006,6 +1039,9 @@ def main(argv: list[str] | None = None) -> None:
     command = typer.main.get_command(app)
     try:
         rv = command.main(args=argv, prog_name="sparkcap", standalone_mode=False)
+        if rv == 130:  # typer turns a Ctrl-C no command caught into Exit(130), silently
+            err.print("error: interrupted (Ctrl-C)", highlight=False)
+            raise SystemExit(130)
         if isinstance(rv, int) and rv != 0:  # a command's Exit(n) comes back as a value
             raise SystemExit(rv)
     except typer.Exit as exc:
@@ -1026,6 +1062,9 @@ def main(argv: list[str] | None = None) -> None:
     except ValidationError as exc:
         err.print(f"error: {_validation_line(exc)}", highlight=False, soft_wrap=True)
         raise SystemExit(2) from None
+    except Interrupted as exc:
+        err.print(f"error: {exc}", highlight=False, soft_wrap=True)
+        raise SystemExit(130) from None
     except (
         ReportError,
         LookupError,

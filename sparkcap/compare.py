@@ -1,7 +1,8 @@
 """``sparkcap compare RUN_A RUN_B``: the study's before/after question in one command.
 
 Per deployment × workload × level: the change in median decode rate and aggregate
-throughput; per deployment × workload: the change in capacity; per deployment: the change in
+throughput; per deployment × workload: the change in capacity, beside each run's verdict (a
+run that measured nothing has no change to show); per deployment: the change in
 prefill throughput (from the prefill-interference probe) with link health beside it. Read
 from the marts, so both runs must have been built.
 """
@@ -32,7 +33,10 @@ CAPACITY_SQL = """
 select coalesce(a.deployment, b.deployment) as deployment,
        coalesce(a.workload, b.workload) as workload,
        a.capacity_streams as a_capacity, b.capacity_streams as b_capacity,
-       b.capacity_streams - a.capacity_streams as capacity_change
+       -- a run that measured nothing has no capacity to compare (its 0 is no measurement)
+       case when a.is_measured and b.is_measured
+            then b.capacity_streams - a.capacity_streams end as capacity_change,
+       a.capacity_verdict as a_verdict, b.capacity_verdict as b_verdict
 from (select * from marts.fct_capacity where run_id = $a) as a
 full join (select * from marts.fct_capacity where run_id = $b) as b using (deployment, workload)
 order by 1, 2

@@ -7,7 +7,6 @@ one step after another, so that exactly one process writes the DuckDB file at a 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Iterator
@@ -17,7 +16,7 @@ from typing import Any
 
 from sparkcap.config import SearchPlan
 from sparkcap.fleet import Fleet, load_fleet
-from sparkcap.runner import DEMO_PROFILE, ProgressFn, RunResult, run_fleet
+from sparkcap.runner import DEMO_PROFILE, ProgressFn, RunResult, run_fleet, run_interruptibly
 
 PROFILES: dict[str, dict[str, Any]] = {
     "full": {},
@@ -58,8 +57,9 @@ def sweep(
     run_id: str | None = None,
     endpoints: dict[str, str] | None = None,
 ) -> RunResult:
-    """Sweep the fleet; a deployment whose server died leaves the run ``incomplete``."""
-    return asyncio.run(
+    """Sweep the fleet; a deployment whose server died leaves the run ``incomplete``, and so
+    does a Ctrl-C, saying so."""
+    return run_interruptibly(
         run_fleet(fleet, db_path, progress=progress, run_id=run_id, endpoints=endpoints)
     )
 
@@ -69,7 +69,7 @@ def probes(
 ) -> list[str]:
     from sparkcap.runner import run_fleet_probes
 
-    return asyncio.run(run_fleet_probes(fleet, db_path, run_id, endpoints))
+    return run_interruptibly(run_fleet_probes(fleet, db_path, run_id, endpoints))
 
 
 def link_check(fleet: Fleet, db_path: Path, run_id: str) -> int:
@@ -129,8 +129,24 @@ def warehouse_limit_name(db_path: Path) -> str:
     return f"sparkcap-warehouse-{warehouse_key(db_path)}"
 
 
+def unmeasured_pairs(db_path: Path, run_id: str) -> list[tuple[str, str, str]]:
+    """Deployment × workloads swept without one valid measurement (every request refused,
+    every stream broken, every trial spoiled), with the mart's verdict: their capacity 0 is no
+    measurement, so a sweep or night that holds one has not done its job."""
+    from sparkcap.warehouse import open_warehouse
+
+    with open_warehouse(db_path, read_only=True) as con:
+        rows = con.execute(
+            "select deployment, workload, capacity_verdict from marts.fct_capacity "
+            "where run_id = ? and not is_measured order by deployment, workload",
+            [run_id],
+        ).fetchall()
+    return [(str(d), str(w), str(v)) for d, w, v in rows]
+
+
 def night_gaps(db_path: Path, run_id: str) -> list[str]:
-    """What the night could not measure, as the marts say it: ``deployment step: reason``."""
+    """What the night could not measure, as the marts say it: ``deployment step: reason``, and
+    ``deployment/workload: verdict`` for a sweep that measured nothing."""
     from sparkcap.warehouse import open_warehouse
 
     with open_warehouse(db_path, read_only=True) as con:
@@ -139,9 +155,11 @@ def night_gaps(db_path: Path, run_id: str) -> list[str]:
             "where run_id = ? and is_failed order by deployment, step",
             [run_id],
         ).fetchall()
-    return [
+    gaps = [
         f"{d or 'night'} {outcome}: {reason or 'no reason recorded'}" for d, outcome, reason in rows
     ]
+    gaps += [f"{d}/{w}: {v}" for d, w, v in unmeasured_pairs(db_path, run_id)]
+    return gaps
 
 
 def capacity_markdown(db_path: Path, run_id: str) -> str:
@@ -156,8 +174,8 @@ def capacity_markdown(db_path: Path, run_id: str) -> str:
         ).fetchall()
         rows = con.execute(
             "select deployment, workload, capacity_streams, capacity_interpolated, "
-            "first_failing_level, is_lower_bound, n_valid_trials from marts.fct_capacity "
-            "where run_id = ? order by deployment, workload",
+            "first_failing_level, is_lower_bound, n_valid_trials, capacity_verdict "
+            "from marts.fct_capacity where run_id = ? order by deployment, workload",
             [run_id],
         ).fetchall()
     lines = [f"# sparkcap run {run_id}", ""]
@@ -169,15 +187,21 @@ def capacity_markdown(db_path: Path, run_id: str) -> str:
     lines += [
         "",
         "| deployment | workload | capacity | interpolated | first failing | "
-        "lower bound | valid trials |",
-        "|---|---|---|---|---|---|---|",
+        "lower bound | valid trials | verdict |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for d, w, c, ci, ff, lb, n in rows:
+    for d, w, c, ci, ff, lb, n, verdict in rows:
         lines.append(
             f"| {d} | {w} | {c} | {ci} | {ff if ff is not None else '—'} | "
-            f"{'yes' if lb else 'no'} | {n} |"
+            f"{'yes' if lb else 'no'} | {n} | {_markdown_cell(verdict)} |"
         )
     return "\n".join(lines)
+
+
+def _markdown_cell(text: str) -> str:
+    """A verdict quotes recorded reasons: as a table cell a ``|`` or a line break in them must
+    not end the cell or the row."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
 class DataQualityFailed(RuntimeError):

@@ -22,7 +22,6 @@ from datetime import datetime
 from typing import Any, TextIO
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -37,6 +36,16 @@ from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
 
 ProgressFn = Callable[[WaveRecord, int, int], None]
 _sinks: list[ProgressFn] = []
+
+
+def text_console(**options: Any) -> Console:
+    """A Rich console that prints every string as text, never as markup: model ids, SQL cells,
+    file names and error messages come from users, files and servers, and a ``[/oops]`` or
+    ``[rank0]`` in them must neither raise nor vanish. Every console sparkcap prints through
+    is made here."""
+    return Console(markup=False, highlight=False, **options)
+
+
 _lock = threading.Lock()
 
 
@@ -127,7 +136,7 @@ class NightProgress:
         stream: TextIO | None = None,
         live: bool | None = None,
     ) -> None:
-        self.console = console or Console(stderr=True)
+        self.console = console or text_console(stderr=True)
         self.stream = stream
         self.live = self.console.is_terminal if live is None else live
         self.pairs: dict[tuple[str, str], _Pair] = {
@@ -138,7 +147,7 @@ class NightProgress:
     def __enter__(self) -> NightProgress:
         if self.live:
             self.progress = Progress(
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),
                 BarColumn(bar_width=12),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
@@ -175,7 +184,7 @@ class NightProgress:
             if pair.task is None:
                 pair.task = self.progress.add_task("", total=pair.planned)
             self.progress.update(
-                pair.task, completed=pair.done, total=pair.planned, description=escape(text)
+                pair.task, completed=pair.done, total=pair.planned, description=text
             )
         else:
             stamp = datetime.now().strftime("%H:%M:%S")

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import signal
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
@@ -34,6 +36,60 @@ from sparkcap.metrics_scrape import scrape_into
 from sparkcap.warehouse import WarehouseBusy, record_step_to, run_end_to, run_start_to
 
 ProgressFn = Callable[[WaveRecord, int, int], None]
+T = TypeVar("T")
+
+# set by run_interruptibly's SIGINT handler while a sweep runs: the CancelledError a Ctrl-C
+# becomes inside the sweep has no text of its own
+_interrupted_by: str | None = None
+CTRL_C = "Ctrl-C"
+
+
+def run_interruptibly(main: Coroutine[Any, Any, T]) -> T:
+    """``asyncio.run`` for a sweep or probe. The first Ctrl-C cancels it as ``asyncio.run``
+    would, but the run row then says it was interrupted by Ctrl-C (``stop_reason``), and it
+    ends in ``KeyboardInterrupt`` for the CLI to word; a second Ctrl-C stops at once. Off the
+    main thread signals never arrive, so there it is plain ``asyncio.run``."""
+    if threading.current_thread() is not threading.main_thread():
+        return asyncio.run(main)
+    return asyncio.run(_cancelled_by_ctrl_c(main))
+
+
+async def _cancelled_by_ctrl_c(main: Coroutine[Any, Any, T]) -> T:
+    global _interrupted_by
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+
+    def on_sigint(signum: int, frame: object) -> None:
+        global _interrupted_by
+        if _interrupted_by is not None:
+            raise KeyboardInterrupt  # the second Ctrl-C: no more waiting
+        _interrupted_by = CTRL_C
+        loop.call_soon_threadsafe(task.cancel, f"interrupted ({CTRL_C})")
+
+    _interrupted_by = None
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        return await main
+    except asyncio.CancelledError:
+        if _interrupted_by is not None:
+            raise KeyboardInterrupt from None
+        raise
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        _interrupted_by = None
+
+
+def stop_reason(exc: BaseException) -> str:
+    """Why a run stopped early, for ``raw.runs.status_reason``: an interruption says so (a bare
+    ``CancelledError`` reads "CancelledError: "), and that what it measured is kept."""
+    if isinstance(exc, KeyboardInterrupt | asyncio.CancelledError):
+        if isinstance(exc, KeyboardInterrupt) or _interrupted_by is not None:
+            how = f"interrupted ({_interrupted_by or CTRL_C})"
+        else:
+            how = f"interrupted (cancelled: {exc})" if str(exc) else "interrupted (cancelled)"
+        return f"{how}: every wave finished before it is kept, the wave in flight is not"
+    return f"{type(exc).__name__}: {exc}"[:500]
 
 
 class PreflightError(RuntimeError):
@@ -218,7 +274,7 @@ async def run_sweeps(
                 await one(r)
     except BaseException as exc:
         result.status = "incomplete"
-        result.reason = f"{type(exc).__name__}: {exc}"[:500] or type(exc).__name__
+        result.reason = stop_reason(exc)
         await asyncio.shield(
             asyncio.to_thread(run_end_to, db_path, run_id, "incomplete", result.reason)
         )
@@ -307,7 +363,7 @@ async def run_probe(
             result.waves.append(wave)
     except BaseException as exc:
         result.status = "incomplete"
-        result.reason = f"{type(exc).__name__}: {exc}"[:500]
+        result.reason = stop_reason(exc)
         if record_run:
             await asyncio.shield(
                 asyncio.to_thread(run_end_to, db_path, run_id, "incomplete", result.reason)

@@ -49,6 +49,29 @@ class ReportResult:
     headline: dict[str, int] = field(default_factory=dict)
 
 
+# Characters that mean something to an HTML parser inside <script> ("<!--<script>" switches
+# it into a state where "</script>" no longer ends the element; "&" and ">" in other
+# contexts), and the two line separators older JavaScript forbade in strings. JSON may spell
+# any character inside a string as \uXXXX, and outside strings none of them occurs.
+_SCRIPT_UNSAFE = {
+    "<": "\\u003c",
+    ">": "\\u003e",
+    "&": "\\u0026",
+    "\u2028": "\\u2028",
+    "\u2029": "\\u2029",
+}
+
+
+def inline_json(value: Any) -> str:
+    """JSON to place inside a ``<script>`` element: every chart spec carries the data's names
+    (models, deployments, reasons), and a name such as ``<!--<script>`` would otherwise end
+    or swallow the page's script, so that no chart renders."""
+    text = json.dumps(value, default=str)
+    for char, escaped in _SCRIPT_UNSAFE.items():
+        text = text.replace(char, escaped)
+    return text
+
+
 def _table_markup(
     frame: pd.DataFrame, columns: dict[str, str], empty: str, missing: str = "—"
 ) -> Markup:
@@ -202,7 +225,7 @@ def render_report(
         subtitle=f"Median stream ≥ {t:g} generated tokens/s · from the sparkcap warehouse marts",
         vega_bundle=Markup(vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())),  # type: ignore[call-arg]
         body=Markup(body),  # rendered (and escaped) by report.html.j2
-        charts_json=Markup(json.dumps(specs, default=str).replace("</", "<\\/")),
+        charts_json=Markup(inline_json(specs)),
     )
     result.index.write_text(page, encoding="utf-8")
     if update_latest:
