@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import yaml
 from pydantic import (
@@ -119,6 +120,20 @@ class Schedule(_Strict):
     timezone: str = "UTC"
     active: bool = True
 
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, v: str) -> str:
+        """A zone Python does not know would reach prefect.yaml and fail only at deploy time.
+        (The cron is checked by ``sparkcap prefect-yaml`` with Prefect's own rule: importing
+        Prefect here would fix its settings before the CLI has chosen its home.)"""
+        try:
+            ZoneInfo(v)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {v!r} (give an IANA name such as Europe/Berlin)"
+            ) from None
+        return v
+
 
 class Distributed(_Strict):
     """How a night is spread over Prefect workers on many client hosts (``sparkcap.distributed``).
@@ -209,16 +224,108 @@ class Fleet(_Strict):
         )
 
 
-def _line_map(node: yaml.Node, path: tuple[Any, ...], out: dict[tuple[Any, ...], int]) -> None:
-    out[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        for k, v in node.value:
-            key = k.value
-            out[(*path, key)] = k.start_mark.line + 1
-            _line_map(v, (*path, key), out)
-    elif isinstance(node, yaml.SequenceNode):
-        for i, v in enumerate(node.value):
-            _line_map(v, (*path, i), out)
+# a fleet file is text a person edits: even a 100-deployment fleet is a few hundred kB
+MAX_FLEET_BYTES = 1 << 20
+# nodes a fleet file may expand to, aliases followed: a few hundred per deployment. YAML
+# anchors are allowed (a plan shared by deployments), but an alias bomb expands a few hundred
+# bytes to billions of nodes, in the line map and again in validation
+MAX_FLEET_NODES = 50_000
+MAX_FLEET_DEPTH = 64
+
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Walk:
+    """One bounded pass over the composed document, before anything is constructed: the line
+    of every key path (for error lines), and refusals of what PyYAML would silently accept
+    (duplicate keys: the last wins) or follow without end (aliases)."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+        self.lines: dict[tuple[Any, ...], int] = {}
+        self.nodes = 0
+
+    def fail(self, node: yaml.Node, what: str) -> FleetError:
+        return FleetError(f"{self.where}:{node.start_mark.line + 1}: {what}")
+
+    def visit(self, node: yaml.Node, path: tuple[Any, ...], on_path: set[int]) -> None:
+        self.nodes += 1
+        if self.nodes > MAX_FLEET_NODES:
+            raise self.fail(
+                node,
+                f"invalid YAML: expands to more than {MAX_FLEET_NODES} nodes "
+                "(an alias repeated too often?)",
+            )
+        if len(path) > MAX_FLEET_DEPTH:
+            raise self.fail(node, f"invalid YAML: nested deeper than {MAX_FLEET_DEPTH} levels")
+        self.lines.setdefault(path, node.start_mark.line + 1)
+        if not isinstance(node, yaml.MappingNode | yaml.SequenceNode):
+            return
+        if id(node) in on_path:
+            raise self.fail(node, "invalid YAML: an alias refers to a node that contains it")
+        on_path.add(id(node))
+        if isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                self.visit(v, (*path, i), on_path)
+        else:
+            first: dict[str, int] = {}
+            for k, v in node.value:
+                if not isinstance(k, yaml.ScalarNode):
+                    raise self.fail(k, "invalid YAML: a key must be a plain value")
+                key = k.value
+                if k.tag != "tag:yaml.org,2002:merge":
+                    if key in first:
+                        dotted = ".".join(str(x) for x in (*path, key))
+                        raise self.fail(
+                            k, f"{dotted}: duplicate key (first given at line {first[key]})"
+                        )
+                    first[key] = k.start_mark.line + 1
+                self.lines.setdefault((*path, key), k.start_mark.line + 1)
+                self.visit(v, (*path, key), on_path)
+        on_path.discard(id(node))
+
+
+def _read_text(p: Path) -> str:
+    try:
+        with p.open("rb") as fh:
+            raw = fh.read(MAX_FLEET_BYTES + 1)
+    except FileNotFoundError:
+        raise FleetError(f"{p}: no such fleet file") from None
+    except IsADirectoryError:
+        raise FleetError(f"{p}: is a folder, not a fleet file") from None
+    except OSError as exc:
+        raise FleetError(f"{p}: cannot read: {exc.strerror}") from None
+    if len(raw) > MAX_FLEET_BYTES:
+        raise FleetError(f"{p}: larger than {MAX_FLEET_BYTES} bytes: not a fleet file")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise FleetError(
+            f"{p}:{line}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start})"
+        ) from None
+
+
+def _parse(p: Path) -> tuple[Any, dict[tuple[Any, ...], int]]:
+    """The document and the line of every key path, in time and memory bounded by the
+    file's size and ``MAX_FLEET_NODES``, whatever the file holds."""
+    text = _read_text(p)
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+        walk = _Walk(str(p))
+        if node is None:
+            return None, walk.lines
+        walk.visit(node, (), set())
+        # constructed from the checked node: aliases stay shared objects, never expanded
+        data = yaml.SafeLoader("").construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise FleetError(f"{p}{where}: invalid YAML: {problem}") from None
+    except RecursionError:  # the pure-Python parser, without libyaml's own nesting bound
+        raise FleetError(f"{p}: invalid YAML: nested too deeply") from None
+    return data, walk.lines
 
 
 def _locate(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | None:
@@ -229,40 +336,37 @@ def _locate(loc: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> int | No
     return None
 
 
+def location(path: Path | str, *loc: str | int) -> str:
+    """``file:line`` of a key path in a fleet file, for errors found after loading it."""
+    p = Path(path)
+    line = _locate(loc, _parse(p)[1])
+    return f"{p}:{line}" if line else str(p)
+
+
 def load_fleet(path: Path | str) -> Fleet:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise FleetError(f"{p}: no such fleet file") from None
-    except OSError as exc:
-        raise FleetError(f"{p}: cannot read: {exc.strerror}") from None
-    try:
-        node = yaml.compose(text)
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise FleetError(f"{p}{where}: invalid YAML: {problem}") from None
+    data, lines = _parse(p)
     if not isinstance(data, dict):
         raise FleetError(f"{p}: a fleet file is a mapping with 'deployments' and 'workloads'")
-    lines: dict[tuple[Any, ...], int] = {}
-    if node is not None:
-        _line_map(node, (), lines)
     try:
         return Fleet.model_validate(data)
     except ValidationError as exc:
-        e = exc.errors()[0]
-        loc = tuple(x for x in e["loc"] if not (isinstance(x, str) and x.startswith("function-")))
-        # a probe's options are told apart by kind, which pydantic repeats after the probe's key
-        loc = tuple(x for i, x in enumerate(loc) if i == 0 or x != loc[i - 1])
-        line = _locate(loc, lines)
-        where = f":{line}" if line else ""
-        dotted = ".".join(str(x) for x in loc) or "(top level)"
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-        more = len(exc.errors()) - 1
-        tail = f" (+{more} more)" if more else ""
-        raise FleetError(f"{p}{where}: {dotted}: {msg}{tail}") from None
+        raise _validation_error(p, exc, lines) from None
+
+
+def _validation_error(
+    p: Path, exc: ValidationError, lines: dict[tuple[Any, ...], int]
+) -> FleetError:
+    e = exc.errors()[0]
+    loc = tuple(x for x in e["loc"] if not (isinstance(x, str) and x.startswith("function-")))
+    # a probe's options are told apart by kind, which pydantic repeats after the probe's key
+    loc = tuple(x for i, x in enumerate(loc) if i == 0 or x != loc[i - 1])
+    line = _locate(loc, lines)
+    where = f":{line}" if line else ""
+    dotted = ".".join(str(x) for x in loc) or "(top level)"
+    msg = str(e["msg"]).removeprefix("Value error, ")
+    if e["type"] == "extra_forbidden":
+        msg = "unknown key"
+    more = len(exc.errors()) - 1
+    tail = f" (+{more} more)" if more else ""
+    return FleetError(f"{p}{where}: {dotted}: {msg}{tail}")
