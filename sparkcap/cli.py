@@ -27,6 +27,8 @@ from sparkcap.config import (
     SweepPlan,
     SweepRequest,
     WorkloadName,
+    parse_extra_body,
+    parse_header_options,
     probe_options,
 )
 from sparkcap.progress import text_console
@@ -102,7 +104,7 @@ Confidence = Annotated[
 SustainFactor = Annotated[
     float | None,
     typer.Option(
-        help="--search: the sustain wave's length as a multiple of the output (default 3; 0: none)"
+        help="--search: the sustain wave's length as a multiple of the output (default 1; 0: none)"
     ),
 ]
 TrialTokens = Annotated[
@@ -333,24 +335,11 @@ def sweep(
 ) -> None:
     """Sweep one deployment with synchronized waves and record every token timestamp."""
     searching = search_plan(search, max_level, trials_max, confidence, sustain_factor, trial_tokens)
-    headers: dict[str, str] = {}
-    header_env: dict[str, str] = {}
-    for h in header or []:
-        name, sep, value = h.partition(":")
-        if not sep or not name.strip():
-            # never echo the value: it is usually a secret
-            raise typer.BadParameter(
-                f"expected NAME:VALUE, got {name[:40]!r}…", param_hint="--header"
-            )
-        value = value.strip()
-        if value.startswith("env:"):
-            header_env[name.strip()] = value.removeprefix("env:")
-        else:
-            headers[name.strip()] = value
     try:
-        extra = json.loads(extra_body) if extra_body else {}
-    except ValueError as exc:
-        raise CLIError(f"--extra-body is not JSON: {exc}") from None
+        headers, header_env = parse_header_options(header)
+        extra = parse_extra_body(extra_body)
+    except ValueError as exc:  # the message never echoes a header's value
+        raise CLIError(str(exc)) from None
     req = SweepRequest(
         deployment=Deployment(
             name=deployment or _safe_name(model),
@@ -466,9 +455,9 @@ def probe(
     from sparkcap.runner import run_interruptibly, run_probe
 
     try:
-        extra = json.loads(extra_body) if extra_body else {}
+        extra = parse_extra_body(extra_body)
     except ValueError as exc:
-        raise CLIError(f"--extra-body is not JSON: {exc}") from None
+        raise CLIError(str(exc)) from None
     dep = Deployment(
         name=deployment or _safe_name(model),
         endpoint=endpoint,

@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import httpx
 
 from sparkcap import spool
-from sparkcap.config import Deployment, ProbeOptions, SweepRequest, probe_options
+from sparkcap.config import Deployment, MissingSecret, ProbeOptions, SweepRequest, probe_options
 from sparkcap.fleet import Fleet
 from sparkcap.loadgen.connections import make_client
 from sparkcap.loadgen.records import WaveRecord
@@ -98,10 +98,14 @@ class PreflightError(RuntimeError):
 
 async def preflight(deployment: Deployment) -> None:
     """Fail fast, before anything is recorded, when an endpoint cannot serve the model."""
-    url = str(deployment.endpoint).rstrip("/") + "/models"
+    url = deployment.models_url  # the endpoint's query string (Azure's api-version) kept
+    try:
+        headers = request_headers(deployment)
+    except MissingSecret as exc:  # this deployment cannot be measured; the others can
+        raise PreflightError(str(exc)) from None
     async with make_client(deployment, 1) as client:
         try:
-            r = await client.get(url, headers=request_headers(deployment))
+            r = await client.get(url, headers=headers)
         except httpx.ConnectError as exc:
             detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
             raise PreflightError(
@@ -120,9 +124,14 @@ async def preflight(deployment: Deployment) -> None:
     if r.status_code != 200:
         return  # servers without /models are measured anyway
     try:
-        ids = {m.get("id") for m in r.json().get("data", []) if isinstance(m, dict)}
+        listing = r.json()
     except ValueError:
         return
+    # a server's listing is untrusted: anything but {"data": [{"id": ...}, ...]} says nothing
+    data = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(data, list):
+        return
+    ids = {m.get("id") for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)}
     if ids and deployment.model not in ids:
         raise PreflightError(
             f"unknown model {deployment.model!r} at {deployment.endpoint} "

@@ -17,11 +17,15 @@ DEFAULT_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnectio
 class RawServer:
     """``head`` (optional) replaces the streaming answer's status line and headers, e.g. to
     send a gzip encoding, another content type or an oversized head. ``heads`` keeps every
-    request's head as received (request line and headers), the models probe's too."""
+    request's head as received (request line and headers), the models probe's too.
+    ``models`` (optional) is the body of a 200 answer to ``GET /v1/models`` (else 404)."""
 
-    def __init__(self, script: Script, head: Head | None = None) -> None:
+    def __init__(
+        self, script: Script, head: Head | None = None, models: bytes | None = None
+    ) -> None:
         self.script = script
         self.head = head
+        self.models = models
         self.heads: list[bytes] = []
         self.loop = asyncio.new_event_loop()
         self.ordinal = 0
@@ -54,7 +58,13 @@ class RawServer:
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             if head.startswith(b"GET /v1/models"):
-                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                if self.models is None:
+                    writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                else:
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(self.models), self.models)
+                    )
                 await writer.drain()
                 return
             writer.write(self.head(ordinal) if self.head is not None else DEFAULT_HEAD)

@@ -325,11 +325,11 @@ def test_url_credentials_are_sent_but_stored_and_printed_nowhere(
             )
     assert result.status == "complete"
     # every request carries the credentials as Basic auth and asks for identity; the stream's
-    # URL keeps the query string (the models probe and /metrics build theirs in runner.py and
-    # metrics_scrape.py, from Deployment.models_url / server_url)
+    # URL and the preflight's models listing keep the query string
     (post,) = [h for h in srv.heads if h.startswith(b"POST")]
     assert post.split(b"\r\n")[0] == b"POST /v1/chat/completions?api-version=2024-06-01 HTTP/1.1"
-    assert len(srv.heads) >= 2  # the models probe too
+    models = next(h for h in srv.heads if h.startswith(b"GET"))  # preflight: the first GET
+    assert models.split(b"\r\n")[0] == b"GET /v1/models?api-version=2024-06-01 HTTP/1.1"
     for head in srv.heads:
         assert header_map(head)[b"authorization"] == basic.encode()
         assert header_map(head)[b"accept-encoding"] == b"identity"
@@ -483,13 +483,17 @@ def assert_one_error_line(p: subprocess.CompletedProcess[str], needle: str) -> N
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
-        pytest.param(["--extra-body", '{"temperature": NaN}'], "nan", id="nan-extra-body"),
+        pytest.param(["--extra-body", '{"temperature": NaN}'], "NaN", id="nan-extra-body"),
         pytest.param(["--header", "x-api-key: caf\u00e9"], "printable ASCII", id="non-ascii"),
         pytest.param(
             ["--header", "x-api-key: env:SPARKCAP_UNSET_HEADER_VAR"],
             "SPARKCAP_UNSET_HEADER_VAR, which is not set",
             id="unset-header-var",
         ),
+        pytest.param(
+            ["--extra-body", "[" * 30_000 + "]" * 30_000], "nested too deeply", id="deep-json"
+        ),
+        pytest.param(["--header", "no-colon-here"], "expected NAME:VALUE", id="header-syntax"),
     ],
 )
 def test_bad_request_settings_give_one_error_line_before_anything_is_sent(
@@ -550,3 +554,18 @@ def test_a_one_stream_sweep_starts_no_more_processes_than_it_can_use(
         (w,) = capture(srv.endpoint, (1,), client_processes=4)
     assert [r.status.value for r in w.requests] == ["ok"]
     assert len(started) == 1, started
+
+
+@pytest.mark.parametrize(
+    "listing",
+    [b"[1, 2]", b'{"data": "all"}', b'{"data": [{"id": 5}, "m", null]}', b"not json"],
+    ids=["list", "data-not-a-list", "ids-not-strings", "not-json"],
+)
+def test_a_models_listing_of_any_shape_is_no_traceback(listing: bytes) -> None:
+    """The preflight reads ``/v1/models`` only to catch a wrong model name; a listing of
+    another shape says nothing about the model (a JSON list raised AttributeError before)."""
+    from sparkcap.runner import preflight
+
+    with RawServer(lambda o: [vllm_stream(TOKENS)], models=listing) as srv:
+        asyncio.run(preflight(dep(srv.endpoint, "m")))
+        assert any(h.startswith(b"GET /v1/models") for h in srv.heads)
