@@ -12,8 +12,13 @@ names (columns may be added, never renamed). Staging rules:
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import functools
+import hashlib
 import json
+import os
+import socket
 import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
@@ -30,11 +35,35 @@ from sparkcap.loadgen.records import MAX_COUNT, WaveRecord, stored_counts
 from sparkcap.schema import RAW_TABLES, SCHEMA_SQL, columns, raw_table
 from sparkcap.settings import get_settings
 
-__all__ = ["SCHEMA_SQL", "ensure_schema", "open_warehouse", "stage_wave"]
+__all__ = ["SCHEMA_SQL", "StorageError", "ensure_schema", "open_warehouse", "stage_wave"]
 
 
 class WarehouseBusy(RuntimeError):
-    """Another process holds the DuckDB write lock."""
+    """The warehouse cannot take a write now: another process holds the DuckDB write lock
+    (or, as :class:`StorageError`, its file or disk failed). A wave that meets it waits in
+    the spool for the next ``stage``."""
+
+
+class StorageError(WarehouseBusy):
+    """A file sparkcap keeps its records in (the warehouse, a spooled wave) that cannot be
+    read or written: corrupt or not DuckDB, a read-only file system, a full disk. One line
+    naming the file and the operating system's cause (``ENOSPC``), never DuckDB's follow-on
+    error (``cannot rollback - no transaction is active``). A subclass of
+    :class:`WarehouseBusy` because the answer is the same: the wave stays in the spool and
+    the command ends with one ``error:`` line."""
+
+
+# the name the warehouse file is attached under in every connection: DuckDB would otherwise
+# name its catalog after the file's stem, and a file called raw.duckdb or marts.duckdb makes
+# ``raw.runs`` ambiguous (dbt's profile attaches it under the same name)
+CATALOG = "warehouse"
+
+# OS causes DuckDB reports in words, named by errno so a full disk reads as ENOSPC
+_OS_CAUSES = {
+    os.strerror(code): name
+    for name in ("ENOSPC", "EDQUOT", "EROFS", "EACCES", "EPERM", "EIO", "ENOTDIR", "EISDIR")
+    if (code := getattr(errno, name, None)) is not None
+}
 
 
 def _is_lock_error(exc: Exception) -> bool:
@@ -42,23 +71,55 @@ def _is_lock_error(exc: Exception) -> bool:
     return "lock" in msg and ("conflicting" in msg or "could not set" in msg)
 
 
-def connect(
-    db_path: Path | str, *, read_only: bool = False, busy_wait_s: float | None = None
-) -> duckdb.DuckDBPyConnection:
-    """Open the warehouse, waiting a bounded time for another writer to let go."""
-    if busy_wait_s is None:
-        busy_wait_s = get_settings().busy_wait_s
-    path = Path(db_path)
-    if read_only and not path.exists():
-        raise FileNotFoundError(f"no warehouse at {path} (run a sweep first)")
-    if not read_only:
-        path.parent.mkdir(parents=True, exist_ok=True)
+def _cause(exc: BaseException) -> str | None:
+    """The storage fault behind an exception, as one line; ``None`` when it is not one."""
+    if isinstance(exc, OSError):
+        name = errno.errorcode.get(exc.errno or 0)
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{exc.strerror or exc}{where}" + (f" ({name})" if name else "")
+    if not isinstance(exc, duckdb.Error):
+        return None
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    named = [name for words, name in _OS_CAUSES.items() if words in text]
+    io_fault = isinstance(exc, duckdb.IOException | duckdb.FatalException) or bool(named)
+    if not io_fault or _is_lock_error(exc):
+        return None
+    for prefix in ("IO Error: ", "FATAL Error: ", "TransactionContext Error: "):
+        text = text.removeprefix(prefix)
+    return text[:300] + (f" ({named[0]})" if named else "")
+
+
+def storage_error(path: Path | str, doing: str, exc: BaseException) -> StorageError | None:
+    """``exc`` as a :class:`StorageError` naming ``path``, when it is a storage fault."""
+    cause = _cause(exc)
+    return None if cause is None else StorageError(f"{path}: cannot {doing}: {cause}")
+
+
+def _attach(path: Path, read_only: bool, busy_wait_s: float) -> duckdb.DuckDBPyConnection:
+    # One named in-memory instance per file and mode: DuckDB shares it between this process's
+    # connections (as it shares a file's own instance), so the file is attached once and
+    # released, for other processes, when the last connection closes.
+    resolved = path.resolve()
+    digest = hashlib.sha256(str(resolved).encode()).hexdigest()[:16]
+    mode = "ro" if read_only else "rw"
     deadline = time.monotonic() + busy_wait_s
     delay = 0.05
     while True:
+        con = duckdb.connect(
+            f":memory:sparkcap-{mode}-{digest}",
+            # spills beside the file, as for a file opened directly (not in the cwd's .tmp)
+            config={"temp_directory": f"{resolved}.tmp"},
+        )
         try:
-            return duckdb.connect(str(path), read_only=read_only)
-        except duckdb.IOException as exc:
+            literal = str(resolved).replace("'", "''")
+            con.execute(
+                f"attach if not exists '{literal}' as {CATALOG}"
+                + (" (read_only)" if read_only else "")
+            )
+            con.execute(f"use {CATALOG}")
+            return con
+        except duckdb.Error as exc:
+            con.close()
             if not _is_lock_error(exc):
                 raise
             if time.monotonic() >= deadline:
@@ -70,17 +131,57 @@ def connect(
             delay = min(delay * 2, 1.0)
 
 
+def connect(
+    db_path: Path | str, *, read_only: bool = False, busy_wait_s: float | None = None
+) -> duckdb.DuckDBPyConnection:
+    """Open the warehouse, waiting a bounded time for another writer to let go. Any file
+    name works (it is attached under :data:`CATALOG`); a file that cannot be opened is a
+    :class:`StorageError` naming it and why."""
+    if busy_wait_s is None:
+        busy_wait_s = get_settings().busy_wait_s
+    path = Path(db_path)
+    if read_only and not path.exists():
+        raise FileNotFoundError(f"no warehouse at {path} (run a sweep first)")
+    try:
+        if not read_only:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            raise StorageError(f"{path}: cannot open: is a folder, not a DuckDB file")
+        return _attach(path, read_only, busy_wait_s)
+    except (OSError, duckdb.Error) as exc:
+        err = storage_error(path, "open", exc)
+        if err is None:
+            raise
+        raise err from None
+
+
 @contextlib.contextmanager
 def open_warehouse(
     db_path: Path | str, *, read_only: bool = False, busy_wait_s: float | None = None
 ) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection for one unit of work. A storage fault met inside it (a full disk at
+    commit, a corrupt block) leaves as one :class:`StorageError` naming the file."""
     con = connect(db_path, read_only=read_only, busy_wait_s=busy_wait_s)
+    failed = True
     try:
         if not read_only:
             ensure_schema(con)
         yield con
+        failed = False
+    except duckdb.Error as exc:
+        err = storage_error(db_path, "use", exc)
+        if err is None:
+            raise
+        raise err from None
     finally:
-        con.close()
+        try:
+            con.close()
+        except duckdb.Error as exc:
+            if not failed:  # else the fault that got us here is the one to tell
+                err = storage_error(db_path, "close", exc)
+                if err is None:
+                    raise
+                raise err from None
 
 
 @functools.cache
@@ -95,7 +196,7 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
         (t, c)
         for t, c in con.execute(
             "select table_name, column_name from information_schema.columns "
-            "where table_schema = 'raw'"
+            "where table_schema = 'raw' and table_catalog = current_database()"
         ).fetchall()
     }
     for table in RAW_TABLES:
@@ -105,7 +206,8 @@ def ensure_schema(con: duckdb.DuckDBPyConnection) -> None:
     # 0.2 stopped judging saturation at capture time: the legacy column must admit NULL
     (legacy_not_null,) = con.execute(
         "select count(*) from information_schema.columns where table_schema = 'raw' "
-        "and table_name = 'waves' and column_name = 'client_saturated' and is_nullable = 'NO'"
+        "and table_catalog = current_database() and table_name = 'waves' "
+        "and column_name = 'client_saturated' and is_nullable = 'NO'"
     ).fetchone() or (0,)
     if legacy_not_null:
         con.execute("alter table raw.waves alter column client_saturated drop not null")
@@ -169,6 +271,14 @@ def record_run_start(
 def record_run_end(
     con: duckdb.DuckDBPyConnection, run_id: str, status: str, reason: str | None = None
 ) -> None:
+    # a distributed night marked abandoned when its parent died is finished from its lake
+    # (`sparkcap run --finish`): that account of the night replaces the provisional one
+    con.execute(
+        "update raw.runs set status = 'running', status_reason = null where run_id = ? "
+        "and status = 'incomplete' and starts_with(status_reason, ?) "
+        "and json_exists(config_json, '$.distributed')",
+        [run_id, f"{ABANDONED}: "],
+    )
     # a run that several sweeps add to stays incomplete once any of them was, with every reason
     con.execute(
         "update raw.runs set finished_at = ?, "
@@ -177,7 +287,7 @@ def record_run_end(
         "then status_reason || coalesce('; ' || ?, '') else ? end where run_id = ?",
         [datetime.now(UTC), status, reason, reason, run_id],
     )
-    con.execute("checkpoint")
+    con.execute(f"checkpoint {CATALOG}")
 
 
 def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
@@ -373,8 +483,16 @@ def stage_tables(
             _insert(con, "raw.server_metrics", server_metrics)
         con.execute("commit")
     except BaseException:
-        con.execute("rollback")
+        _rollback(con)
         raise
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Undo the open transaction, if DuckDB still has one: a commit that failed (a full disk
+    writing the WAL) has already ended it, and the rollback's own error ("no transaction is
+    active") must not replace the fault that ended it."""
+    with contextlib.suppress(duckdb.Error):
+        con.execute("rollback")
 
 
 def _insert(con: duckdb.DuckDBPyConnection, target: str, table: pa.Table) -> None:
@@ -394,7 +512,7 @@ def replace_run_rows(db_path: Path | str, table_name: str, run_id: str, rows: pa
             _insert(con, table_name, rows)
             con.execute("commit")
         except BaseException:
-            con.execute("rollback")
+            _rollback(con)
             raise
 
 
@@ -432,7 +550,10 @@ def run_start_to(
     started_ns: int,
     deployments: Sequence[Deployment] = (),
 ) -> None:
+    """Record the run's start (or a sweep joining it) and mark this process as its writer."""
     with open_warehouse(db_path) as con:
+        mark_abandoned(con, db_path)
+        _hold_run(db_path, run_id)
         record_run_start(con, run_id, config, started_ns, deployments)
 
 
@@ -469,3 +590,144 @@ def record_step_to(
 def run_end_to(db_path: Path | str, run_id: str, status: str, reason: str | None = None) -> None:
     with open_warehouse(db_path) as con:
         record_run_end(con, run_id, status, reason)
+    _release_run(db_path, run_id)
+
+
+# -- runs whose writer died -------------------------------------------------------------
+#
+# A run is `running` from its start until its writer records the end. A writer killed with
+# kill -9 (or whose host lost power) never does, and no later process can tell from the row
+# alone whether the run is still being measured: a hand-made `sparkcap sweep` may write
+# between its waves while another reads, and a distributed night's parent holds its run
+# `running` for hours while its children sweep and never opens the warehouse meanwhile. So
+# each writer holds an advisory lock (flock) on a file of its own under
+# $SPARKCAP_HOME/runs/<warehouse>/<run>/ for as long as the run is open in it. The kernel
+# drops the lock when the process ends, however it ends; a run whose every lock file can be
+# taken has no live writer, and the next run's start or `sparkcap stage` marks it incomplete,
+# with the reason. A run with no lock file at all (written by a sparkcap before 0.5.1, or
+# under another SPARKCAP_HOME) is left as it is: nothing says its writer is gone.
+
+_held_runs: dict[tuple[str, str], tuple[int, Path]] = {}  # (file, run) -> (fd, lock file)
+ABANDONED = "abandoned"
+
+
+def _runs_dir(db_path: Path | str) -> Path:
+    from sparkcap.spool import warehouse_key
+
+    return get_settings().work_dir / "runs" / warehouse_key(db_path)
+
+
+def _hold_run(db_path: Path | str, run_id: str) -> None:
+    """Take this process's lock on the run (kept until ``run_end_to`` or the process ends).
+    Best effort: a home that cannot take the file costs only the later detection."""
+    key = (str(Path(db_path).resolve()), run_id)
+    if key in _held_runs:
+        return
+    folder = _runs_dir(db_path) / hashlib.sha256(run_id.encode()).hexdigest()[:16]
+    lock = folder / f"{os.getpid()}-{os.urandom(4).hex()}.lock"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # blocking: a probe holds it for an instant at most
+        owner = {"run_id": run_id, "pid": os.getpid(), "host": socket.gethostname()}
+        os.write(fd, json.dumps(owner).encode())
+    except OSError:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            lock.unlink()
+        return
+    _held_runs[key] = (fd, lock)
+
+
+def _release_run(db_path: Path | str, run_id: str) -> None:
+    entry = _held_runs.pop((str(Path(db_path).resolve()), run_id), None)
+    if entry is None:
+        return
+    fd, lock = entry
+    with contextlib.suppress(OSError):
+        lock.unlink()  # before the lock goes: no one may find it untaken and judge the run dead
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        lock.parent.rmdir()
+
+
+def _writer_gone(lock: Path) -> dict[str, Any] | None:
+    """The owner a lock file names, when no process holds it any more; else ``None``."""
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError:
+            return None  # held: its writer is alive
+        try:
+            owner = json.loads(os.pread(fd, 4096, 0) or b"null")
+        except ValueError:
+            return None
+        return owner if isinstance(owner, dict) and isinstance(owner.get("run_id"), str) else None
+    finally:
+        os.close(fd)  # drops the probe's own lock
+
+
+def _dead_runs(db_path: Path | str) -> dict[str, list[tuple[Path, dict[str, Any]]]]:
+    """Runs of this warehouse with lock files and no live writer: run id -> its locks."""
+    root = _runs_dir(db_path)
+    if not root.is_dir():
+        return {}
+    held = {lock for fd, lock in _held_runs.values()}
+    dead: dict[str, list[tuple[Path, dict[str, Any]]]] = {}
+    for folder in root.iterdir():
+        locks = sorted(folder.glob("*.lock")) if folder.is_dir() else []
+        owners = [(lock, _writer_gone(lock)) for lock in locks if lock not in held]
+        if not locks or len(owners) < len(locks) or any(o is None for _, o in owners):
+            continue  # a writer of this run is alive (or its lock file says nothing)
+        for lock, owner in owners:
+            if owner is not None:
+                dead.setdefault(str(owner["run_id"]), []).append((lock, owner))
+    return dead
+
+
+def mark_abandoned(con: duckdb.DuckDBPyConnection, db_path: Path | str) -> list[str]:
+    """Mark the runs whose writer died while they were ``running`` as incomplete, reason
+    ``abandoned: …``; returns their ids. Cheap when there is nothing to mark (no files)."""
+    dead = _dead_runs(db_path)
+    marked: list[str] = []
+    for run_id, locks in dead.items():
+        row = con.execute(
+            "select status, config_json from raw.runs where run_id = ?", [run_id]
+        ).fetchone()
+        if row is not None and row[0] == "running":
+            who = ", ".join(f"pid {o.get('pid')} on {o.get('host')}" for _, o in locks)
+            reason = f"{ABANDONED}: the process writing it ({who}) ended without finishing it"
+            with contextlib.suppress(ValueError, TypeError):
+                if json.loads(row[1] or "{}").get("distributed"):
+                    reason += (
+                        f"; its children's waves in the lake can still be staged with "
+                        f"`sparkcap run --finish {run_id}`"
+                    )
+            con.execute(
+                "update raw.runs set status = 'incomplete', status_reason = ? "
+                "where run_id = ? and status = 'running'",
+                [reason, run_id],
+            )
+            marked.append(run_id)
+        for lock, _ in locks:
+            with contextlib.suppress(OSError):
+                lock.unlink()
+            with contextlib.suppress(OSError):
+                lock.parent.rmdir()
+    return marked
+
+
+def mark_abandoned_to(db_path: Path | str) -> list[str]:
+    """``mark_abandoned`` in a connection of its own, opened only when a lock file says a
+    writer died: a warehouse nothing was left running in is not opened at all."""
+    if not Path(db_path).is_file() or not _dead_runs(db_path):
+        return []
+    with open_warehouse(db_path) as con:
+        return mark_abandoned(con, db_path)
