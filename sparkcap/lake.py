@@ -29,6 +29,7 @@ it and its fsspec driver installed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -119,6 +120,9 @@ class Lake:
                 fh.write(data)
             self.fs.mv(tmp, path)
         except OSError as exc:
+            # a full or read-only lake keeps no half-written file behind
+            with contextlib.suppress(OSError):
+                self.fs.rm_file(tmp)
             raise LakeError(f"lake {self.url}: cannot write {path}: {exc}") from None
 
     def _get(self, path: str) -> bytes:
