@@ -1,0 +1,110 @@
+"""A fleet file is parsed within bounds before it is validated: one `error:` line, with the file
+and line, for what YAML would follow without end or accept silently."""
+
+from __future__ import annotations
+
+import time
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from sparkcap.deploy import prefect_yaml
+from sparkcap.fleet import FleetError, load_fleet
+
+pytestmark = pytest.mark.reliability
+
+FLEET = (
+    "name: x\n"
+    "workloads: {code: {}}\n"
+    "deployments:\n"
+    "  - {name: a, model: m, endpoint: 'http://127.0.0.1:9/v1'}\n"
+)
+# billion laughs, cut to 6 levels of 9 aliases (387 bytes, 9**6 nodes expanded) so that the
+# parser it was written against survives it: 1.8 s and 80 MB there (2.2 GB for 506 bytes)
+BOMB = "".join(
+    f"{n}: &{n} [" + ", ".join([f"*{p}"] * 9 if p else ['"lol"'] * 9) + "]\n"
+    for p, n in zip([None, *"abcde"], "abcdef", strict=True)
+)
+
+
+def _refused(tmp_path: Path, body: str | bytes) -> tuple[str, float, int]:
+    """The one-line refusal, how long it took and the traced memory it peaked at (bytes)."""
+    f = tmp_path / "fleet.yaml"
+    f.write_bytes(body if isinstance(body, bytes) else body.encode())
+    tracemalloc.start()
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(FleetError) as err:
+            load_fleet(f)
+        elapsed = time.perf_counter() - t0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    text = str(err.value)
+    assert text.startswith(f"{f}:") and "\n" not in text
+    return text, elapsed, peak
+
+
+def test_an_alias_bomb_is_refused_in_bounded_time_and_memory(tmp_path: Path) -> None:
+    """506 bytes took 23 s and 2.2 GB before "unknown key": refused within 1 s and 32 MB,
+    while an anchor shared by two workloads still loads."""
+    text, elapsed, peak = _refused(tmp_path, BOMB + FLEET)
+    assert elapsed < 1.0 and peak < 32 << 20, (elapsed, peak)
+    assert "expands to more than" in text
+    shared = tmp_path / "shared.yaml"
+    shared.write_text(FLEET.replace("{code: {}}", "{code: &plan {levels: [1, 2]}, prose: *plan}"))
+    assert {k: v.levels for k, v in load_fleet(shared).workloads.items()} == {
+        "code": (1, 2),
+        "prose": (1, 2),
+    }
+
+
+@pytest.mark.parametrize(
+    "body",
+    ["name: &n [*n]\n" + FLEET.split("\n", 1)[1], FLEET + "distributed: &d {<<: *d}\n"],
+    ids=["alias-in-itself", "merge-of-itself"],
+)
+def test_a_self_referencing_alias_is_one_error_line(tmp_path: Path, body: str) -> None:
+    text, elapsed, _ = _refused(tmp_path, body)
+    assert "alias refers to a node that contains it" in text and elapsed < 1.0
+
+
+def test_a_fleet_file_that_is_not_utf8_is_one_error_line_with_its_line(tmp_path: Path) -> None:
+    text, _, _ = _refused(tmp_path, FLEET.encode() + b"description: caf\xe9\n")
+    assert ":5: not UTF-8 text (byte 0xe9" in text
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        (FLEET + "name: y\n", ":5: name: duplicate key (first given at line 1)"),
+        (
+            FLEET.replace("{code: {}}", "{code: {trials: 1, trials: 2}}"),
+            ":2: workloads.code.trials: duplicate key (first given at line 2)",
+        ),
+    ],
+    ids=["top-level", "nested"],
+)
+def test_duplicate_keys_are_refused_not_overwritten(tmp_path: Path, body: str, needle: str) -> None:
+    text, _, _ = _refused(tmp_path, body)
+    assert needle in text
+
+
+@pytest.mark.parametrize(
+    ("schedule", "needle"),
+    [
+        (("61 2 * * *", "UTC"), ':6: schedule.cron: Invalid cron string: "61 2 * * *"'),
+        (("0 2 * * *", "Mars/Olympus"), ":7: schedule.timezone: unknown time zone"),
+    ],
+    ids=["cron", "timezone"],
+)
+def test_an_invalid_cron_or_time_zone_is_refused_not_written_to_prefect_yaml(
+    tmp_path: Path, schedule: tuple[str, str], needle: str
+) -> None:
+    f = tmp_path / "fleets" / "x.yaml"
+    f.parent.mkdir()
+    f.write_text(FLEET + f"schedule:\n  cron: '{schedule[0]}'\n  timezone: {schedule[1]}\n")
+    with pytest.raises(FleetError) as err:
+        prefect_yaml([f], tmp_path)
+    assert str(err.value).startswith(f"{f}:") and needle in str(err.value), str(err.value)
