@@ -50,10 +50,7 @@ def labels_text(labels: dict[str, str]) -> str:
 def metrics_url(dep: Deployment) -> str:
     if dep.metrics_url is not None:
         return str(dep.metrics_url)
-    base = str(dep.endpoint).rstrip("/")
-    if base.endswith("/v1"):
-        base = base[: -len("/v1")]
-    return base + "/metrics"
+    return dep.server_url("metrics")  # at the server's root, the endpoint's query string kept
 
 
 WaveHook = Callable[[WaveRecord], Awaitable[None]]

@@ -383,6 +383,9 @@ def test_every_url_built_from_the_endpoint_keeps_its_query_string() -> None:
     assert d.models_url == f"https://example.org/openai/v1/models{q}"
     assert d.server_url("metrics") == f"https://example.org/openai/metrics{q}"
     assert str(d.endpoint) == f"https://example.org/openai/v1/{q}"
+    from sparkcap.metrics_scrape import metrics_url
+
+    assert metrics_url(d) == f"https://example.org/openai/metrics{q}"  # the scrape's own URL
 
 
 # -- item 12: malformed answers ----------------------------------------------------------
