@@ -38,6 +38,7 @@ def dbt_args(
 ) -> list[str]:
     work = get_settings().work_dir
     project = str(dbt_project_dir())
+    dbt_vars = {**environment_vars(), **(dbt_vars or {})}
     args = [
         command,
         "--project-dir",
@@ -116,28 +117,43 @@ def known_vars() -> dict[str, Any]:
     return dict(project.get("vars") or {})
 
 
-def parse_var_overrides(items: list[str]) -> dict[str, float | int]:
-    """``NAME=NUMBER`` pairs for ``sparkcap build --var``; a typo must not silently do nothing,
-    so only declared vars are accepted."""
+def parse_var_overrides(items: list[str], source: str = "--var") -> dict[str, float | int]:
+    """``NAME=NUMBER`` pairs for ``sparkcap build --var`` (and ``SPARKCAP_DBT_VARS``); a typo
+    must not silently do nothing, so only declared vars are accepted."""
     known = known_vars()
     out: dict[str, float | int] = {}
     for item in items:
         name, sep, value = item.partition("=")
         name = name.strip()
         if not sep or not name:
-            raise BuildError(f"--var {item!r}: expected NAME=NUMBER")
+            raise BuildError(f"{source} {item!r}: expected NAME=NUMBER")
         if name not in known:
-            raise BuildError(f"--var {name}: unknown dbt var (known: {', '.join(sorted(known))})")
+            raise BuildError(
+                f"{source} {name}: unknown dbt var (known: {', '.join(sorted(known))})"
+            )
         try:
             number = float(value)
         except ValueError:
-            raise BuildError(f"--var {name}: {value!r} is not a number") from None
+            raise BuildError(f"{source} {name}: {value!r} is not a number") from None
         if number != number or number in (float("inf"), float("-inf")) or number < 0:
-            raise BuildError(f"--var {name}: {value!r} must be a finite number >= 0")
+            raise BuildError(f"{source} {name}: {value!r} must be a finite number >= 0")
         if number == 0 and name in _POSITIVE_VARS:
-            raise BuildError(f"--var {name}: must be greater than 0")
+            raise BuildError(f"{source} {name}: must be greater than 0")
         out[name] = int(number) if number.is_integer() else number
     return out
+
+
+def environment_vars() -> dict[str, float | int]:
+    """``SPARKCAP_DBT_VARS``, checked as ``--var`` is."""
+    given = get_settings().dbt_vars
+    return parse_var_overrides([f"{k}={v!r}" for k, v in given.items()], "SPARKCAP_DBT_VARS")
+
+
+def judgement_vars() -> dict[str, Any]:
+    """Every dbt var as a build in this environment judges with: the project's defaults and
+    ``SPARKCAP_DBT_VARS``. The capture reads its re-measure tolerances from here, so a wave is
+    measured again exactly when dbt would call it spoiled."""
+    return {**known_vars(), **environment_vars()}
 
 
 def build(

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 import typer
 from pydantic import ValidationError
+from pydantic_settings import SettingsError
 from rich import box
 from rich.console import Console
 from rich.table import Table
@@ -1065,6 +1066,7 @@ def main(argv: list[str] | None = None) -> None:
         FleetError,
         JudgeError,
         FileNotFoundError,
+        SettingsError,  # an environment variable sparkcap reads is malformed
     ) as exc:
         err.print(f"error: {exc}", highlight=False, soft_wrap=True)
         raise SystemExit(1) from None

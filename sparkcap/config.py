@@ -334,9 +334,11 @@ class SweepPlan(Strict):
     # server, so it is measured again, at most this many extra times; the spoiled wave stays in
     # raw, marked superseded. Server-side failures are findings and are never re-run.
     max_remeasures: int = Field(2, ge=0, le=5)
-    # The same tolerances dbt judges with (vars timing_error_tolerance, start_skew_tolerance;
-    # a unit test keeps the defaults equal): relative rate error from loop stalls, and start
-    # skew as a share of the median stream's decode span.
+    # The tolerances dbt judges with (vars timing_error_tolerance, start_skew_tolerance; a unit
+    # test keeps these defaults equal): relative rate error from loop stalls, and start skew as
+    # a share of the median stream's decode span. A night (runner.run_sweeps) always fills them
+    # from dbt's vars as this environment sets them (SPARKCAP_DBT_VARS); a value given here
+    # reaches only a sweep run without the runner.
     timing_tolerance: float = Field(0.005, gt=0, lt=1)
     skew_tolerance: float = Field(0.05, gt=0, lt=1)
     # Load-generating processes a wave is spread over (None: one per core this process may

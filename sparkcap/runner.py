@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 import httpx
 
 from sparkcap import spool
+from sparkcap.build import judgement_vars
 from sparkcap.config import Deployment, MissingSecret, ProbeOptions, SweepRequest, probe_options
 from sparkcap.fleet import Fleet
 from sparkcap.loadgen.connections import make_client
@@ -208,6 +209,15 @@ async def run_sweeps(
         first, *rest = unreachable.values()
         raise PreflightError(first + (f" (and {len(rest)} more)" if rest else ""))
     requests = [r for r in requests if r.deployment.name not in unreachable]
+    # a wave is measured again exactly when dbt will call it client-spoiled: one setting each
+    judged = await asyncio.to_thread(judgement_vars)
+    tolerances = {
+        "timing_tolerance": float(judged["timing_error_tolerance"]),
+        "skew_tolerance": float(judged["start_skew_tolerance"]),
+    }
+    requests = [
+        r.model_copy(update={"plan": r.plan.model_copy(update=tolerances)}) for r in requests
+    ]
     # a search decides with dbt's own rule: compiled before anything is recorded
     judge = None
     if any(r.plan.search is not None for r in requests):

@@ -49,9 +49,10 @@ def compile_search_rule(dbt_vars: dict[str, Any] | None = None) -> tuple[str, st
     ``decode_overlap('live_requests')`` under these vars (cached)."""
     import json
 
-    from sparkcap.build import _release_dbt_logs, dbt_args
+    from sparkcap.build import _release_dbt_logs, dbt_args, environment_vars
 
-    key = json.dumps(dbt_vars or {}, sort_keys=True)
+    # the compiled rule depends on every var dbt sees, SPARKCAP_DBT_VARS included
+    key = json.dumps({**environment_vars(), **(dbt_vars or {})}, sort_keys=True)
     with _COMPILE_LOCK:
         if key in _COMPILED:
             return _COMPILED[key]

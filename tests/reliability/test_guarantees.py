@@ -21,7 +21,13 @@ from sparkcap.progress import live_decode_tok_s, live_ttft_s
 from sparkcap.runner import PreflightError, run_sweeps
 from sparkcap.sim.server import SimServer
 from sparkcap.warehouse import run_start_to
-from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile, wave_census
+from tests.integration.helpers import (
+    RELAXED_TIMING,
+    SHORT_STREAM_VARS,
+    dep,
+    fast_profile,
+    wave_census,
+)
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 
@@ -328,7 +334,7 @@ def test_custom_header_values_are_secrets(db_path: Path, tmp_path: Path) -> None
     and nothing else: not raw.runs.config_json, the spool, the report or the CLI's output."""
     literal, from_env = "hdr-literal-6a1f0c93e2b7", "hdr-env-2c8d5e71b4f0"
     home = tmp_path / "home"
-    env = {"SPARKCAP_HOME": str(home), "SPARKCAP_CANARY_HDR": from_env}
+    env = {"SPARKCAP_HOME": str(home), "SPARKCAP_CANARY_HDR": from_env, **RELAXED_TIMING}
     outputs = []
     for flag, required in (
         (f"x-api-key: {literal}", ("x-api-key", literal)),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from array import array
 from pathlib import Path
 
+import pytest
 import yaml
 
 from sparkcap.config import SweepPlan
@@ -96,3 +98,24 @@ def test_capture_time_tolerances_are_dbt_s() -> None:
     plan = SweepPlan()
     assert plan.timing_tolerance == vars_["timing_error_tolerance"]
     assert plan.skew_tolerance == vars_["start_skew_tolerance"]
+
+
+def test_one_environment_setting_moves_the_capture_and_dbt_tolerances(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SPARKCAP_DBT_VARS reaches every dbt invocation and the capture's re-measure rule (the
+    night fills each plan's tolerances from judgement_vars); a typo is one error, not a no-op."""
+    from sparkcap.build import BuildError, dbt_args, judgement_vars
+
+    monkeypatch.setenv("SPARKCAP_DBT_VARS", '{"timing_error_tolerance": 0.02}')
+    judged = judgement_vars()
+    assert judged["timing_error_tolerance"] == 0.02
+    assert judged["start_skew_tolerance"] == SweepPlan().skew_tolerance  # the project default
+    args = dbt_args("build", Path("w.duckdb"), dbt_vars={"threshold_tok_s": 15})
+    assert json.loads(args[args.index("--vars") + 1]) == {
+        "timing_error_tolerance": 0.02,
+        "threshold_tok_s": 15,
+    }
+    monkeypatch.setenv("SPARKCAP_DBT_VARS", '{"timing_eror_tolerance": 0.02}')
+    with pytest.raises(BuildError, match="SPARKCAP_DBT_VARS timing_eror_tolerance: unknown"):
+        judgement_vars()
