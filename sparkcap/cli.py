@@ -835,6 +835,9 @@ def build(
             "dip_share=0.3, bootstrap_samples=500)",
         ),
     ] = None,
+    unit_tests: Annotated[
+        bool, typer.Option(help="also run dbt's unit tests of the formulas (left out nightly)")
+    ] = False,
 ) -> None:
     """Run dbt: stream rates, trial medians, levels, capacities and fleet capacity."""
     from sparkcap.build import build as dbt_build
@@ -843,7 +846,9 @@ def build(
     dbt_vars: dict[str, Any] = parse_var_overrides(var or [])
     if threshold is not None:
         dbt_vars["threshold_tok_s"] = threshold
-    result = dbt_build(_db(db), full_refresh=full_refresh, dbt_vars=dbt_vars or None)
+    result = dbt_build(
+        _db(db), full_refresh=full_refresh, dbt_vars=dbt_vars or None, unit_tests=unit_tests
+    )
     out.print(f"dbt build ok: {result.n_nodes} models and tests", highlight=False)
 
 

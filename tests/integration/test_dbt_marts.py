@@ -184,7 +184,10 @@ def test_a_changed_threshold_reaches_every_night_already_built(
     )
     at20 = q(db, sql, [run_id])
     p = subprocess.run(
-        [sys.executable, "-m", "sparkcap.cli", "build", "--db", str(db), "--threshold", "35"],
+        [
+            *(sys.executable, "-m", "sparkcap.cli", "build", "--db", str(db)),
+            *("--threshold", "35", "--unit-tests"),
+        ],
         capture_output=True,
         text=True,
         timeout=600,
@@ -197,8 +200,17 @@ def test_a_changed_threshold_reaches_every_night_already_built(
     ]
     glm = {(r[0], r[1]): r[2] for r in at35}
     assert glm[("glm", "code")] < 4  # 21 tok/s at four streams passes 20, not 35
-    build(db)
+    nightly = build(db)  # a nightly build leaves the unit tests out; --unit-tests ran them
+    with_unit_tests = int(p.stdout.split("dbt build ok: ", 1)[1].split()[0])
+    assert with_unit_tests > nightly.n_nodes, p.stdout
     assert q(db, sql, [run_id]) == at20
+
+
+def test_dbt_unit_tests_of_every_formula_pass(tmp_path: Path) -> None:
+    """The formulas' dbt unit tests, once per suite (nightly builds leave them out); dbt
+    needs their models built to know the input columns, so this builds an empty warehouse."""
+    db = tmp_path / "empty.duckdb"
+    assert build(db, unit_tests=True).n_nodes - build(db).n_nodes >= 20  # every unit test ran
 
 
 def test_the_cli_prints_what_the_marts_say(
