@@ -1,6 +1,6 @@
 """A distributed night's landing zone at fleet scale: 100 deployments' waves (generated, not
 swept) written to a Parquet lake as children write them, then verified and staged by the one
-writer, then built by dbt. Prints what the README's "Scale out" arithmetic uses: lake bytes per
+writer, then built by dbt. Prints what the scale-out guide's arithmetic uses: lake bytes per
 chunk row, lake write rows/s per client process, staging rows/s, dbt build time.
 
     .venv/bin/python benchmarks/lake_build.py [--deployments 100] [--tokens 256] [--trials 3]

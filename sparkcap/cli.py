@@ -202,7 +202,7 @@ def print_levels(db: Path, run_id: str, fmt: OutputFormat = "table") -> None:
     if fmt != "table":
         _print_machine_readable(run_id, levels, capacities, fmt)
         return
-    # short headers with units, light borders: readable at 80 columns (README, "Output")
+    # short headers with units, light borders: readable at 80 columns
     table = Table(title=f"run {run_id}", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
     for col, justify in (
         ("deployment", "left"),

@@ -288,7 +288,7 @@ def require_server() -> None:
     if not PREFECT_API_URL.value():
         raise DistributedError(
             "a distributed night needs a Prefect server its workers share: set PREFECT_API_URL "
-            "(README, 'Scale out')"
+            "(docs/guides/scale-out.md)"
         )
 
 

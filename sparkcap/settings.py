@@ -1,9 +1,10 @@
 """The one place sparkcap reads its environment.
 
 Everything else takes explicit arguments; keeping environment reads in one ``pydantic-settings``
-class makes it possible to say exactly which variables change behaviour (the README lists them),
-to reject a bad value with one clear line, and to test that secrets are only ever read by name,
-on demand (``read_secret``), never swept into a settings object that could be logged.
+class makes it possible to say exactly which variables change behaviour
+(docs/reference/environment.md lists them), to reject a bad value with one clear line, and to
+test that secrets are only ever read by name, on demand (``read_secret``), never swept into a
+settings object that could be logged.
 """
 
 from __future__ import annotations

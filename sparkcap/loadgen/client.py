@@ -1,6 +1,6 @@
 """One streaming chat completion, timed on arrival and classified without guessing.
 
-Rules this module enforces (see README, "What sparkcap promises"):
+Rules this module enforces (see docs/concepts/promises.md):
 - the arrival time of every read is taken with ``perf_counter_ns`` before anything is parsed;
 - the first token is the first chunk that carries generated text, not the role-only chunk;
 - token counts come from the server's ``usage``; chunks are never counted as tokens, and a

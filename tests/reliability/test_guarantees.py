@@ -1,4 +1,4 @@
-"""What sparkcap promises when things go wrong (README, "What sparkcap promises")."""
+"""What sparkcap promises when things go wrong (docs/concepts/promises.md)."""
 
 from __future__ import annotations
 

@@ -100,6 +100,7 @@ def test_capture_time_tolerances_are_dbt_s() -> None:
     assert plan.skew_tolerance == vars_["start_skew_tolerance"]
 
 
+@pytest.mark.reliability
 def test_one_environment_setting_moves_the_capture_and_dbt_tolerances(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

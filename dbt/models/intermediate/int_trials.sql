@@ -123,7 +123,7 @@ with_reference as (
 flagged as (
     select
         *,
-        -- client-side verdicts, relative to the streams' own durations (README, "Client
+        -- client-side verdicts, relative to the streams' own durations (docs/concepts/recording-rules.md, "Client
         -- timing"): loop stalls near first/last tokens, and a ragged release
         coalesce(timing_error_bound > {{ var('timing_error_tolerance') }}, false)
             as timing_spoiled,
