@@ -30,7 +30,7 @@ test: $(STAMP)
 	$(VENV)/bin/mypy
 	$(PY) -m sparkcap.docs_reference --check
 	@# pytest exits 5 when it collects nothing: say so rather than fail or pass silently
-	@$(PY) -m pytest -q -p no:cacheprovider; rc=$$?; \
+	@$(PY) -m pytest -q -p no:cacheprovider --durations=15; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 test-fast: $(STAMP)
