@@ -10,15 +10,13 @@ that answers 404 (no metrics endpoint at all) is not asked again within the swee
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Awaitable, Callable
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkcap.config import Deployment
-from sparkcap.loadgen.connections import make_client
+from sparkcap.loadgen.connections import FetchFailed, fetch_bounded, make_client
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import request_headers
 
@@ -56,42 +54,6 @@ def metrics_url(dep: Deployment) -> str:
 WaveHook = Callable[[WaveRecord], Awaitable[None]]
 
 
-class ScrapeFailed(Exception):
-    """One scrape that produced no samples; the message is what its wave records."""
-
-
-async def fetch_metrics(
-    client: httpx.AsyncClient,
-    url: str,
-    headers: dict[str, str],
-    total_s: float,
-    max_bytes: int = MAX_METRICS_BYTES,
-) -> tuple[int, bytes]:
-    """The status and body of one scrape, within ``total_s`` in all and never more than
-    ``max_bytes`` held: httpx's timeout bounds each read, so a body trickling a byte at a time
-    would hold the wave for as long as the server likes, and reading the whole body before
-    measuring it lets a server fill the client's memory."""
-    try:
-        async with asyncio.timeout(total_s):
-            async with client.stream("GET", url, headers=headers) as r:
-                if r.status_code != 200:
-                    return r.status_code, b""
-                encoding = r.headers.get("content-encoding", "identity").strip().lower()
-                if encoding not in ("", "identity"):
-                    # asked for identity: decoding anyway would let a small body expand unbounded
-                    raise ScrapeFailed(f"body sent with Content-Encoding {encoding!r} from {url}")
-                body = bytearray()
-                async for piece in r.aiter_raw():
-                    body += piece
-                    if len(body) > max_bytes:
-                        raise ScrapeFailed(f"body larger than {max_bytes} bytes from {url}")
-                return r.status_code, bytes(body)
-    except TimeoutError:
-        raise ScrapeFailed(f"no complete answer within {total_s:g} s from {url}") from None
-    except httpx.HTTPError as exc:
-        raise ScrapeFailed(f"{type(exc).__name__} from {url}") from None
-
-
 def scrape_into(dep: Deployment, timeout_s: float = 5.0) -> tuple[WaveHook, WaveHook]:
     """Hooks that scrape before and after each wave; ``timeout_s`` bounds a whole scrape
     (connect, headers and body), so a wave waits at most that long on each side of it."""
@@ -108,11 +70,10 @@ def scrape_into(dep: Deployment, timeout_s: float = 5.0) -> tuple[WaveHook, Wave
             fail(wave, phase, absent)
             return
         headers = {k: v for k, v in request_headers(dep).items() if k != "Accept"}
-        headers["Accept-Encoding"] = "identity"
         try:
             async with make_client(dep, 1) as c:
-                status, body = await fetch_metrics(c, url, headers, timeout_s)
-        except ScrapeFailed as exc:
+                status, body = await fetch_bounded(c, url, headers, timeout_s, MAX_METRICS_BYTES)
+        except FetchFailed as exc:
             fail(wave, phase, str(exc))
             return
         if status == 404:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import signal
 import threading
 import time
@@ -24,7 +25,7 @@ from sparkcap import spool
 from sparkcap.build import judgement_vars
 from sparkcap.config import Deployment, MissingSecret, ProbeOptions, SweepRequest, probe_options
 from sparkcap.fleet import Fleet
-from sparkcap.loadgen.connections import make_client
+from sparkcap.loadgen.connections import FetchFailed, fetch_bounded, make_client
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import (
     EndpointDown,
@@ -93,6 +94,11 @@ def stop_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:500]
 
 
+# a models listing is a few KiB; the preflight never waits or holds more than this for one
+PREFLIGHT_TOTAL_S = 30.0
+MAX_MODELS_LISTING_BYTES = 1 << 20
+
+
 class PreflightError(RuntimeError):
     """The endpoint cannot be measured at all (unreachable, unknown model, bad auth)."""
 
@@ -106,37 +112,46 @@ async def preflight(deployment: Deployment) -> None:
         raise PreflightError(str(exc)) from None
     async with make_client(deployment, 1) as client:
         try:
-            r = await client.get(url, headers=headers)
-        except httpx.ConnectError as exc:
-            detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-            raise PreflightError(
-                f"endpoint unreachable: {deployment.endpoint} ({deployment.name}): "
-                f"{type(exc).__name__}" + (f" ({detail})" if detail else "")
-            ) from None
-        except httpx.HTTPError as exc:
-            raise PreflightError(
-                f"endpoint failed: {deployment.endpoint} ({deployment.name}): {type(exc).__name__}"
-            ) from None
-    if r.status_code in (401, 403):
+            # bounded like a scrape: a listing that trickles or never ends cannot hold a night
+            status, body = await fetch_bounded(
+                client, url, headers, PREFLIGHT_TOTAL_S, MAX_MODELS_LISTING_BYTES
+            )
+        except FetchFailed as failed:
+            cause = failed.cause
+            if isinstance(cause, httpx.ConnectError):
+                detail = str(cause).strip().splitlines()[0][:200] if str(cause).strip() else ""
+                raise PreflightError(
+                    f"endpoint unreachable: {deployment.endpoint} ({deployment.name}): "
+                    f"{type(cause).__name__}" + (f" ({detail})" if detail else "")
+                ) from None
+            if cause is not None:
+                raise PreflightError(
+                    f"endpoint failed: {deployment.endpoint} ({deployment.name}): "
+                    f"{type(cause).__name__}"
+                ) from None
+            return  # an oversized, compressed or endless listing: the sweep judges each stream
+    if status in (401, 403):
         raise PreflightError(
-            f"endpoint refused the credentials for {deployment.name} (HTTP {r.status_code}); "
+            f"endpoint refused the credentials for {deployment.name} (HTTP {status}); "
             f"check the variable named by api_key_env"
         )
-    if r.status_code != 200:
+    if status != 200:
         return  # servers without /models are measured anyway
     try:
-        listing = r.json()
-    except ValueError:
+        listing = json.loads(body)
+    except (ValueError, RecursionError):  # not JSON, or nested past what Python can parse
         return
     # a server's listing is untrusted: anything but {"data": [{"id": ...}, ...]} says nothing
     data = listing.get("data") if isinstance(listing, dict) else None
     if not isinstance(data, list):
         return
-    ids = {m.get("id") for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)}
+    ids = {str(m["id"]) for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)}
     if ids and deployment.model not in ids:
+        shown = sorted(i if len(i) <= 80 else i[:79] + "…" for i in ids)
+        more = f" and {len(shown) - 10} more" if len(shown) > 10 else ""
         raise PreflightError(
             f"unknown model {deployment.model!r} at {deployment.endpoint} "
-            f"(server offers: {', '.join(sorted(str(i) for i in ids))})"
+            f"(server offers: {', '.join(shown[:10])}{more})"
         )
 
 

@@ -9,6 +9,7 @@ each send O(1). All clients share one TLS context, built once.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import select
 import socket
@@ -126,3 +127,45 @@ class StreamClients:
         self._clients.clear()
         for c in clients:
             await c.aclose()
+
+
+class FetchFailed(Exception):
+    """A small request (a scrape, the models listing) that gave no usable body; the message
+    names the URL and why, and is what gets recorded or printed; ``cause`` is httpx's error,
+    where one was the reason (a caller tells an unreachable server from a bad answer)."""
+
+    def __init__(self, message: str, cause: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
+async def fetch_bounded(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    total_s: float,
+    max_bytes: int,
+) -> tuple[int, bytes]:
+    """The status and body of one GET, within ``total_s`` in all and never more than
+    ``max_bytes`` held: httpx's timeout bounds each read, so a body trickling a byte at a time
+    would hold the caller for as long as the server likes, and reading the whole body before
+    measuring it lets a server fill the client's memory. A non-200 answer's body is not read."""
+    try:
+        async with asyncio.timeout(total_s):
+            async with client.stream("GET", url, headers=headers) as r:
+                if r.status_code != 200:
+                    return r.status_code, b""
+                encoding = r.headers.get("content-encoding", "identity").strip().lower()
+                if encoding not in ("", "identity"):
+                    # asked for identity: decoding anyway would let a small body expand unbounded
+                    raise FetchFailed(f"body sent with Content-Encoding {encoding!r} from {url}")
+                body = bytearray()
+                async for piece in r.aiter_raw():
+                    body += piece
+                    if len(body) > max_bytes:
+                        raise FetchFailed(f"body larger than {max_bytes} bytes from {url}")
+                return r.status_code, bytes(body)
+    except TimeoutError:
+        raise FetchFailed(f"no complete answer within {total_s:g} s from {url}") from None
+    except httpx.HTTPError as exc:
+        raise FetchFailed(f"{type(exc).__name__} from {url}", exc) from None

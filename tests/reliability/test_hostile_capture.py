@@ -561,8 +561,15 @@ def test_a_one_stream_sweep_starts_no_more_processes_than_it_can_use(
 
 @pytest.mark.parametrize(
     "listing",
-    [b"[1, 2]", b'{"data": "all"}', b'{"data": [{"id": 5}, "m", null]}', b"not json"],
-    ids=["list", "data-not-a-list", "ids-not-strings", "not-json"],
+    [
+        b"[1, 2]",
+        b'{"data": "all"}',
+        b'{"data": [{"id": 5}, "m", null]}',
+        b"not json",
+        b"[" * 200_000 + b"]" * 200_000,
+        b"[" * (2 << 20),
+    ],
+    ids=["list", "data-not-a-list", "ids-not-strings", "not-json", "deep", "over-1MiB"],
 )
 def test_a_models_listing_of_any_shape_is_no_traceback(listing: bytes) -> None:
     """The preflight reads ``/v1/models`` only to catch a wrong model name; a listing of
@@ -572,3 +579,17 @@ def test_a_models_listing_of_any_shape_is_no_traceback(listing: bytes) -> None:
     with RawServer(lambda o: [vllm_stream(TOKENS)], models=listing) as srv:
         asyncio.run(preflight(dep(srv.endpoint, "m")))
         assert any(h.startswith(b"GET /v1/models") for h in srv.heads)
+
+
+def test_an_unknown_model_names_a_bounded_list_of_what_the_server_offers() -> None:
+    ids = [{"id": f"model-{i:04d}-" + "x" * 200} for i in range(3000)]
+    listing = json.dumps({"data": ids}).encode()
+    from sparkcap.runner import PreflightError, preflight
+
+    with (
+        RawServer(lambda o: [vllm_stream(TOKENS)], models=listing) as srv,
+        pytest.raises(PreflightError) as err,
+    ):
+        asyncio.run(preflight(dep(srv.endpoint, "m")))
+    line = str(err.value)
+    assert "model-0000-" in line and "and 2990 more" in line and len(line) < 1200, line[:300]
