@@ -3,9 +3,11 @@
 
 -- The level value: median over the level's valid trials (warm-ups and waves superseded by a
 -- re-measurement never count). A level where any counted trial queued streams cannot pass,
--- whatever its rate. A level without a valid trial fails too, but that failure is no
--- measurement: `no_valid_trial_reason` says why nothing counted, so that nobody reads
--- "too slow" where the server refused every request or the client spoiled every trial.
+-- whatever its rate. A level without a valid trial fails too; where it observed nothing of
+-- the decode (every counted stream refused or unreadable, or every trial spoiled by the client
+-- with its streams ended well) that failure is no measurement: `no_valid_trial_reason` says
+-- why, so that nobody reads "too slow" where nothing was measured. Streams that timed out,
+-- were cut or erred under load are the server failing the level: a measured failure.
 with trials as (
     select * from {{ ref('int_trials') }}
     where {{ changed_runs_filter('run_id') }}
@@ -42,6 +44,10 @@ level_streams as (
         cast(sum(n_streams) as integer) as n_streams,
         cast(coalesce(sum(n_streams) filter (where status <> 'ok'), 0) as integer)
             as n_failed,
+        -- refused or not an answer at all: such a stream observed nothing of the decode
+        cast(coalesce(sum(n_streams) filter (
+            where status in ('rejected', 'protocol_error')
+        ), 0) as integer) as n_unanswered,
         count(*) filter (where status <> 'ok') as n_failure_kinds,
         any_value(ending) filter (where status <> 'ok') as only_failure,
         string_agg(n_streams || ' ' || ending, ', ' order by n_streams desc, ending)
@@ -90,6 +96,10 @@ select
     case
         -- a valid trial, or queued streams (the server could not hold the level: measured)
         when f.n_valid_trials > 0 or coalesce(f.any_queued, false) then null
+        -- streams that failed while others got through, or that timed out, were cut or erred:
+        -- the server failed at this level, a finding. Unmeasured is only a level where no
+        -- counted stream was answered at all (every one refused or not an event stream) ...
+        when s.n_failed > 0 and s.n_unanswered < s.n_streams then null
         -- failed streams first: a refusal or a broken stream is what a person needs to read
         when s.n_failed > 0 and s.n_failure_kinds = 1
             then s.n_failed || ' of ' || s.n_streams || ' ' || s.only_failure
