@@ -40,7 +40,8 @@ class FleetError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # as config.Strict: no NaN or infinity (`poll_s: .inf` would wait for ever)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Launch(_Strict):
@@ -128,7 +129,7 @@ class Schedule(_Strict):
         Prefect here would fix its settings before the CLI has chosen its home.)"""
         try:
             ZoneInfo(v)
-        except (ZoneInfoNotFoundError, ValueError):
+        except (ZoneInfoNotFoundError, ValueError, OSError):  # `Europe` is a folder; too long
             raise ValueError(
                 f"unknown time zone {v!r} (give an IANA name such as Europe/Berlin)"
             ) from None
@@ -325,6 +326,9 @@ def _parse(p: Path) -> tuple[Any, dict[tuple[Any, ...], int]]:
         raise FleetError(f"{p}{where}: invalid YAML: {problem}") from None
     except RecursionError:  # the pure-Python parser, without libyaml's own nesting bound
         raise FleetError(f"{p}: invalid YAML: nested too deeply") from None
+    except (ValueError, TypeError, OverflowError) as exc:
+        # a scalar its tag cannot hold: `when: 2001-13-45`, `!!int "0x"`, `!!float x`
+        raise FleetError(f"{p}: invalid YAML value: {str(exc)[:200]}") from None
     return data, walk.lines
 
 

@@ -108,3 +108,24 @@ def test_an_invalid_cron_or_time_zone_is_refused_not_written_to_prefect_yaml(
     with pytest.raises(FleetError) as err:
         prefect_yaml([f], tmp_path)
     assert str(err.value).startswith(f"{f}:") and needle in str(err.value), str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        ("name: x\nwhen: 2001-13-45\n", "invalid YAML value"),
+        ('name: x\nthreshold_tok_s: !!int "0x"\n', "invalid YAML value"),
+        ("name: x\nthreshold_tok_s: .inf\n", "threshold_tok_s"),
+        ("name: x\nschedule: {cron: '0 2 * * *', timezone: Europe}\n", "unknown time zone"),
+        ("name: x\nschedule: {cron: '0 2 * * *', timezone: " + "A" * 5000 + "}\n", "time zone"),
+    ],
+    ids=["bad-date", "bad-int", "infinite-threshold", "zone-folder", "zone-too-long"],
+)
+def test_a_value_its_type_cannot_hold_is_one_error_line(
+    tmp_path: Path, text: str, needle: str
+) -> None:
+    path = tmp_path / "fleet.yaml"
+    path.write_text(text)
+    with pytest.raises(FleetError) as err:
+        load_fleet(path)
+    assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)[:300]
