@@ -106,7 +106,15 @@ def run_dbt(
     return BuildResult(success=bool(res.success), failures=failures, n_nodes=n)
 
 
-_POSITIVE_VARS = {"probe_window_s", "probe_step_s", "bootstrap_samples", "queued_ttft_factor"}
+# 0 would judge every wave spoiled (a tolerance) or divide by nothing
+_POSITIVE_VARS = {
+    "probe_window_s",
+    "probe_step_s",
+    "bootstrap_samples",
+    "queued_ttft_factor",
+    "timing_error_tolerance",
+    "start_skew_tolerance",
+}
 
 
 def known_vars() -> dict[str, Any]:

@@ -23,7 +23,14 @@ import httpx
 
 from sparkcap import spool
 from sparkcap.build import judgement_vars
-from sparkcap.config import Deployment, MissingSecret, ProbeOptions, SweepRequest, probe_options
+from sparkcap.config import (
+    Deployment,
+    MissingSecret,
+    ProbeOptions,
+    SweepPlan,
+    SweepRequest,
+    probe_options,
+)
 from sparkcap.fleet import Fleet
 from sparkcap.loadgen.connections import FetchFailed, fetch_bounded, make_client
 from sparkcap.loadgen.records import WaveRecord
@@ -231,7 +238,11 @@ async def run_sweeps(
         "skew_tolerance": float(judged["start_skew_tolerance"]),
     }
     requests = [
-        r.model_copy(update={"plan": r.plan.model_copy(update=tolerances)}) for r in requests
+        # validated, not copied over: a var the plan cannot hold is one error line before a wave
+        r.model_copy(
+            update={"plan": SweepPlan.model_validate({**r.plan.model_dump(), **tolerances})}
+        )
+        for r in requests
     ]
     # a search decides with dbt's own rule: compiled before anything is recorded
     judge = None
