@@ -165,10 +165,31 @@ def pending(db_path: Path | str, root: Path | None = None, run_id: str | None = 
     return out
 
 
-# what reading a spooled wave may raise because of the wave itself (a damaged or missing
-# file): the wave is quarantined. So is one the warehouse refuses as data (a table that does
-# not fit); a fault of the warehouse itself (busy, full, read-only) keeps every wave.
-_UNREADABLE = (OSError, ValueError, KeyError, IndexError, UnicodeDecodeError, pa.ArrowException)
+# what reading a spooled wave may raise because of the wave itself (a damaged file, a member
+# missing from a folder that is there): the wave is quarantined. So is one the warehouse
+# refuses as data (a value or a table that does not fit). Anything else — the machine out of
+# file handles or memory, an I/O error, the warehouse busy, full or read-only, Ctrl-C — is no
+# fault of the wave: every wave is kept for the next stage.
+_UNREADABLE = (
+    FileNotFoundError,
+    IsADirectoryError,
+    NotADirectoryError,
+    ValueError,
+    KeyError,
+    IndexError,
+    UnicodeDecodeError,
+    pa.ArrowInvalid,
+    pa.ArrowTypeError,
+)
+_REFUSED_AS_DATA = (
+    duckdb.ConversionException,
+    duckdb.ConstraintException,
+    duckdb.InvalidInputException,
+    duckdb.BinderException,
+    duckdb.TypeMismatchException,
+    pa.ArrowInvalid,
+    pa.ArrowTypeError,
+)
 
 
 def stage_spool(db_path: Path, root: Path | None = None, run_id: str | None = None) -> int:
@@ -197,8 +218,12 @@ def stage_spool(db_path: Path, root: Path | None = None, run_id: str | None = No
                 wave_id, tables = _read(folder)
                 wave_run = tables["waves"].column("run_id")[0].as_py()
             except _UNREADABLE as exc:
+                if not folder.is_dir():
+                    continue  # staged and removed by another process meanwhile: not damaged
                 _set_aside(folder, db_path, exc, known, quarantined)
                 continue
+            except OSError as exc:  # the machine's fault, not the wave's: every wave is kept
+                raise StorageError(f"cannot read the spooled wave {folder}: {exc}") from None
             if wave_run not in known:
                 continue
             try:
@@ -206,6 +231,8 @@ def stage_spool(db_path: Path, root: Path | None = None, run_id: str | None = No
             except (duckdb.Error, pa.ArrowException) as exc:
                 if (fault := storage_error(db_path, "use", exc)) is not None:
                     raise fault from None  # the warehouse's fault, not the wave's: kept
+                if not isinstance(exc, _REFUSED_AS_DATA):
+                    raise  # out of memory, interrupted, a bug: kept for the next stage
                 _set_aside(folder, db_path, exc, known, quarantined)
                 continue
             shutil.rmtree(folder)
@@ -253,7 +280,15 @@ def _run_of(folder: Path) -> str | None:
 
 
 def _record_quarantine(con: duckdb.DuckDBPyConnection, run_id: str, waves: list[str]) -> None:
-    """The run's outcome names its quarantined waves: a failed ``stage`` step."""
+    """The run's outcome names its quarantined waves: a failed ``stage`` step, which keeps
+    the waves an earlier stage of the same run already named."""
+    earlier = con.execute(
+        "select reason from raw.step_outcomes where run_id = ? and deployment is null "
+        "and step = 'stage' and status = 'failed'",
+        [run_id],
+    ).fetchall()
+    named = [w for (r,) in earlier if r for w in str(r).partition(": ")[2].split("; ") if w]
+    waves = [*dict.fromkeys([*named, *waves])]
     reason = f"{len(waves)} spooled wave(s) could not be staged, moved aside: " + "; ".join(waves)
     con.execute("begin transaction")
     con.execute(

@@ -27,7 +27,7 @@ from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
 from sparkcap.metrics_scrape import scrape_into
 from sparkcap.sim.server import SimServer
-from sparkcap.warehouse import open_warehouse, run_end_to, run_start_to
+from sparkcap.warehouse import StorageError, open_warehouse, run_end_to, run_start_to
 from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile
 from tests.reliability.rawserver import RawServer
 
@@ -59,10 +59,10 @@ def one_error_line(p: subprocess.CompletedProcess[str]) -> str:
     return lines[0]
 
 
-def waves_of(sim: SimServer, n: int = 1) -> list[WaveRecord]:
+def waves_of(sim: SimServer, n: int = 1, run_id: str | None = None) -> list[WaveRecord]:
     """``n`` measured waves of one run (not staged anywhere yet)."""
     plan = PLAN.model_copy(update={"trials": n})
-    return asyncio.run(run_sweep(dep(sim.endpoint, "m"), "code", plan, new_run_id()))
+    return asyncio.run(run_sweep(dep(sim.endpoint, "m"), "code", plan, run_id or new_run_id()))
 
 
 # -- item 3: the /metrics scrape --------------------------------------------------------
@@ -309,6 +309,35 @@ def test_an_unreadable_spooled_wave_is_quarantined_and_the_rest_are_staged(
     assert staged == {waves[0].wave_id, waves[2].wave_id}
     assert outcome is not None and outcome[0] == "failed" and folders[1].name in outcome[1]
     assert spool.stage_spool(db_path) == 0  # it blocks nothing any more
+    # a later damaged wave of the same run is named beside the first, not instead of it
+    later = spool.write_wave(waves_of(sim, 4, run_id=run_id)[3], db_path)  # its 4th trial
+    (later / "requests.arrow").write_bytes(b"not arrow")
+    with caplog.at_level(logging.WARNING, logger="sparkcap"):
+        assert spool.stage_spool(db_path, None, run_id) == 0
+    with open_warehouse(db_path, read_only=True) as con:
+        (reason,) = con.execute(
+            "select reason from raw.step_outcomes where run_id = ? and step = 'stage'", [run_id]
+        ).fetchone() or ("",)
+    assert folders[1].name in reason and later.name in reason and reason.startswith("2 ")
+
+
+def test_a_machine_fault_reading_the_spool_keeps_every_wave(
+    sim: SimServer, db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of file handles (EMFILE) is no fault of the waves: none is quarantined."""
+    import errno
+
+    waves = waves_of(sim, 2)
+    run_start_to(db_path, waves[0].run_id, {}, time.time_ns())
+    folders = [spool.write_wave(w, db_path) for w in waves]
+
+    def no_handles(folder: Path) -> object:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(spool, "_read", no_handles)
+    with pytest.raises(StorageError, match="Too many open files"):
+        spool.stage_spool(db_path)
+    assert all(f.is_dir() for f in folders) and not spool.quarantine_root().exists()
 
 
 # -- item 12: a run whose writer was killed ----------------------------------------------
