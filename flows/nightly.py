@@ -34,7 +34,7 @@ def _log_progress(wave: Any, done: int, total: int) -> None:
 
 def _as_task(step: pipeline.Step) -> Any:
     def run(night: pipeline.Night) -> str:
-        result = step.run(night)
+        result = pipeline.run_step(step, night)
         get_run_logger().info("%s: %s", result.step, result.summary)
         return result.summary
 

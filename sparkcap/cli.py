@@ -32,7 +32,7 @@ from sparkcap.config import (
     parse_header_options,
     probe_options,
 )
-from sparkcap.progress import text_console
+from sparkcap.progress import text_console, visible
 from sparkcap.settings import get_settings
 
 app = typer.Typer(
@@ -604,7 +604,7 @@ def sql(
         for c in cols:
             table.add_column(c)
         for r in rows:
-            table.add_row(*("NULL" if v is None else str(v) for v in r))
+            table.add_row(*("NULL" if v is None else visible(str(v)) for v in r))
         out.print(table)
 
 
@@ -727,9 +727,13 @@ def run(
                 f"{reports_dir / run_id / 'index.html'}"
             )
             if no_prefect:
-                result = pipeline.run_pipeline(
-                    fl, path, reports_dir, board, run_id=run_id, finish=finish is not None
-                )
+                night_progress.add_sink(board)  # the steps' start and end lines
+                try:
+                    result = pipeline.run_pipeline(
+                        fl, path, reports_dir, board, run_id=run_id, finish=finish is not None
+                    )
+                finally:
+                    night_progress.remove_sink(board)
             else:
                 flow = load_nightly_flow()
                 night_progress.add_sink(board)

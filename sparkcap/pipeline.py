@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkcap import progress
 from sparkcap.config import SearchPlan
 from sparkcap.fleet import Fleet, load_fleet
 from sparkcap.runner import DEMO_PROFILE, ProgressFn, RunResult, run_fleet, run_interruptibly
@@ -369,6 +370,21 @@ STEPS: tuple[Step, ...] = (
 )
 
 
+def run_step(step: Step, night: Night) -> StepResult:
+    """One attempt at ``step``, announced as it starts and as it ends, with its time: a night
+    shows every step (probes, staging, data quality, dbt, the report), not only its waves."""
+    progress.note(f"step {step.name} …")
+    started = time.monotonic()
+    try:
+        result = step.run(night)
+    except Exception as exc:
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        progress.note(f"step {step.name} failed after {time.monotonic() - started:.1f} s: {why}")
+        raise
+    progress.note(f"step {step.name} done in {time.monotonic() - started:.1f} s: {result.summary}")
+    return result
+
+
 def run_night(night: Night) -> dict[str, Any]:
     """The whole night without Prefect: ``STEPS`` in order, with their retries.
 
@@ -380,7 +396,7 @@ def run_night(night: Night) -> dict[str, Any]:
         for step in STEPS:
             for attempt in range(step.retries + 1):
                 try:
-                    step.run(night)
+                    run_step(step, night)
                     break
                 except DataQualityFailed:
                     break  # recorded on the night; the rest of it runs

@@ -15,6 +15,7 @@ the flow in-process watch it too (``add_sink``), without the flow knowing about 
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -38,12 +39,27 @@ ProgressFn = Callable[[WaveRecord, int, int], None]
 _sinks: list[ProgressFn] = []
 
 
+# C0 and C1 control characters but tab and newline: an escape sequence in a server's model id
+# or error text would otherwise drive the terminal (clear it, retitle it, hide what follows)
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character spelled out (``\x1b``), so it prints as text."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+class _TextConsole(Console):
+    def print(self, *objects: Any, **options: Any) -> None:
+        super().print(*(visible(o) if isinstance(o, str) else o for o in objects), **options)
+
+
 def text_console(**options: Any) -> Console:
     """A Rich console that prints every string as text, never as markup: model ids, SQL cells,
     file names and error messages come from users, files and servers, and a ``[/oops]`` or
-    ``[rank0]`` in them must neither raise nor vanish. Every console sparkcap prints through
-    is made here."""
-    return Console(markup=False, highlight=False, **options)
+    ``[rank0]`` in them must neither raise nor vanish, nor an escape sequence reach the
+    terminal (:func:`visible`). Every console sparkcap prints through is made here."""
+    return _TextConsole(markup=False, highlight=False, **options)
 
 
 _lock = threading.Lock()
@@ -181,6 +197,9 @@ class NightProgress:
         of = f"{pair.done}/{pair.planned}" if pair.planned else f"{pair.done}"
         text = f"{wave.deployment}/{wave.workload} {wave_summary(wave)}"
         if self.progress is not None:
+            # the bar, counts and times take ~42 columns: the text gives way, never the times
+            room = max(16, self.console.width - 42)
+            text = text if len(text) <= room else text[: room - 1] + "…"
             if pair.task is None:
                 pair.task = self.progress.add_task("", total=pair.planned)
             self.progress.update(

@@ -86,6 +86,28 @@ def test_a_servers_model_id_is_printed_literally(tmp_path: Path) -> None:
     ], err
 
 
+def test_escape_sequences_from_a_server_or_a_cell_never_reach_the_terminal(
+    tmp_path: Path,
+) -> None:
+    """Markup off is not enough: ESC sequences in a model id or a stored error would clear,
+    retitle or recolour the terminal. They are spelled out (``\\x1b``) wherever text prints."""
+    with SimServer([fast_profile("x\x1b[2Jy")]) as sim:
+        code, _, err = cli(
+            "sweep", "--endpoint", sim.endpoint, "--model", "m", "--workload", "code",
+            "--db", str(tmp_path / "w.duckdb"),
+        )  # fmt: skip
+    assert code == 1 and "\x1b" not in err
+    assert "(server offers: x\\x1b[2Jy)" in err, err
+    from sparkcap.warehouse import ensure_schema, open_warehouse
+
+    with open_warehouse(tmp_path / "w.duckdb") as con:
+        ensure_schema(con)
+    code, out, err = cli(
+        "sql", "select chr(27) || ']0;pwned' || chr(7) as e", "--db", str(tmp_path / "w.duckdb")
+    )
+    assert code == 0 and "\x1b" not in out and "\\x1b]0;pwned\\x07" in out, out
+
+
 def test_sql_table_cells_keep_their_brackets(tmp_path: Path) -> None:
     from sparkcap.warehouse import ensure_schema, open_warehouse
 

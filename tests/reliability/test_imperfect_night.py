@@ -101,6 +101,8 @@ def test_cli_night_with_a_dead_node(tmp_path: Path) -> None:
     assert p.returncode == 1, p.stderr
     assert "not measured — dead not measured: endpoint unreachable" in p.stderr
     assert p.stderr.strip().splitlines()[-1].startswith("error: run ")
+    for step in ("probes", "stage", "validate", "dbt-build", "report"):  # every step is shown
+        assert f"step {step} …" in p.stderr and f"step {step} done in " in p.stderr, p.stderr
     assert "(partial: dead not measured)" in p.stdout
     report = next(reports.glob("*/index.html"))
     assert_the_night_names_the_dead_node(db, report)

@@ -1,0 +1,68 @@
+"""What a night shows while it runs: every step's start and end with its time, and a live line
+that fits an 80-column terminal."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from rich.console import Console
+
+from sparkcap import pipeline, progress
+from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
+from sparkcap.progress import NightProgress
+
+
+class Lines:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, *args: object) -> None:  # waves are not this test's business
+        pass
+
+    def line(self, text: str) -> None:
+        self.lines.append(text)
+
+
+def test_every_step_says_when_it_starts_and_ends_with_its_time() -> None:
+    sink = Lines()
+    progress.add_sink(sink)
+    try:
+        ok = pipeline.Step("stage", lambda night: pipeline.StepResult("stage", "3 waves"))
+        pipeline.run_step(ok, None)  # type: ignore[arg-type]
+
+        def broken(night: object) -> pipeline.StepResult:
+            raise RuntimeError("dbt build failed: fct_capacity: boom\nsecond line")
+
+        with pytest.raises(RuntimeError):
+            pipeline.run_step(pipeline.Step("dbt-build", broken), None)  # type: ignore[arg-type]
+    finally:
+        progress.remove_sink(sink)
+    assert sink.lines[0] == "step stage …"
+    assert sink.lines[1].startswith("step stage done in ") and sink.lines[1].endswith(" s: 3 waves")
+    assert sink.lines[2] == "step dbt-build …"
+    assert sink.lines[3].startswith("step dbt-build failed after ")
+    assert sink.lines[3].endswith(" s: dbt build failed: fct_capacity: boom")  # one line
+
+
+def test_the_live_line_fits_80_columns_and_keeps_its_times() -> None:
+    out = io.StringIO()
+    console = Console(file=out, width=80, force_terminal=True, color_system=None)
+    name = "a-deployment-with-a-long-name"
+    board = NightProgress({(name, "prose"): 20}, console=console, live=True)
+    w = WaveRecord("w", "r", name, "m", "http://x/v1", "prose", 16, 1, 0, 0)
+    w.requests = [RequestRecord(f"w/s{i}", i, "p", 100, 100, 0.0) for i in range(16)]
+    for r in w.requests:  # ok streams: the line shows the wave's live median
+        r.status, r.completion_tokens = Status.OK, 100
+        r.sent_ns, r.first_token_ns, r.last_token_ns = 0, 10**8, 5 * 10**9
+    with board:
+        board(w, 1, 20)
+        assert board.progress is not None
+        board.progress.refresh()
+    rows = [r for r in out.getvalue().replace("\r", "\n").split("\n") if "left" in r]
+    assert any("…" in r for r in rows), rows  # the wave's line was shortened, not the times
+    for row in rows:
+        visible = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", row)
+        assert len(visible) <= 80, visible
+        assert "-:--:--" in visible or ":" in visible.split("left")[1]  # the remaining time
