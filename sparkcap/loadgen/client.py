@@ -217,6 +217,11 @@ class StreamState:
             if not _is_count(ct):
                 self._distrust(f"completion_tokens {_shown(ct)} is not a token count")
                 return NO_TOKENS
+            if rec.token_ceiling is not None and ct > rec.token_ceiling:
+                self._distrust(
+                    f"completion_tokens {ct} is more than the {rec.token_ceiling} asked for"
+                )
+                return NO_TOKENS
             prev = self._last_usage_tokens
             if prev is not None and ct < prev:
                 self._distrust(f"completion_tokens went down from {prev} to {ct}")

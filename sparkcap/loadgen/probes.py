@@ -29,7 +29,7 @@ from sparkcap.loadgen.client import stream_request
 from sparkcap.loadgen.connections import make_client
 from sparkcap.loadgen.records import MAX_COUNT, RequestRecord, WaveRecord
 from sparkcap.loadgen.sweep import request_headers
-from sparkcap.loadgen.wave import LoopMonitor, build_body
+from sparkcap.loadgen.wave import LoopMonitor, build_body, token_ceiling
 from sparkcap.loadgen.workloads import StreamSpec, build_streams
 
 WORDS = [
@@ -162,6 +162,7 @@ class _Probe:
         rec.role = role
         self.wave.requests.append(rec)
         body = build_body(spec, self.dep.model, self.dep.continuous_usage, self.dep.extra_body)
+        rec.token_ceiling = token_ceiling(body)
         return await stream_request(
             client,
             self.dep.chat_url,

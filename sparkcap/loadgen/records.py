@@ -84,6 +84,9 @@ class RequestRecord:
     retry_after: str | None = None
     saw_done: bool = False
     role: str | None = None  # probes: background, long, probe, cold, warm, control, code, prose
+    # the most tokens the request as sent allowed (its body's max_tokens, extra_body included):
+    # a completion count above it cannot be true (never stored: requested_tokens is)
+    token_ceiling: int | None = None
     chunks: ChunkColumns = field(default_factory=ChunkColumns)
 
     @property

@@ -147,6 +147,17 @@ def build_body(
     return body
 
 
+def token_ceiling(body: dict[str, Any]) -> int | None:
+    """The most completion tokens a request body allows, or ``None`` where it names no integer
+    bound (``max_completion_tokens`` is OpenAI's newer name; a server honours either)."""
+    bounds = [
+        v
+        for k in ("max_tokens", "max_completion_tokens")
+        if type(v := body.get(k)) is int and v > 0  # not ``true``
+    ]
+    return max(bounds) if bounds else None
+
+
 def required_tokens_for(spec: StreamSpec, extra_body: dict[str, Any]) -> int:
     """A stream must deliver the requested length; ``min_tokens`` may lower that bar."""
     mt = extra_body.get("min_tokens")
@@ -178,7 +189,10 @@ def prepare_streams(
         )
         for i, s in enumerate(specs)
     ]
-    bodies = [orjson.dumps(build_body(s, wave.model, continuous_usage, extra_body)) for s in specs]
+    built = [build_body(s, wave.model, continuous_usage, extra_body) for s in specs]
+    for rec, body in zip(wave.requests, built, strict=True):
+        rec.token_ceiling = token_ceiling(body)
+    bodies = [orjson.dumps(body) for body in built]
     # X-Request-Id lets a server's own logs be joined to sparkcap's rows (vLLM honours it)
     per_request = [
         {**headers, "Content-Type": "application/json", "X-Request-Id": r.request_id}

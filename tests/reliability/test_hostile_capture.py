@@ -122,6 +122,7 @@ ABSURD_USAGE = {
     ),
     "continuous goes down": ({"prompt_tokens": 9, "completion_tokens": 4}, [1, 3, 2, 4]),
     "zero for text": ({"prompt_tokens": 9, "completion_tokens": 0}, None),
+    "above max_tokens": ({"prompt_tokens": 9, "completion_tokens": 3_000_000}, None),
 }
 
 
@@ -153,6 +154,7 @@ def test_absurd_usage_counts_are_stored_as_null_with_the_reason(tmp_path: Path) 
         "cached_tokens 10 exceed prompt_tokens 9",
         "completion_tokens went down from 3 to 2",
         "completion_tokens 0 for 4 chunk(s)",
+        "completion_tokens 3000000 is more than the 4 asked for",
     ):
         assert needle in reasons, (needle, reasons)
     with duckdb.connect(str(db), read_only=True) as con:
