@@ -110,7 +110,13 @@ async def document(
     for _ in range(4):
         if abs(counted - target_tokens) <= max(16, target_tokens // 100):
             break
-        keep = max(8, int(len(words) * target_tokens / max(counted, 1)))
+        if not len(text()) // 32 <= counted <= len(text()):
+            # no tokenizer counts a token per 32 characters or more than one per character:
+            # a count like that is no size, so usage will tell the truth instead
+            return text(), None
+        # a step at most ×4 either way, and never past a few times the target (memory bound)
+        ratio = min(4.0, max(0.25, target_tokens / max(counted, 1)))
+        keep = min(max(8, int(len(words) * ratio)), 4 * max(8, target_tokens))
         while len(words) < keep:
             words.append(rng.choice(WORDS))
         del words[keep:]

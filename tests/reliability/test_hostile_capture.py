@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import sys
+import tracemalloc
 from array import array
 from pathlib import Path
 
@@ -595,3 +596,25 @@ def test_an_unknown_model_names_a_bounded_list_of_what_the_server_offers() -> No
         asyncio.run(preflight(dep(srv.endpoint, "m")))
     line = str(err.value)
     assert "model-0000-" in line and "and 2990 more" in line and len(line) < 1200, line[:300]
+
+
+@pytest.mark.parametrize("lie", [1, 10**9])
+def test_a_lying_tokenizer_cannot_blow_up_a_probe_document(
+    lie: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``/tokenize`` answering 1 (or a billion) for any text made the sizing loop grow the
+    document by the server's ratio each step (16 M words, then 6·10¹⁰): a count no tokenizer
+    could give is no size, and the document is sized by characters instead."""
+    from sparkcap.loadgen import probes
+
+    async def lying(client: object, dep: object, text: str) -> int:
+        return lie
+
+    monkeypatch.setattr(probes, "count_tokens", lying)
+    tracemalloc.start()
+    try:
+        text, counted = asyncio.run(probes.document(None, None, 2000, "s"))  # type: ignore[arg-type]
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert counted is None and len(text) < 2000 * 16 and peak < 20 << 20
