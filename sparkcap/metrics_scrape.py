@@ -69,7 +69,7 @@ def scrape_into(dep: Deployment, timeout_s: float = 5.0) -> tuple[WaveHook, Wave
         if absent is not None:
             fail(wave, phase, absent)
             return
-        headers = {k: v for k, v in request_headers(dep).items() if k != "Accept"}
+        headers = {k: v for k, v in request_headers(dep, url).items() if k != "Accept"}
         try:
             async with make_client(dep, 1) as c:
                 status, body = await fetch_bounded(c, url, headers, timeout_s, MAX_METRICS_BYTES)

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from sparkcap.config import Deployment, MissingSecret, SweepPlan, header_problem
 from sparkcap.loadgen.connections import StreamClients
@@ -128,7 +129,7 @@ def plan_waves(plan: SweepPlan) -> list[WavePlanItem]:
     return items
 
 
-def request_headers(deployment: Deployment) -> dict[str, str]:
+def request_headers(deployment: Deployment, url: str | None = None) -> dict[str, str]:
     """Every header a request to ``deployment`` carries, secrets read from the environment now.
 
     A header whose variable is unset raises :class:`MissingSecret` rather than being left
@@ -159,9 +160,16 @@ def request_headers(deployment: Deployment) -> dict[str, str]:
             )
         headers["Authorization"] = f"Bearer {key.get_secret_value()}"
     basic = deployment.basic_auth_header()
-    if basic is not None:
+    # as httpx did with a URL's userinfo: the endpoint's own credentials go to its origin only
+    # (a metrics_url on another host gets the deployment's headers and key, never these)
+    if basic is not None and (url is None or _origin(url) == _origin(str(deployment.endpoint))):
         headers["Authorization"] = basic
     return headers
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port
 
 
 async def _one_wave(

@@ -618,3 +618,14 @@ def test_a_lying_tokenizer_cannot_blow_up_a_probe_document(
     finally:
         tracemalloc.stop()
     assert counted is None and len(text) < 2000 * 16 and peak < 20 << 20
+
+
+def test_url_credentials_go_to_the_endpoints_origin_only() -> None:
+    """A metrics_url on another host gets the deployment's headers, never the endpoint URL's
+    own user:password (httpx, too, sent a URL's userinfo only to that URL)."""
+    from sparkcap.loadgen.sweep import request_headers
+
+    d = dep("http://u:pw@gpu-1:8000/v1", "m", metrics_url="http://monitor:9400/metrics")
+    assert request_headers(d)["Authorization"].startswith("Basic ")
+    assert request_headers(d, "http://gpu-1:8000/metrics")["Authorization"].startswith("Basic ")
+    assert "Authorization" not in request_headers(d, "http://monitor:9400/metrics")
