@@ -308,6 +308,9 @@ async def _head_of_body(response: httpx.Response) -> str:
     return _snippet(raw.decode("utf-8", errors="replace"))
 
 
+_NOT_A_STREAM = frozenset({"text/html", "application/xhtml+xml", "application/json", "text/xml"})
+
+
 def _content_coding(response: httpx.Response) -> str | None:
     """The response's content coding when it is not identity (``None``: the bytes are the
     body). Asked for identity (connections.py), a server may still compress; such bytes
@@ -432,7 +435,9 @@ async def stream_request(
                     )
                 media = response.headers.get("content-type", "").partition(";")[0]
                 media = media.strip().lower()
-                if media and media != "text/event-stream":
+                # a page or a JSON reply is refused at once; another label (text/plain and
+                # octet-stream from gateways) is read, and the body decides (foreign_lines)
+                if media in _NOT_A_STREAM or media.endswith("+json"):
                     raise SSEProtocolError(
                         f"HTTP {response.status_code} answered {media[:60]!r}, not an event "
                         f"stream: {await _head_of_body(response)}"

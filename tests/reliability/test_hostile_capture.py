@@ -447,6 +447,21 @@ def test_an_html_page_or_a_json_reply_is_a_protocol_error(
     assert needle in (r.error or "")
 
 
+@pytest.mark.parametrize("content_type", [b"text/plain", b"application/octet-stream", b""])
+def test_an_event_stream_under_another_label_is_read(content_type: bytes) -> None:
+    """Gateways label a stream text/plain or octet-stream: the body decides, and a real event
+    stream under such a label is measured as usual."""
+
+    def head(ordinal: int) -> bytes:
+        label = b"Content-Type: " + content_type + b"\r\n" if content_type else b""
+        return b"HTTP/1.1 200 OK\r\n" + label + b"Connection: close\r\n\r\n"
+
+    with RawServer(lambda o: [vllm_stream(TOKENS[:4])], head=head) as srv:
+        (w,) = capture(srv.endpoint, (1,))
+    (r,) = w.requests
+    assert r.status.value == "ok", r.error
+
+
 # -- item 12: bad config values -----------------------------------------------------------
 
 
