@@ -23,7 +23,7 @@ import httpx
 import orjson
 
 from sparkcap.loadgen.arrivals import for_running_loop, socket_fd
-from sparkcap.loadgen.records import MAX_COUNT, NO_TOKENS, CountSource, RequestRecord, Status
+from sparkcap.loadgen.records import NO_TOKENS, CountSource, RequestRecord, Status, is_count
 from sparkcap.loadgen.sse import SSEParser, SSEProtocolError
 
 ERROR_SNIPPET_CHARS = 500
@@ -52,11 +52,6 @@ def _shown(value: object) -> str:
         return json.dumps(value)[:40]
     except (TypeError, ValueError):
         return type(value).__name__
-
-
-def _is_count(value: object) -> bool:
-    """A token count a warehouse column can hold: an int (``true`` is not one), in range."""
-    return type(value) is int and 0 <= value <= MAX_COUNT
 
 
 def _delta_chars(choice: dict[str, Any]) -> int:
@@ -214,7 +209,7 @@ class StreamState:
         chunk_tokens = NO_TOKENS
         ct = usage.get("completion_tokens")
         if ct is not None:
-            if not _is_count(ct):
+            if not is_count(ct):
                 self._distrust(f"completion_tokens {_shown(ct)} is not a token count")
                 return NO_TOKENS
             if rec.token_ceiling is not None and ct > rec.token_ceiling:
@@ -233,7 +228,7 @@ class StreamState:
             rec.completion_tokens = ct
         pt = usage.get("prompt_tokens")
         if pt is not None:
-            if not _is_count(pt):
+            if not is_count(pt):
                 self._distrust(f"prompt_tokens {_shown(pt)} is not a token count")
                 return NO_TOKENS
             rec.prompt_tokens = pt
@@ -244,7 +239,7 @@ class StreamState:
                 return NO_TOKENS
             cached = details.get("cached_tokens")
             if cached is not None:
-                if not _is_count(cached):
+                if not is_count(cached):
                     self._distrust(f"cached_tokens {_shown(cached)} is not a token count")
                     return NO_TOKENS
                 rec.cached_prompt_tokens = cached

@@ -27,7 +27,7 @@ from sparkcap.config import (
 )
 from sparkcap.loadgen.client import stream_request
 from sparkcap.loadgen.connections import make_client
-from sparkcap.loadgen.records import MAX_COUNT, RequestRecord, WaveRecord
+from sparkcap.loadgen.records import RequestRecord, WaveRecord, is_count
 from sparkcap.loadgen.sweep import request_headers
 from sparkcap.loadgen.wave import LoopMonitor, build_body, token_ceiling
 from sparkcap.loadgen.workloads import StreamSpec, build_streams
@@ -85,7 +85,7 @@ async def count_tokens(client: httpx.AsyncClient, dep: Deployment, text: str) ->
         if not isinstance(data, dict):
             return None
         count = data.get("count")
-        if type(count) is int and 0 <= count <= MAX_COUNT:
+        if is_count(count):
             return count
         if isinstance(data.get("tokens"), list):
             return len(data["tokens"])

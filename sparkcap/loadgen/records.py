@@ -94,6 +94,11 @@ class RequestRecord:
         return len(self.chunks)
 
 
+def is_count(value: object) -> bool:
+    """A token count a warehouse column can hold: an int (``true`` is not one), in range."""
+    return type(value) is int and 0 <= value <= MAX_COUNT
+
+
 def stored_counts(rec: RequestRecord) -> tuple[int | None, int | None, int | None, str, str | None]:
     """(completion, prompt, cached, count_source, error) as the int32 columns may hold them.
 
@@ -102,7 +107,7 @@ def stored_counts(rec: RequestRecord) -> tuple[int | None, int | None, int | Non
     Arrow refuses an out-of-range value (the whole wave is lost) and numpy wraps it.
     """
     values = (rec.completion_tokens, rec.prompt_tokens, rec.cached_prompt_tokens)
-    if all(v is None or (type(v) is int and 0 <= v <= MAX_COUNT) for v in values):
+    if all(v is None or is_count(v) for v in values):
         return (*values, str(rec.count_source), rec.error)
     why = "usage ignored: a count outside 0..2^31-1"
     error = why if rec.error is None else f"{rec.error}; {why}"
