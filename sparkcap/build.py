@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sparkcap.errors import SparkcapError
 from sparkcap.resources import dbt_project_dir
 from sparkcap.settings import get_settings
 from sparkcap.warehouse import ensure_schema, open_warehouse
 
 
-class BuildError(RuntimeError):
+class BuildError(SparkcapError, RuntimeError):
     """dbt failed; the message names the failing models or tests."""
 
 

@@ -32,6 +32,7 @@ from sparkcap.config import (
     parse_header_options,
     probe_options,
 )
+from sparkcap.errors import SparkcapError
 from sparkcap.progress import text_console, visible
 from sparkcap.settings import get_settings
 
@@ -65,7 +66,7 @@ def _root(
 out = text_console(width=None if sys.stdout.isatty() else 120, soft_wrap=not sys.stdout.isatty())
 
 
-class CLIError(Exception):
+class CLIError(SparkcapError):
     """A user-facing failure: printed as one line, exit status 1."""
 
 
@@ -1027,14 +1028,6 @@ def local_server_cmd(
 
 
 def main(argv: list[str] | None = None) -> None:
-    from sparkcap.build import BuildError
-    from sparkcap.fleet import FleetError
-    from sparkcap.localserver import LocalServerError
-    from sparkcap.report import ReportError
-    from sparkcap.runner import PreflightError
-    from sparkcap.search_judge import JudgeError
-    from sparkcap.warehouse import WarehouseBusy
-
     command = typer.main.get_command(app)
     try:
         rv = command.main(args=argv, prog_name="sparkcap", standalone_mode=False)
@@ -1065,15 +1058,8 @@ def main(argv: list[str] | None = None) -> None:
         err.print(f"error: {exc}", highlight=False, soft_wrap=True)
         raise SystemExit(130) from None
     except (
-        ReportError,
-        LookupError,
-        BuildError,
-        CLIError,
-        PreflightError,
-        WarehouseBusy,
-        LocalServerError,
-        FleetError,
-        JudgeError,
+        SparkcapError,  # every error sparkcap words for a person (sparkcap/errors.py)
+        LookupError,  # a missing key or variable a library names
         FileNotFoundError,
         SettingsError,  # an environment variable sparkcap reads is malformed
     ) as exc:

@@ -25,6 +25,8 @@ from pydantic import (
     model_validator,
 )
 
+from sparkcap.errors import SparkcapError
+
 WorkloadName = Literal["code", "prose"]
 # how much of a fleet file's plan a night runs (pipeline.PROFILES says what each changes)
 Profile = Literal["full", "demo", "smoke"]
@@ -67,7 +69,7 @@ class Timeouts(Strict):
     )
 
 
-class MissingSecret(LookupError):
+class MissingSecret(SparkcapError, LookupError):
     """A header's value is to come from an environment variable that is not set (or holds
     what no HTTP header can carry): sending the request without it would measure an
     unauthenticated server, so it is an error, never a dropped header."""

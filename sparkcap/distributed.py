@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict
 
 from sparkcap.config import SweepPlan, WorkloadName
+from sparkcap.errors import SparkcapError
 from sparkcap.fleet import Distributed, Fleet, FleetDeployment
 from sparkcap.lake import ChildKey, Lake, stage_lake
 
@@ -52,7 +53,7 @@ CHILD_FLOW = "sparkcap-sweep-target"
 CHILD_ENTRYPOINT = "flows/distributed.py:sweep_target"
 
 
-class DistributedError(RuntimeError):
+class DistributedError(SparkcapError, RuntimeError):
     """A distributed night that cannot start (no Prefect server, no pool); one line."""
 
 

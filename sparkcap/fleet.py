@@ -32,10 +32,11 @@ from sparkcap.config import (
     SweepRequest,
     WorkloadName,
 )
+from sparkcap.errors import SparkcapError
 from sparkcap.links import LinkSpec
 
 
-class FleetError(ValueError):
+class FleetError(SparkcapError, ValueError):
     """A fleet file that cannot be used; the message is one line with file and line."""
 
 

@@ -44,13 +44,14 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from sparkcap.errors import SparkcapError
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.spool import TABLES, safe_name
 
 REQUIRED = ("waves", "requests", "chunks")  # a wave without these is not a wave
 
 
-class LakeError(RuntimeError):
+class LakeError(SparkcapError, RuntimeError):
     """A lake that cannot be read or written (one line, names the URL)."""
 
 

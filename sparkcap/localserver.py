@@ -25,6 +25,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparkcap.errors import SparkcapError
 from sparkcap.fleet import Fleet
 from sparkcap.procman import ManagedProcess, ManagedProcessError
 from sparkcap.settings import get_settings
@@ -53,7 +54,7 @@ CMAKE_FLAGS: tuple[str, ...] = (
 )
 
 
-class LocalServerError(RuntimeError):
+class LocalServerError(SparkcapError, RuntimeError):
     """A build or start failure, with a message meant for one line of terminal output."""
 
 

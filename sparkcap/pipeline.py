@@ -16,6 +16,7 @@ from typing import Any
 
 from sparkcap import progress
 from sparkcap.config import SearchPlan
+from sparkcap.errors import SparkcapError
 from sparkcap.fleet import Fleet, load_fleet
 from sparkcap.runner import DEMO_PROFILE, ProgressFn, RunResult, run_fleet, run_interruptibly
 
@@ -205,7 +206,7 @@ def _markdown_cell(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
-class DataQualityFailed(RuntimeError):
+class DataQualityFailed(SparkcapError, RuntimeError):
     """A blocking expectation failed for this run (the night goes on; its result says so)."""
 
 

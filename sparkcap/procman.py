@@ -16,8 +16,10 @@ from pathlib import Path
 
 import httpx
 
+from sparkcap.errors import SparkcapError
 
-class ManagedProcessError(RuntimeError):
+
+class ManagedProcessError(SparkcapError, RuntimeError):
     """A launched process exited early or never became ready; the message says which."""
 
 

@@ -31,6 +31,7 @@ from sparkcap.config import (
     SweepRequest,
     probe_options,
 )
+from sparkcap.errors import SparkcapError
 from sparkcap.fleet import Fleet
 from sparkcap.loadgen.connections import FetchFailed, fetch_bounded, make_client
 from sparkcap.loadgen.records import WaveRecord
@@ -106,7 +107,7 @@ PREFLIGHT_TOTAL_S = 30.0
 MAX_MODELS_LISTING_BYTES = 1 << 20
 
 
-class PreflightError(RuntimeError):
+class PreflightError(SparkcapError, RuntimeError):
     """The endpoint cannot be measured at all (unreachable, unknown model, bad auth)."""
 
 

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from sparkcap.errors import SparkcapError
 from sparkcap.loadgen.records import Status, WaveRecord
 from sparkcap.loadgen.search import LevelJudgement
 from sparkcap.progress import live_decode_tok_s
@@ -30,7 +31,7 @@ _COMPILE_LOCK = threading.Lock()
 _COMPILED: dict[str, tuple[str, str]] = {}
 
 
-class JudgeError(RuntimeError):
+class JudgeError(SparkcapError, RuntimeError):
     """dbt could not compile the search rule (the project or its vars are broken)."""
 
 

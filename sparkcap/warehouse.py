@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from sparkcap import __version__
 from sparkcap.config import Deployment, url_without_credentials
+from sparkcap.errors import SparkcapError
 from sparkcap.loadgen.records import MAX_COUNT, WaveRecord, stored_counts
 from sparkcap.schema import RAW_TABLES, SCHEMA_SQL, columns, raw_table
 from sparkcap.settings import get_settings
@@ -38,7 +39,7 @@ from sparkcap.settings import get_settings
 __all__ = ["SCHEMA_SQL", "StorageError", "ensure_schema", "open_warehouse", "stage_wave"]
 
 
-class WarehouseBusy(RuntimeError):
+class WarehouseBusy(SparkcapError, RuntimeError):
     """The warehouse cannot take a write now: another process holds the DuckDB write lock
     (or, as :class:`StorageError`, its file or disk failed). A wave that meets it waits in
     the spool for the next ``stage``."""

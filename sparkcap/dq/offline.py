@@ -13,6 +13,8 @@ from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 
+from sparkcap.errors import SparkcapError
+
 VENDOR = Path(str(files("sparkcap").joinpath("data/vendor")))
 
 # CDN URL (prefix match) -> file under the vendored folder
@@ -58,7 +60,7 @@ def _strip_cors(new_tag: str, old_tag: str) -> str:
     return _CORS_ATTRS.sub("", new_tag)
 
 
-class OfflineError(RuntimeError):
+class OfflineError(SparkcapError, RuntimeError):
     """A page still loads something from the network."""
 
 

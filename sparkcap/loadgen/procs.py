@@ -34,6 +34,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from sparkcap.config import Deployment
+from sparkcap.errors import SparkcapError
 from sparkcap.loadgen.arrivals import new_event_loop
 from sparkcap.loadgen.connections import StreamClients
 from sparkcap.loadgen.records import ProcessTiming, RequestRecord, WaveRecord
@@ -47,7 +48,7 @@ RELEASE_LEAD_NS = 20_000_000
 START_TIMEOUT_S = 60.0
 
 
-class ClientProcessError(RuntimeError):
+class ClientProcessError(SparkcapError, RuntimeError):
     """A load-generating process died or answered out of turn: the wave cannot be trusted."""
 
 

@@ -11,10 +11,11 @@ from typing import Any
 
 import pandas as pd
 
+from sparkcap.errors import SparkcapError
 from sparkcap.warehouse import open_warehouse
 
 
-class ReportError(RuntimeError):
+class ReportError(SparkcapError, RuntimeError):
     """The marts hold nothing to report for the requested run."""
 
 

@@ -1,0 +1,14 @@
+"""The one base of every error sparkcap tells a person about.
+
+A command ends on one of these with a single ``error: …`` line and a non-zero exit (``cli.main``
+catches the base once); anything else escaping is a defect of sparkcap, not of its input. Each
+subclass keeps the built-in base it had (``RuntimeError``, ``ValueError``, ``LookupError``), so
+code that caught those still does.
+"""
+
+from __future__ import annotations
+
+
+class SparkcapError(Exception):
+    """Bad input, an unreachable or hostile server, a busy or broken warehouse: said in one
+    line that names the file, flag or server and the cause."""

@@ -1,0 +1,57 @@
+"""One base for every error sparkcap words for a person: the CLI catches it once, so a new
+error class cannot be forgotten in a list there (DistributedError, LakeError and the managed
+process errors once escaped as tracebacks that way)."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+from sparkcap.errors import SparkcapError
+
+WORDED = {
+    "sparkcap.build:BuildError": RuntimeError,
+    "sparkcap.cli:CLIError": Exception,
+    "sparkcap.config:MissingSecret": LookupError,
+    "sparkcap.distributed:DistributedError": RuntimeError,
+    "sparkcap.dq.offline:OfflineError": RuntimeError,
+    "sparkcap.fleet:FleetError": ValueError,
+    "sparkcap.lake:LakeError": RuntimeError,
+    "sparkcap.loadgen.procs:ClientProcessError": RuntimeError,
+    "sparkcap.localserver:LocalServerError": RuntimeError,
+    "sparkcap.pipeline:DataQualityFailed": RuntimeError,
+    "sparkcap.procman:ManagedProcessError": RuntimeError,
+    "sparkcap.report.data:ReportError": RuntimeError,
+    "sparkcap.runner:PreflightError": RuntimeError,
+    "sparkcap.search_judge:JudgeError": RuntimeError,
+    "sparkcap.warehouse:StorageError": RuntimeError,
+    "sparkcap.warehouse:WarehouseBusy": RuntimeError,
+}
+
+
+@pytest.mark.parametrize(("where", "builtin"), sorted(WORDED.items()))
+def test_every_worded_error_is_a_sparkcap_error_and_keeps_its_builtin_base(
+    where: str, builtin: type[Exception]
+) -> None:
+    module, name = where.split(":")
+    cls = getattr(importlib.import_module(module), name)
+    assert issubclass(cls, SparkcapError) and issubclass(cls, builtin)
+
+
+def test_the_cli_words_any_sparkcap_error_in_one_line(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sparkcap import cli, warehouse
+    from sparkcap.lake import LakeError
+
+    def boom(*args: object, **kwargs: object) -> None:
+        raise LakeError("lake memory://x: manifest of wave w1 does not match its part")
+
+    monkeypatch.setattr(warehouse, "open_warehouse", boom)
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["sql", "select 1", "--db", "x.duckdb"])
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: lake memory://x: manifest of wave w1 does not match its part"
+    ]
