@@ -1,3 +1,3 @@
 """sparkcap: interactive-rate capacity planning for LLM serving fleets."""
 
-__version__ = "0.5.0"
+__version__ = "0.6.0"
