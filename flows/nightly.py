@@ -104,17 +104,20 @@ def _night(night: pipeline.Night) -> Any:
         description=f"capacity for run {run_id}",
     )
     create_link_artifact(key="report", link=Path(index).as_uri(), link_text=f"report {run_id}")
+    # every reason the night failed is named, a data-quality failure beside any gap
+    dq_failed = night.dq is not None and not night.dq.success
+    dq = "; data quality failed" if dq_failed else ""
     if result["gaps"]:
         return Failed(
             message=f"run {run_id} is incomplete: "
             + "; ".join(result["gaps"])[:1500]
-            + f"; everything else is staged and reported at {index}"
+            + f"{dq}; everything else is staged and reported at {index}"
         )
     if result["run_status"] != "complete":
         return Failed(
-            message=f"run {run_id} is incomplete: {result['run_reason']}; finished waves "
+            message=f"run {run_id} is incomplete: {result['run_reason']}{dq}; finished waves "
             f"are staged and reported at {index}"
         )
-    if night.dq is not None and not night.dq.success:
+    if dq_failed:
         return Failed(message=f"data quality failed for {run_id}; report published at {index}")
     return result

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.helpers import faulty, free_port, wait_for_prefect_api
+from tests.integration.helpers import RELAXED_TIMING, faulty, free_port, wait_for_prefect_api
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -136,10 +136,12 @@ def test_two_nights_on_one_warehouse_never_overlap(harness: None, tmp_path: Path
 
 
 def test_flow_records_data_quality_failure_and_still_publishes(
-    harness: None, tmp_path: Path
+    harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from sparkcap.sim.server import SimServer
 
+    # 8-token streams: about data quality, not the client's timing (helpers.RELAXED_TIMING)
+    monkeypatch.setenv("SPARKCAP_DBT_VARS", RELAXED_TIMING["SPARKCAP_DBT_VARS"])
     with SimServer([faulty("bad", every=2, omit_usage=True)]) as sim:
         fleet = {
             "name": "bad",
@@ -262,7 +264,9 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
 
 
 @pytest.mark.reliability
-def test_canary_api_key_reaches_no_prefect_record(harness: None, tmp_path: Path) -> None:
+def test_canary_api_key_reaches_no_prefect_record(
+    harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Secrets stay out of what Prefect keeps: artifacts, run logs, state messages, its database
     and result storage, for a good night and for a night that fails on a wrong key."""
     import asyncio
@@ -279,6 +283,8 @@ def test_canary_api_key_reaches_no_prefect_record(harness: None, tmp_path: Path)
     header = "hdr-canary-0d9e7c4b2a61"  # a custom header's value is a secret too
     os.environ["SPARKCAP_CANARY_GOOD"], os.environ["SPARKCAP_CANARY_WRONG"] = good, wrong
     os.environ["SPARKCAP_CANARY_HDR"] = header
+    # 8-token streams: about secrets, not the client's timing
+    monkeypatch.setenv("SPARKCAP_DBT_VARS", RELAXED_TIMING["SPARKCAP_DBT_VARS"])
     states = []
     try:
         with SimServer(
