@@ -19,9 +19,23 @@ import pytest
 import yaml
 
 from sparkcap.sim.server import SimServer
-from tests.integration.helpers import fast_profile, one_deployment_fleet, wave_census
+from tests.integration.helpers import (
+    RELAXED_TIMING,
+    fast_profile,
+    one_deployment_fleet,
+    wave_census,
+)
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration, pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True)
+def _not_about_client_timing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """8-token streams on a busy machine: these nights are about a dead node or server, and
+    the client-timing rule (which would rightly call such waves spoiled) is relaxed for them,
+    in this process and in every CLI it starts."""
+    monkeypatch.setenv("SPARKCAP_DBT_VARS", RELAXED_TIMING["SPARKCAP_DBT_VARS"])
+
 
 DEAD = "http://127.0.0.1:9/v1"
 
