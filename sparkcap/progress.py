@@ -29,7 +29,6 @@ from rich.progress import (
     Progress,
     TaskID,
     TextColumn,
-    TimeElapsedColumn,
     TimeRemainingColumn,
 )
 
@@ -122,9 +121,21 @@ def live_median_tok_s(wave: WaveRecord) -> float | None:
     return rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2
 
 
-def wave_summary(wave: WaveRecord) -> str:
+# what the live display's bar, counts and time left take of a line (see NightProgress)
+LIVE_COLUMNS_TAKEN = 28
+
+
+def wave_summary(wave: WaveRecord, short: bool = False) -> str:
+    """A wave's progress text; ``short`` for a narrow live line (``c=16 t3 16/16 ok 3.3 tok/s``)."""
     ok = sum(1 for r in wave.requests if r.status is Status.OK)
     med = live_median_tok_s(wave)
+    if short:
+        label = "warm-up" if wave.trial == 0 else f"t{wave.trial}"
+        return (
+            f"c={wave.concurrency} {label} {ok}/{len(wave.requests)} ok"
+            + (f" {med:.1f} tok/s" if med is not None else "")
+            + (" superseded" if wave.superseded_reason else "")
+        )
     label = "warm-up" if wave.trial == 0 else f"trial {wave.trial}"
     return (
         f"c={wave.concurrency} {label}: {ok}/{len(wave.requests)} ok"
@@ -164,11 +175,10 @@ class NightProgress:
         if self.live:
             self.progress = Progress(
                 TextColumn("{task.description}", markup=False),
-                BarColumn(bar_width=12),
+                BarColumn(bar_width=8),
                 MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                TextColumn("left"),
                 TimeRemainingColumn(),
+                TextColumn("left"),
                 console=self.console,
             )
             self.progress.start()
@@ -197,8 +207,11 @@ class NightProgress:
         of = f"{pair.done}/{pair.planned}" if pair.planned else f"{pair.done}"
         text = f"{wave.deployment}/{wave.workload} {wave_summary(wave)}"
         if self.progress is not None:
-            # the bar, counts and times take ~42 columns: the text gives way, never the times
-            room = max(16, self.console.width - 42)
+            # the bar, the counts and the time left take ~28 columns: the wave's text gives
+            # way (a shorter wording first, then cut), never the time left
+            room = max(16, self.console.width - LIVE_COLUMNS_TAKEN)
+            if len(text) > room:
+                text = f"{wave.deployment}/{wave.workload} {wave_summary(wave, short=True)}"
             text = text if len(text) <= room else text[: room - 1] + "…"
             if pair.task is None:
                 pair.task = self.progress.add_task("", total=pair.planned)
