@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from pydantic import SecretStr
+
 from sparkcap.config import Deployment, MissingSecret, SweepPlan, header_problem
 from sparkcap.loadgen.connections import StreamClients
 from sparkcap.loadgen.procs import ClientPool, available_cores
@@ -145,19 +147,11 @@ def request_headers(deployment: Deployment, url: str | None = None) -> dict[str,
             raise MissingSecret(
                 f"{deployment.name}: header {name!r} is to come from ${env_var}, which is not set"
             )
-        if header_problem(name, value.get_secret_value()) is not None:
-            raise MissingSecret(
-                f"{deployment.name}: ${env_var} (header {name!r}) holds what no HTTP header can "
-                "carry: printable ASCII only, no line breaks (the value is not shown)"
-            )
+        _check_sendable(deployment, f"${env_var} (header {name!r})", name, value)
         headers[name] = value.get_secret_value()
     key = read_secret(deployment.api_key_env)
     if key is not None:
-        if header_problem("Authorization", key.get_secret_value()) is not None:
-            raise MissingSecret(
-                f"{deployment.name}: ${deployment.api_key_env} holds what no HTTP header can "
-                "carry: printable ASCII only, no line breaks (the value is not shown)"
-            )
+        _check_sendable(deployment, f"${deployment.api_key_env}", "Authorization", key)
         headers["Authorization"] = f"Bearer {key.get_secret_value()}"
     basic = deployment.basic_auth_header()
     # as httpx did with a URL's userinfo: the endpoint's own credentials go to its origin only
@@ -165,6 +159,16 @@ def request_headers(deployment: Deployment, url: str | None = None) -> dict[str,
     if basic is not None and (url is None or _origin(url) == _origin(str(deployment.endpoint))):
         headers["Authorization"] = basic
     return headers
+
+
+def _check_sendable(deployment: Deployment, source: str, name: str, value: SecretStr) -> None:
+    """A secret from the environment that no HTTP header can carry is an error naming where it
+    came from, never its value."""
+    if header_problem(name, value.get_secret_value()) is not None:
+        raise MissingSecret(
+            f"{deployment.name}: {source} holds what no HTTP header can carry: printable ASCII "
+            "only, no line breaks (the value is not shown)"
+        )
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
