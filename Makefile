@@ -28,6 +28,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check sparkcap flows tests benchmarks
 	$(VENV)/bin/ruff format --check sparkcap flows tests benchmarks
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m sparkcap.docs_reference --check
 	@# pytest exits 5 when it collects nothing: say so rather than fail or pass silently
 	@$(PY) -m pytest -q -p no:cacheprovider --durations=15; rc=$$?; \

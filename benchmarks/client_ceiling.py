@@ -40,8 +40,8 @@ import httpx
 
 from sparkcap.config import Deployment, SweepPlan
 from sparkcap.loadgen.sweep import client_spoiled, new_run_id, run_sweep
-from sparkcap.progress import live_decode_tok_s
-from sparkcap.sim.server import SimProcess
+from sparkcap.night.progress import live_decode_tok_s
+from sparkcap.servers.sim.server import SimProcess
 
 TOK_S = 60.0
 CHUNK_TOKENS = 3

@@ -23,10 +23,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from warehouse_build import night_waves
 
-from sparkcap.build import build
 from sparkcap.config import Deployment
-from sparkcap.lake import ChildKey, Lake, stage_lake
-from sparkcap.warehouse import run_end_to, run_start_to
+from sparkcap.store.lake import ChildKey, Lake, stage_lake
+from sparkcap.store.warehouse import run_end_to, run_start_to
+from sparkcap.transform.dbt_build import build
 
 
 def main() -> int:

@@ -19,8 +19,8 @@ import httpx
 
 from sparkcap.config import Deployment, SweepPlan
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
-from sparkcap.progress import live_decode_tok_s
-from sparkcap.sim.server import SimProcess
+from sparkcap.night.progress import live_decode_tok_s
+from sparkcap.servers.sim.server import SimProcess
 
 PROFILE = {
     "model": "bench",

@@ -38,10 +38,10 @@ from pathlib import Path
 
 import duckdb
 
-from sparkcap.build import build
 from sparkcap.config import Deployment, SearchPlan, SweepPlan, SweepRequest
-from sparkcap.runner import run_sweeps
-from sparkcap.sim.server import SimProcess
+from sparkcap.night.sweeps import run_sweeps
+from sparkcap.servers.sim.server import SimProcess
+from sparkcap.transform.dbt_build import build
 
 THRESHOLD = 40.0
 TOKENS = 256
@@ -153,14 +153,15 @@ where w.probe is null or w.probe = 'sustain'
 
 
 def twin(max_tokens: int | None) -> int:
-    from sparkcap import pipeline
+    from sparkcap.night import plan as night_plan
+    from sparkcap.night import steps as pipeline
     from sparkcap.resources import bundled_fleet
 
     nights: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory(prefix="sparkcap-twin-bench-") as tmp:
         for method in ("grid", "search"):
             db = Path(tmp) / f"{method}.duckdb"
-            fleet = pipeline.fleet_for(
+            fleet = night_plan.fleet_for(
                 bundled_fleet("twin"),
                 "full",
                 search=SearchPlan() if method == "search" else None,

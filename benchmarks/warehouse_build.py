@@ -23,9 +23,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from sparkcap.build import build
 from sparkcap.config import Deployment
-from sparkcap.warehouse import chunk_table, open_warehouse, record_run_start, stage_tables
+from sparkcap.store.warehouse import chunk_table, open_warehouse, record_run_start, stage_tables
+from sparkcap.transform.dbt_build import build
 
 
 def night_waves(

@@ -1,5 +1,5 @@
 """The child of a distributed night: one deployment × workload, swept by whichever worker of
-the pool takes it, landing its waves in the lake (``sparkcap.distributed.sweep_child``).
+the pool takes it, landing its waves in the lake (``sparkcap.night.distributed.sweep_child``).
 
 Thin, like ``flows/nightly.py``: the parent is that same nightly flow with ``distributed``
 set, which starts these runs with ``run_deployment(timeout=0)`` and stages the lake when all
@@ -12,8 +12,8 @@ from typing import Any
 
 from prefect import flow, get_run_logger
 
-from sparkcap.distributed import CHILD_FLOW, ChildSpec, sweep_child
-from sparkcap.progress import wave_summary
+from sparkcap.night.distributed import CHILD_FLOW, ChildSpec, sweep_child
+from sparkcap.night.progress import wave_summary
 
 
 def _log_progress(wave: Any, done: int, total: int) -> None:

@@ -1,4 +1,4 @@
-"""The nightly fleet sweep as a Prefect flow. Thin: the night is ``sparkcap.pipeline.Night``
+"""The nightly fleet sweep as a Prefect flow. Thin: the night is ``sparkcap.night.steps.Night``
 walked through ``pipeline.STEPS``, each step one Prefect task with the step's retries; the
 same list ``sparkcap run --no-prefect`` walks.
 
@@ -17,9 +17,10 @@ from prefect.cache_policies import NONE
 from prefect.concurrency.sync import concurrency
 from prefect.states import Failed
 
-from sparkcap import pipeline
-from sparkcap.deploy import ensure_warehouse_limit
-from sparkcap.progress import emit, wave_summary
+from sparkcap.night import plan as night_plan
+from sparkcap.night import steps as pipeline
+from sparkcap.night.progress import emit, wave_summary
+from sparkcap.night.schedule import ensure_warehouse_limit
 from sparkcap.settings import get_settings
 
 
@@ -33,7 +34,7 @@ def _log_progress(wave: Any, done: int, total: int) -> None:
 
 
 def _as_task(step: pipeline.Step) -> Any:
-    def run(night: pipeline.Night) -> str:
+    def run(night: night_plan.Night) -> str:
         result = pipeline.run_step(step, night)
         get_run_logger().info("%s: %s", result.step, result.summary)
         return result.summary
@@ -65,8 +66,8 @@ def nightly_fleet_sweep(
     ``run_id``'s parent stopped; stage its lake, name what is missing, build and report."""
     settings = get_settings()
     db_path = Path(db or settings.db_path).resolve()
-    the_fleet = pipeline.fleet_for(fleet, profile, search=search)
-    night = pipeline.Night(
+    the_fleet = night_plan.fleet_for(fleet, profile, search=search)
+    night = night_plan.Night(
         fleet=the_fleet,
         db_path=db_path,
         reports_dir=Path(reports or settings.reports_dir).resolve(),
@@ -82,7 +83,7 @@ def nightly_fleet_sweep(
         return _night(night)
 
 
-def _night(night: pipeline.Night) -> Any:
+def _night(night: night_plan.Night) -> Any:
     with night.servers():
         for step in pipeline.STEPS:
             if not step.night_goes_on:

@@ -33,7 +33,7 @@ from sparkcap.config import (
     probe_options,
 )
 from sparkcap.errors import SparkcapError
-from sparkcap.progress import text_console, visible
+from sparkcap.night.progress import text_console, visible
 from sparkcap.settings import get_settings
 
 app = typer.Typer(
@@ -145,8 +145,8 @@ def search_plan(
 
 
 def run_with_progress(requests: list[SweepRequest], db: Path, **kwargs: Any) -> Any:
-    from sparkcap.progress import NightProgress, planned_waves
-    from sparkcap.runner import run_interruptibly, run_sweeps
+    from sparkcap.night.progress import NightProgress, planned_waves
+    from sparkcap.night.sweeps import run_interruptibly, run_sweeps
 
     with NightProgress(planned_waves(requests)) as board:
         return run_interruptibly(run_sweeps(requests, db, progress=board, **kwargs))
@@ -187,7 +187,7 @@ CAPACITY_COLUMNS = (
 def print_levels(db: Path, run_id: str, fmt: OutputFormat = "table") -> None:
     """The run's levels and capacities as the marts have them (build the run first): the CLI
     applies no rule of its own, so what it prints is what the report and SQL users see."""
-    from sparkcap.warehouse import open_warehouse
+    from sparkcap.store.warehouse import open_warehouse
 
     with open_warehouse(db, read_only=True) as con:
         levels = con.execute(
@@ -264,7 +264,7 @@ def _print_machine_readable(
 
 def print_fleet(db: Path, run_id: str, console: Console | None = None) -> None:
     """The headline from the marts (the numbers the report shows)."""
-    from sparkcap.warehouse import open_warehouse
+    from sparkcap.store.warehouse import open_warehouse
 
     with open_warehouse(db, read_only=True) as con:
         rows = con.execute(
@@ -369,13 +369,13 @@ def sweep(
     from sparkcap.loadgen.sweep import new_run_id
 
     if run is not None:
-        from sparkcap.runner import open_run_for
+        from sparkcap.night.sweeps import open_run_for
 
         run_id = open_run_for(path, run, req.deployment.name, [req.workload])
     else:
         run_id = new_run_id()  # known before the sweep, so that a Ctrl-C can name it
-    from sparkcap.build import build as dbt_build
-    from sparkcap.pipeline import unmeasured_pairs
+    from sparkcap.publish.marts import unmeasured_pairs
+    from sparkcap.transform.dbt_build import build as dbt_build
 
     say = out if fmt == "table" else err  # csv/json: only the data on stdout
     try:
@@ -397,7 +397,7 @@ def sweep(
 def interrupted_line(db: Path, run_id: str) -> str:
     """What a Ctrl-C leaves, for its one error line: the run as recorded and the waves staged
     before it (kept; the wave in flight is no measurement), or that nothing was recorded."""
-    from sparkcap.warehouse import open_warehouse
+    from sparkcap.store.warehouse import open_warehouse
 
     try:
         with open_warehouse(db, read_only=True) as con:
@@ -453,8 +453,8 @@ def probe(
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
 ) -> None:
     """Measure what long prefills and prompt caches do to responsiveness."""
-    from sparkcap.progress import live_ttft_s
-    from sparkcap.runner import run_interruptibly, run_probe
+    from sparkcap.night.progress import live_ttft_s
+    from sparkcap.night.sweeps import run_interruptibly, run_probe
 
     try:
         extra = parse_extra_body(extra_body)
@@ -515,8 +515,8 @@ def link_check(
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
 ) -> None:
     """Run each declared link's probe command and record achieved vs nominal Gb/s."""
-    from sparkcap.fleet import load_fleet
-    from sparkcap.runner import run_link_check
+    from sparkcap.config.fleet import load_fleet
+    from sparkcap.night.sweeps import run_link_check
 
     fl = load_fleet(fleet)
     run_id, results = run_link_check(fl, _db(db))
@@ -543,7 +543,7 @@ def compare_cmd(
     ] = "table",
 ) -> None:
     """Before/after: change in median rate, aggregate throughput, prefill, capacity, links."""
-    from sparkcap.compare import compare
+    from sparkcap.publish.compare import compare
 
     frames = compare(_db(db), run_a, run_b)
     if fmt == "json":
@@ -582,7 +582,7 @@ def sql(
     """Run ad-hoc SQL against the warehouse, read-only."""
     import duckdb
 
-    from sparkcap.warehouse import open_warehouse
+    from sparkcap.store.warehouse import open_warehouse
 
     with open_warehouse(_db(db), read_only=True) as con:
         try:
@@ -614,8 +614,8 @@ def sim(
     port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0 = any free port)")] = 8000,
 ) -> None:
     """Serve the simulated twin of the study's fleet (models: qwen, glm, deepseek)."""
-    from sparkcap.sim.fleet import twin_profiles
-    from sparkcap.sim.server import SimServer
+    from sparkcap.servers.sim.fleet import twin_profiles
+    from sparkcap.servers.sim.server import SimServer
 
     server = SimServer(twin_profiles(), port=port)
     print(
@@ -680,14 +680,15 @@ def run(
     ] = None,
 ) -> None:
     """Run the nightly pipeline once: sweep, stage, validate, build, report."""
-    from sparkcap import pipeline
-    from sparkcap import progress as night_progress
     from sparkcap.loadgen.sweep import new_run_id
+    from sparkcap.night import plan as night_plan
+    from sparkcap.night import progress as night_progress
+    from sparkcap.night import steps as pipeline
 
     searching = search_plan(search, max_level, trials_max, confidence, sustain_factor, trial_tokens)
     search_opts = searching.model_dump() if searching is not None else None
     # validates the fleet file before anything starts
-    fl = pipeline.fleet_for(fleet, profile, search=search_opts)
+    fl = night_plan.fleet_for(fleet, profile, search=search_opts)
     spread = fl.distributed.enabled if distributed is None else distributed
     if finish is not None and (searching is not None or distributed is False):
         raise CLIError(
@@ -697,7 +698,7 @@ def run(
     if spread and no_prefect and finish is None:
         raise CLIError("--distributed runs on Prefect workers: leave out --no-prefect")
     if spread and finish is None:
-        from sparkcap.distributed import DistributedError, check_budgets, require_server
+        from sparkcap.night.distributed import DistributedError, check_budgets, require_server
 
         try:
             check_budgets(fl)
@@ -706,7 +707,7 @@ def run(
             raise CLIError(str(exc)) from None
     path = _db(db).resolve()
     if finish is not None:  # refused here, before anything starts, as the step would refuse
-        from sparkcap.distributed import DistributedError, children_to_finish
+        from sparkcap.night.distributed import DistributedError, children_to_finish
 
         try:
             children_to_finish(fl, path, finish)
@@ -810,7 +811,7 @@ def prefect_yaml_cmd(
     ] = False,
 ) -> None:
     """Write prefect.yaml's deployments from the fleet files' schedules (the one source)."""
-    from sparkcap.deploy import prefect_yaml
+    from sparkcap.night.schedule import prefect_yaml
 
     root = target.resolve().parent
     paths = [p.resolve() for p in (fleets or sorted((root / "fleets").glob("*.yaml")))]
@@ -845,8 +846,8 @@ def build(
     ] = False,
 ) -> None:
     """Run dbt: stream rates, trial medians, levels, capacities and fleet capacity."""
-    from sparkcap.build import build as dbt_build
-    from sparkcap.build import parse_var_overrides
+    from sparkcap.transform.dbt_build import build as dbt_build
+    from sparkcap.transform.dbt_build import parse_var_overrides
 
     dbt_vars: dict[str, Any] = parse_var_overrides(var or [])
     if threshold is not None:
@@ -876,7 +877,7 @@ def report(
     """Render the HTML report (and PNG/SVG charts) of a run, several runs or a night."""
     from datetime import date
 
-    from sparkcap.report import render_report
+    from sparkcap.publish.report import render_report
 
     if night is not None and run:
         raise typer.BadParameter("give --run or --night, not both", param_hint="--night")
@@ -905,14 +906,14 @@ def stage(
 ) -> None:
     """Stage waves left in the spool by an interrupted or blocked run, or (``--lake``,
     ``--run``) a distributed night's lake whose parent stopped before staging it."""
-    from sparkcap.spool import stage_spool
+    from sparkcap.store.spool import stage_spool
 
     if (lake is None) != (run is None):
         raise CLIError("--lake and --run go together")
     n = stage_spool(_db(db))
     out.print(f"staged {n} spooled wave(s)", highlight=False)
     if lake is not None and run is not None:
-        from sparkcap.lake import Lake, LakeError, stage_lake
+        from sparkcap.store.lake import Lake, LakeError, stage_lake
 
         try:
             staged = stage_lake(_db(db), Lake(lake), run)
@@ -999,7 +1000,7 @@ def local_server_cmd(
     import signal
     import threading
 
-    from sparkcap.localserver import ensure_model, ensure_server_binary, start_local_server
+    from sparkcap.servers.llama import ensure_model, ensure_server_binary, start_local_server
 
     binary = ensure_server_binary()
     model = ensure_model()

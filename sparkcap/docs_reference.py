@@ -2,7 +2,7 @@
 
 A hand-kept list of CLI options, raw columns or dbt models drifts the first time someone adds
 one and forgets the docs; these pages are therefore written from the typer app
-(``sparkcap.cli.app``), the raw schema (``sparkcap.schema.RAW_TABLES``) and the dbt YAML, and
+(``sparkcap.cli.app``), the raw schema (``sparkcap.store.schema.RAW_TABLES``) and the dbt YAML, and
 ``--check`` (run in ``make test``'s lint step) fails when a committed page differs from what the
 code says now. Rendering is deterministic (no dates, no machine paths, no terminal widths) so
 that check can be exact.
@@ -27,7 +27,7 @@ import yaml
 
 from sparkcap.cli import app
 from sparkcap.resources import dbt_project_dir
-from sparkcap.schema import RAW_TABLES, duckdb_type
+from sparkcap.store.schema import RAW_TABLES, duckdb_type
 
 CHECKOUT = Path(__file__).resolve().parents[1]
 REGENERATE = "make docs-reference"
@@ -215,7 +215,7 @@ def raw_schema_page() -> str:
     lines = [
         "# Raw schema (contract for ad-hoc SQL)",
         "",
-        _header("`sparkcap/schema.py`"),
+        _header("`sparkcap/store/schema.py`"),
         "",
         "Schema `raw` in the DuckDB file. Column names are fixed; columns may be added. How "
         "waves are staged and an example query over these tables: "

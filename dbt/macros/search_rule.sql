@@ -1,6 +1,6 @@
 {#
   The search's level rule, written once. `int_search_levels` (the verdict of record) and the
-  live search (sparkcap/search_judge.py, which compiles this macro once per night and runs it
+  live search (sparkcap/transform/live_judge.py, which compiles this macro once per night and runs it
   in-process on the live figures of the level just measured) both call it, so a search decides
   with the very SQL the marts judge by.
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from sparkcap.report.pages import render
-from sparkcap.warehouse import open_warehouse
+from sparkcap.pages import render
+from sparkcap.store.warehouse import open_warehouse
 
 SUMMARY_SQL = """
 with overall as (

@@ -25,9 +25,11 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from sparkcap import resources
-from sparkcap.schema import RAW_TABLES, raw_table
+from sparkcap.dq.offline import make_offline
+from sparkcap.dq.summary import render_summary_html
 from sparkcap.settings import get_settings
-from sparkcap.warehouse import open_warehouse, replace_run_rows
+from sparkcap.store.schema import RAW_TABLES, raw_table
+from sparkcap.store.warehouse import open_warehouse, replace_run_rows
 
 # probe requests are another population: a long prompt, short probe replies, a warm cache
 # check. They never feed a capacity, so the length rules for code and prose do not apply to
@@ -339,11 +341,9 @@ def run_validation(
             )
     context.build_data_docs(site_names=["sparkcap_site"])
     index = site_dir / "index.html"
-    from sparkcap.dq.offline import make_offline
 
     make_offline(site_dir)
     store_results(db_path, run_id, outcomes)
-    from sparkcap.dq.summary import render_summary_html
 
     docs_index = index if index.exists() else None
     summary = render_summary_html(db_path, run_id, docs_index, site_dir.parent / "summary.html")

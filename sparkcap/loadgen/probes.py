@@ -26,10 +26,10 @@ from sparkcap.config import (
     PromptCacheOptions,
 )
 from sparkcap.loadgen.client import stream_request
-from sparkcap.loadgen.connections import make_client
+from sparkcap.loadgen.connections import StreamClients, make_client
 from sparkcap.loadgen.records import RequestRecord, WaveRecord, is_count
 from sparkcap.loadgen.sweep import request_headers
-from sparkcap.loadgen.wave import LoopMonitor, build_body, token_ceiling
+from sparkcap.loadgen.wave import LoopMonitor, build_body, run_wave, token_ceiling
 from sparkcap.loadgen.workloads import StreamSpec, build_streams
 
 WORDS = [
@@ -309,8 +309,6 @@ async def _synchronized(
     trial: int,
 ) -> WaveRecord:
     """One synchronized wave of ``specs`` (the sweep's machinery), tagged as a probe."""
-    from sparkcap.loadgen.connections import StreamClients
-    from sparkcap.loadgen.wave import run_wave
 
     wave = WaveRecord(
         wave_id=f"{run_id}/{dep.name}/{probe}/{label}/c{len(specs):04d}/t{trial}",

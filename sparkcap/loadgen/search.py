@@ -2,7 +2,7 @@
 
 MLPerf LoadGen's peak search doubles then bisects; sparkcap does the same, but a level is
 measured only until its answer is known: after each counted trial a *judge* (injected;
-``sparkcap.search_judge`` runs dbt's ``search_level_interval`` macro on the live figures)
+``sparkcap.transform.live_judge`` runs dbt's ``search_level_interval`` macro on the live figures)
 returns the bootstrap interval of the level median, and the level stops as soon as that
 interval clears the threshold, or at ``trials_max`` (the level then *straddles* it and the
 answer becomes an interval). A level's direction is its median, as in the grid's rule; a
@@ -16,13 +16,24 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from sparkcap.config import SearchPlan
+from sparkcap.config import Deployment, SearchPlan, SweepPlan
+from sparkcap.loadgen.plan import WavePlanItem
 from sparkcap.loadgen.records import SearchDecision, WaveRecord
 
-if TYPE_CHECKING:
-    from sparkcap.loadgen.sweep import WaveRunner
+
+class WaveRunner(Protocol):
+    """What the search measures through (``loadgen.sweep.WaveRunner``, the grid's runner too)."""
+
+    run_id: str
+    deployment: Deployment
+    workload: str
+    plan: SweepPlan
+
+    async def measure(
+        self, item: WavePlanItem, decide: Callable[[WaveRecord], Awaitable[None]] | None = None
+    ) -> WaveRecord: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +173,6 @@ class _SustainDecider:
 
 async def run_search(runner: WaveRunner, search: SearchPlan, judge: Judge) -> int:
     """Search, then sustain; returns the live capacity (the marts hold the one of record)."""
-    from sparkcap.loadgen.sweep import WavePlanItem
 
     def key(level: int, kind: str) -> str:
         return level_key(runner.run_id, runner.deployment.name, runner.workload, level, kind)

@@ -14,23 +14,21 @@ import secrets
 import statistics
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
-from sparkcap.config import Deployment, MissingSecret, SweepPlan, header_problem
+from sparkcap.config import Deployment, MissingSecret, SweepPlan, header_problem, planned_wave_count
 from sparkcap.loadgen.connections import StreamClients
+from sparkcap.loadgen.plan import WavePlanItem, plan_waves
 from sparkcap.loadgen.procs import ClientPool, available_cores
 from sparkcap.loadgen.records import Status, WaveRecord
+from sparkcap.loadgen.search import Judge, run_search
 from sparkcap.loadgen.wave import run_wave
 from sparkcap.loadgen.workloads import build_streams
 from sparkcap.settings import read_secret
-
-if TYPE_CHECKING:
-    from sparkcap.loadgen.search import Judge
 
 WaveCallback = Callable[[WaveRecord], Awaitable[None] | None]
 ProgressCallback = Callable[[WaveRecord, int, int], None]
@@ -108,27 +106,6 @@ def wave_id(
     kind = f"/{probe}" if probe else ""
     base = f"{run_id}/{deployment}/{workload}{kind}/c{concurrency:04d}/t{trial}"
     return base if attempt == 1 else f"{base}/a{attempt}"
-
-
-@dataclass(frozen=True, slots=True)
-class WavePlanItem:
-    concurrency: int
-    trial: int
-    max_tokens: int | None = None  # None: the plan's
-    length_factor: float = 1.0  # times max_tokens (or each stream's own length) ...
-    min_tokens: int = 2  # ... but never fewer
-    probe: str | None = None  # "sustain" for a search's sustain wave
-    method: str = "grid"
-    search_step: int | None = None
-
-
-def plan_waves(plan: SweepPlan) -> list[WavePlanItem]:
-    items: list[WavePlanItem] = []
-    for level in plan.levels:
-        if plan.warmup:
-            items.append(WavePlanItem(level, 0))
-        items.extend(WavePlanItem(level, t) for t in range(1, plan.trials + 1))
-    return items
 
 
 def request_headers(deployment: Deployment, url: str | None = None) -> dict[str, str]:
@@ -348,10 +325,8 @@ async def run_sweep(
             planned=planned_wave_count(plan),
         )
         if plan.search is not None:
-            from sparkcap.loadgen.search import run_search
-
             if judge is None:
-                raise ValueError("a search needs a judge (sparkcap.search_judge)")
+                raise ValueError("a search needs a judge (sparkcap.transform.live_judge)")
             await run_search(runner, plan.search, judge)
         else:
             for item in plan_waves(plan):
@@ -371,13 +346,3 @@ def client_process_count(plan: SweepPlan) -> int:
         return 0
     largest = plan.search.max_level if plan.search is not None else max(plan.levels)
     return max(1, min(wanted, largest // plan.min_streams_per_process))
-
-
-def planned_wave_count(plan: SweepPlan) -> int:
-    """Waves a plan runs: exact for a grid; for a search an estimate (doubling to the top,
-    three bisection steps, warm-up + two trials a level, one sustain wave) for progress bars."""
-    if plan.search is None:
-        return len(plan_waves(plan))
-    doubling = max(1, plan.search.max_level).bit_length() + 1
-    per_level = 2 + (1 if plan.warmup else 0)
-    return (doubling + 3) * per_level + (1 if plan.search.sustain_factor > 0 else 0)

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="session")
 def twin_night(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
     """The twin fleet through the whole pipeline once (demo profile): shared by the slow tests."""
-    from sparkcap import pipeline
+    from sparkcap.night import plan as night_plan
+    from sparkcap.night import steps as pipeline
 
     base = tmp_path_factory.mktemp("twin")
     mp = pytest.MonkeyPatch()
@@ -22,7 +23,7 @@ def twin_night(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, o
         # Three trials per level, not the demo's one: GLM code at 4 streams sits ~6 % above the
         # threshold by design (the study's knife edge), and one 64-token wave on a busy CI
         # machine once read it 1 % below. The level median over trials is the study's method.
-        fleet = pipeline.fleet_for(ROOT / "fleets" / "twin.yaml", "demo", trials=TWIN_TRIALS)
+        fleet = night_plan.fleet_for(ROOT / "fleets" / "twin.yaml", "demo", trials=TWIN_TRIALS)
         db = base / "twin.duckdb"
         reports = base / "reports"
         result = pipeline.run_pipeline(fleet, db, reports)

@@ -13,7 +13,7 @@ import duckdb
 from sparkcap.config import Deployment, SweepPlan, Timeouts
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
-from sparkcap.sim.engine import SimFaults, SimProfile
+from sparkcap.servers.sim.engine import SimFaults, SimProfile
 
 # dbt vars for tests whose 0.1–0.2 s streams share a process (and the GIL) with the simulator:
 # their timestamps are a few ms late, a few per cent of such a short stream's rate, and the

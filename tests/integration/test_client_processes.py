@@ -31,9 +31,9 @@ from sparkcap.config import Deployment, SweepPlan, SweepRequest
 from sparkcap.loadgen.procs import ClientProcessError
 from sparkcap.loadgen.records import Status
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
-from sparkcap.progress import live_decode_tok_s
-from sparkcap.runner import run_sweeps
-from sparkcap.sim.server import SimProcess
+from sparkcap.night.progress import live_decode_tok_s
+from sparkcap.night.sweeps import run_sweeps
+from sparkcap.servers.sim.server import SimProcess
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 

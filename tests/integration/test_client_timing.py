@@ -18,12 +18,12 @@ from typing import Any
 import duckdb
 import pytest
 
-from sparkcap.build import build
 from sparkcap.config import Deployment, SweepPlan, SweepRequest
 from sparkcap.loadgen import sweep as sweep_module
 from sparkcap.loadgen.records import WaveRecord
-from sparkcap.runner import run_sweeps
-from sparkcap.sim.server import SimProcess
+from sparkcap.night.sweeps import run_sweeps
+from sparkcap.servers.sim.server import SimProcess
+from sparkcap.transform.dbt_build import build
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.reliability]
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap.build import build
 from sparkcap.config import SweepPlan, SweepRequest
-from sparkcap.runner import run_sweeps
-from sparkcap.sim.server import SimServer
+from sparkcap.night.sweeps import run_sweeps
+from sparkcap.servers.sim.server import SimServer
+from sparkcap.transform.dbt_build import build
 from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

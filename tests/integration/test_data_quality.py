@@ -15,13 +15,13 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap.build import build
 from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.dq.offline import remote_resources
 from sparkcap.dq.validate import run_validation
+from sparkcap.night.sweeps import run_sweeps
 from sparkcap.resources import expectations_dir
-from sparkcap.runner import run_sweeps
-from sparkcap.sim.server import SimServer
+from sparkcap.servers.sim.server import SimServer
+from sparkcap.transform.dbt_build import build
 from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile, faulty
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -209,7 +209,7 @@ def test_validate_without_run_takes_the_newest_sweep_not_a_link_check(
     validates the sweep instead of erroring on the link check."""
     import time
 
-    from sparkcap.warehouse import run_end_to, run_start_to
+    from sparkcap.store.warehouse import run_end_to, run_start_to
 
     swept = sweep_into(sim, db_path, "clean")
     link_run = "29991231T000000Z-linkck"  # newer than anything
@@ -231,7 +231,7 @@ def test_probe_requests_have_their_own_suite_and_never_fail_a_night(
 ) -> None:
     """A server that ends probe replies early (no ignore_eos) must not fail the night through
     the code/prose length rules: probe requests get their own, non-blocking suite."""
-    from sparkcap.runner import run_probe
+    from sparkcap.night.sweeps import run_probe
 
     run_id = sweep_into(sim, db_path, "clean")
     asyncio.run(

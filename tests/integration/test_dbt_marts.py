@@ -11,11 +11,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap.build import build
 from sparkcap.config import SweepPlan, SweepRequest
-from sparkcap.runner import run_sweeps
-from sparkcap.sim.fleet import TWIN, expected_fleet_capacity
-from sparkcap.sim.server import SimServer
+from sparkcap.night.sweeps import run_sweeps
+from sparkcap.servers.sim.fleet import TWIN, expected_fleet_capacity
+from sparkcap.servers.sim.server import SimServer
+from sparkcap.transform.dbt_build import build
 from tests.integration.helpers import TWIN_TRIALS, dep, fast_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

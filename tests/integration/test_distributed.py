@@ -23,7 +23,7 @@ import psutil
 import pytest
 import yaml
 
-from sparkcap.sim.engine import SimProfile
+from sparkcap.servers.sim.engine import SimProfile
 from tests.integration.conftest import ROOT
 from tests.integration.helpers import free_port, run_cli, wait_for_prefect_api
 
@@ -145,7 +145,7 @@ def sim_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     }
     ready = base / "ready.json"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sparkcap.sim", "0", json.dumps(spec), str(ready)],
+        [sys.executable, "-m", "sparkcap.servers.sim", "0", json.dumps(spec), str(ready)],
         start_new_session=True,
     )
     try:

@@ -18,11 +18,12 @@ import duckdb
 import pytest
 import yaml
 
-from sparkcap import distributed, pipeline
 from sparkcap.config import SweepPlan
-from sparkcap.lake import ChildKey, Lake
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
-from sparkcap.sim.server import SimServer
+from sparkcap.night import distributed
+from sparkcap.night import plan as night_plan
+from sparkcap.servers.sim.server import SimServer
+from sparkcap.store.lake import ChildKey, Lake
 from tests.integration.helpers import dep, fast_profile, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -81,9 +82,9 @@ def test_finish_names_lost_and_unstarted_children(
     run_id = new_run_id()
     with SimServer([fast_profile(n, draft_tokens=0) for n in NAMES]) as sim:
         fleet_path = _fleet(tmp_path, sim.endpoint)
-        fleet = pipeline.fleet_for(fleet_path)
+        fleet = night_plan.fleet_for(fleet_path)
         url = str(tmp_path / "lake")
-        night = pipeline.Night(fleet, db, reports, run_id=run_id, distributed=True)
+        night = night_plan.Night(fleet, db, reports, run_id=run_id, distributed=True)
         distributed.record_night_start(night, run_id, DAY, url)  # what the parent did first
         lake = Lake(url)
         key = {n: ChildKey(DAY, run_id, n, "code") for n in NAMES}

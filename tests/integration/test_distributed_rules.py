@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from sparkcap.distributed import ChildRun, ChildSpec, FanOut, wait_for_children
-from sparkcap.fleet import Distributed
-from sparkcap.lake import Lake
+from sparkcap.config.fleet import Distributed
+from sparkcap.night.distributed import ChildRun, ChildSpec, FanOut, wait_for_children
+from sparkcap.store.lake import Lake
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -103,7 +103,7 @@ def test_two_nights_on_one_warehouse_never_overlap(harness: None, tmp_path: Path
     from prefect.client.orchestration import get_client
     from prefect.concurrency.sync import concurrency
 
-    from sparkcap.deploy import ensure_warehouse_limit
+    from sparkcap.night.schedule import ensure_warehouse_limit
 
     db, reports = tmp_path / "shared.duckdb", tmp_path / "reports"
     name = ensure_warehouse_limit(db)
@@ -138,7 +138,7 @@ def test_two_nights_on_one_warehouse_never_overlap(harness: None, tmp_path: Path
 def test_flow_records_data_quality_failure_and_still_publishes(
     harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sparkcap.sim.server import SimServer
+    from sparkcap.servers.sim.server import SimServer
 
     # 8-token streams: about data quality, not the client's timing (helpers.RELAXED_TIMING)
     monkeypatch.setenv("SPARKCAP_DBT_VARS", RELAXED_TIMING["SPARKCAP_DBT_VARS"])
@@ -276,7 +276,7 @@ def test_canary_api_key_reaches_no_prefect_record(
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
     from prefect.logging.handlers import APILogWorker
 
-    from sparkcap.sim.server import SimServer
+    from sparkcap.servers.sim.server import SimServer
     from tests.integration.helpers import fast_profile
 
     good, wrong = "sk-canary-good-51c0e2d7a9", "sk-canary-wrong-83b6f4a1c2"

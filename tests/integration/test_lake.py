@@ -11,13 +11,13 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap import spool
 from sparkcap.config import SweepPlan
-from sparkcap.lake import TABLES, ChildKey, Lake, LakeError, stage_lake
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
-from sparkcap.sim.server import SimServer
-from sparkcap.warehouse import run_start_to
+from sparkcap.servers.sim.server import SimServer
+from sparkcap.store import spool
+from sparkcap.store.lake import TABLES, ChildKey, Lake, LakeError, stage_lake
+from sparkcap.store.warehouse import run_start_to
 from tests.integration.helpers import dep, fast_profile
 
 pytestmark = pytest.mark.integration

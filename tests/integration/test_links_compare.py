@@ -13,12 +13,12 @@ import duckdb
 import pytest
 import yaml
 
-from sparkcap.build import build
-from sparkcap.compare import compare
 from sparkcap.config import SweepPlan, SweepRequest
-from sparkcap.fleet import load_fleet
-from sparkcap.runner import run_link_check, run_sweeps
-from sparkcap.sim.server import SimServer
+from sparkcap.config.fleet import load_fleet
+from sparkcap.night.sweeps import run_link_check, run_sweeps
+from sparkcap.publish.compare import compare
+from sparkcap.servers.sim.server import SimServer
+from sparkcap.transform.dbt_build import build
 from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile
 
 pytestmark = pytest.mark.integration
@@ -144,7 +144,7 @@ def test_compare_two_runs(db_path: Path) -> None:
 
 
 def test_report_compares_with_the_previous_run(db_path: Path, tmp_path: Path) -> None:
-    from sparkcap.report import render_report
+    from sparkcap.publish.report import render_report
 
     runs = []
     for step in (0.02, 0.03):

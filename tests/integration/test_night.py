@@ -12,7 +12,9 @@ import duckdb
 import pytest
 import yaml
 
-from sparkcap import localserver, pipeline
+from sparkcap.night import plan as night_plan
+from sparkcap.night import steps as pipeline
+from sparkcap.servers import llama as localserver
 from tests.integration.helpers import RELAXED_TIMING
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -52,7 +54,7 @@ def test_a_night_launches_its_servers_once(tmp_path: Path, monkeypatch: pytest.M
         )
     )
     db = tmp_path / "n.duckdb"
-    fleet = pipeline.fleet_for(fleet_file)
+    fleet = night_plan.fleet_for(fleet_file)
     result = pipeline.run_pipeline(fleet, db, tmp_path / "reports")
     assert len(starts) == 1, starts  # sweep and probes shared one launch
     assert result["run_status"] == "complete" and not result["gaps"], result

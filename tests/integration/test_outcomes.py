@@ -8,8 +8,8 @@ import pytest
 
 from sparkcap.config import Timeouts
 from sparkcap.loadgen.records import CountSource, Status
-from sparkcap.progress import live_decode_tok_s
-from sparkcap.sim.server import SimServer
+from sparkcap.night.progress import live_decode_tok_s
+from sparkcap.servers.sim.server import SimServer
 from tests.integration.helpers import fast_profile, faulty, sweep
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]

@@ -11,12 +11,12 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap.build import build
 from sparkcap.config import Deployment, PrefillInterferenceOptions, SweepPlan, SweepRequest
-from sparkcap.report import ReportError, render_report
-from sparkcap.runner import run_probe, run_sweeps
-from sparkcap.sim.engine import SimProfile
-from sparkcap.sim.server import SimServer
+from sparkcap.night.sweeps import run_probe, run_sweeps
+from sparkcap.publish.report import ReportError, render_report
+from sparkcap.servers.sim.engine import SimProfile
+from sparkcap.servers.sim.server import SimServer
+from sparkcap.transform.dbt_build import build
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -119,7 +119,7 @@ def test_probes_against_the_simulator(db_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def long_context_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from sparkcap.localserver import start_local_server
+    from sparkcap.servers.llama import start_local_server
 
     s = start_local_server(slots=2, context=16384, log_dir=tmp_path_factory.mktemp("logs"))
     try:

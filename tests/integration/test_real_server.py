@@ -13,11 +13,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sparkcap.build import build
 from sparkcap.config import Deployment, SweepPlan, SweepRequest
-from sparkcap.localserver import LocalServer, start_local_server
-from sparkcap.runner import run_sweeps
-from sparkcap.warehouse import open_warehouse
+from sparkcap.night.sweeps import run_sweeps
+from sparkcap.servers.llama import LocalServer, start_local_server
+from sparkcap.store.warehouse import open_warehouse
+from sparkcap.transform.dbt_build import build
 
 pytestmark = [pytest.mark.real_server, pytest.mark.integration, pytest.mark.slow]
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap.build import build
 from sparkcap.config import Deployment, SearchPlan, SweepPlan, SweepRequest
-from sparkcap.runner import run_sweeps
-from sparkcap.sim.engine import SimProfile
-from sparkcap.sim.server import SimServer
+from sparkcap.night.sweeps import run_sweeps
+from sparkcap.servers.sim.engine import SimProfile
+from sparkcap.servers.sim.server import SimServer
+from sparkcap.transform.dbt_build import build
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -166,7 +166,7 @@ def _wave(
 
 
 def test_the_live_judge_runs_dbts_rule_and_skips_what_the_client_spoiled() -> None:
-    from sparkcap.search_judge import SearchJudge
+    from sparkcap.transform.live_judge import SearchJudge
 
     judge = SearchJudge.compile(20.0)
     clear = judge.judge("k", [_wave(1, [30.0, 31.0, 32.0, 33.0])], 0.9)  # type: ignore[list-item]
@@ -194,7 +194,7 @@ def test_the_live_judge_runs_dbts_rule_and_skips_what_the_client_spoiled() -> No
 def test_report_shows_the_search(db_path: Path, tmp_path: Path) -> None:
     """A small searched night: the report's capacity table names the method and the sustain
     result, and the search section has its chart and one row per step."""
-    from sparkcap.report import render_report
+    from sparkcap.publish.report import render_report
 
     prof = SimProfile(model="m", step_s1=0.004, batch_slowdown=0.5, draft_tokens=0)
     search = SearchPlan(max_level=4, trials_max=2, warmup_tokens=4, sustain_factor=2)

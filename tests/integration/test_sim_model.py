@@ -10,13 +10,13 @@ import duckdb
 import httpx
 import pytest
 
-from sparkcap.build import build
 from sparkcap.config import SweepPlan, SweepRequest
-from sparkcap.progress import live_decode_tok_s, live_ttft_s
-from sparkcap.runner import run_sweeps
-from sparkcap.sim.engine import SimProfile
-from sparkcap.sim.fleet import expected_tokens_per_step
-from sparkcap.sim.server import SimServer
+from sparkcap.night.progress import live_decode_tok_s, live_ttft_s
+from sparkcap.night.sweeps import run_sweeps
+from sparkcap.servers.sim.engine import SimProfile
+from sparkcap.servers.sim.fleet import expected_tokens_per_step
+from sparkcap.servers.sim.server import SimServer
+from sparkcap.transform.dbt_build import build
 from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile, sweep
 
 pytestmark = pytest.mark.integration

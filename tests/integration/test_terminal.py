@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkcap.sim.server import SimServer
+from sparkcap.servers.sim.server import SimServer
 from tests.integration.helpers import fast_profile, one_deployment_fleet, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

@@ -16,7 +16,7 @@ import duckdb
 import pytest
 import yaml
 
-from sparkcap.sim.server import SimServer
+from sparkcap.servers.sim.server import SimServer
 from tests.integration.helpers import fast_profile, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]

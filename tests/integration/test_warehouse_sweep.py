@@ -12,9 +12,9 @@ import duckdb
 import pytest
 
 from sparkcap.config import Deployment, SweepPlan, SweepRequest
-from sparkcap.runner import PreflightError, run_sweeps
-from sparkcap.sim.server import SimServer
-from sparkcap.warehouse import open_warehouse, stage_wave
+from sparkcap.night.sweeps import PreflightError, run_sweeps
+from sparkcap.servers.sim.server import SimServer
+from sparkcap.store.warehouse import open_warehouse, stage_wave
 from tests.integration.helpers import RELAXED_TIMING, dep, fast_profile, faulty
 
 pytestmark = pytest.mark.integration
@@ -282,7 +282,7 @@ def test_older_warehouse_gains_new_columns(db_path: Path) -> None:
 def test_a_warehouse_from_before_0_2_is_upgraded_in_place(sim: SimServer, db_path: Path) -> None:
     """0.1 made ``client_saturated`` NOT NULL and had no timing columns: its file keeps its
     nights and takes new waves, whose capture-time verdict is NULL."""
-    from sparkcap.warehouse import SCHEMA_SQL
+    from sparkcap.store.warehouse import SCHEMA_SQL
 
     old = SCHEMA_SQL.replace(
         "client_saturated       boolean,", "client_saturated       boolean not null,"
@@ -323,8 +323,8 @@ def test_metrics_scrape_uses_the_deployments_auth_and_records_every_failure(
     the report says whose server metrics are missing."""
     import os
 
-    from sparkcap.build import build
-    from sparkcap.report import render_report
+    from sparkcap.publish.report import render_report
+    from sparkcap.transform.dbt_build import build
 
     os.environ["SPARKCAP_METRICS_KEY"] = "sk-metrics-test"
     try:

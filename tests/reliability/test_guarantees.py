@@ -14,13 +14,13 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap import spool
 from sparkcap.config import SweepPlan, SweepRequest
-from sparkcap.fleet import FleetError, load_fleet
-from sparkcap.progress import live_decode_tok_s, live_ttft_s
-from sparkcap.runner import PreflightError, run_sweeps
-from sparkcap.sim.server import SimServer
-from sparkcap.warehouse import run_start_to
+from sparkcap.config.fleet import FleetError, load_fleet
+from sparkcap.night.progress import live_decode_tok_s, live_ttft_s
+from sparkcap.night.sweeps import PreflightError, run_sweeps
+from sparkcap.servers.sim.server import SimServer
+from sparkcap.store import spool
+from sparkcap.store.warehouse import run_start_to, warehouse_key
 from tests.integration.helpers import (
     RELAXED_TIMING,
     SHORT_STREAM_VARS,
@@ -165,7 +165,7 @@ def test_kill_9_during_staging_leaves_whole_waves(tmp_path: Path) -> None:
 import sys, numpy as np
 sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / "benchmarks")!r})
 from warehouse_build import night_waves
-from sparkcap.warehouse import open_warehouse, stage_tables
+from sparkcap.store.warehouse import open_warehouse, stage_tables
 with open_warehouse({str(db)!r}) as con:
     print("staging", flush=True)
     for wid, t in night_waves("r-kill", 8, 200, np.random.default_rng(0)):
@@ -200,12 +200,12 @@ def test_kill_9_of_a_real_sparkcap_stage_leaves_whole_waves_and_the_next_stages_
     from warehouse_build import night_waves
 
     from sparkcap.loadgen.records import WaveRecord
-    from sparkcap.warehouse import metrics_table
+    from sparkcap.store.warehouse import metrics_table
 
     db, home = tmp_path / "k.duckdb", tmp_path / "home"
     run = "r-kill9"
     run_start_to(db, run, {}, time.time_ns())
-    root = home / "spool" / spool.warehouse_key(db) / run
+    root = home / "spool" / warehouse_key(db) / run
     empty_metrics = metrics_table(WaveRecord("x", run, "d", "m", "http://x/v1", "code", 1, 1, 0, 0))
     n_spooled = 0
     for wid, tables in night_waves(run, 3, 300, np.random.default_rng(1)):
@@ -303,9 +303,9 @@ def test_canary_api_key_appears_nowhere(db_path: Path, tmp_path: Path) -> None:
                 one_sweep(sim.endpoint, db_path)  # ... and without it nothing is measured
             with pytest.raises(PreflightError) as err:
                 one_sweep(sim.endpoint, db_path, model="nope", api_key_env="SPARKCAP_CANARY_KEY")
-        from sparkcap.build import build
         from sparkcap.dq.validate import run_validation
-        from sparkcap.report import render_report
+        from sparkcap.publish.report import render_report
+        from sparkcap.transform.dbt_build import build
 
         run_validation(db_path, docs_dir=tmp_path / "dq")
         build(db_path)
@@ -349,7 +349,7 @@ def test_custom_header_values_are_secrets(db_path: Path, tmp_path: Path) -> None
             outputs += [p.stdout, p.stderr]
             without = cli(*args[:-2], env=env)
             assert without.returncode == 1 and "refused the credentials" in without.stderr
-    from sparkcap.report import render_report
+    from sparkcap.publish.report import render_report
 
     report = render_report(db_path, None, tmp_path / "reports", export_images=False)
     with duckdb.connect(str(db_path), read_only=True) as con:
@@ -460,8 +460,8 @@ def test_malformed_fleet_files_give_one_line_with_location(
 def test_server_dying_mid_sweep_leaves_an_incomplete_but_usable_run(
     db_path: Path, tmp_path: Path
 ) -> None:
-    from sparkcap.build import build
     from sparkcap.loadgen.sweep import new_run_id
+    from sparkcap.transform.dbt_build import build
 
     sim = SimServer([fast_profile("m")]).start()
     killed = {"done": False}
@@ -506,7 +506,7 @@ def test_multi_token_chunks_counted_by_usage_and_rate_matches_server_log(
 ) -> None:
     import httpx
 
-    from sparkcap.sim.server import SimProcess
+    from sparkcap.servers.sim.server import SimProcess
 
     profile = {
         "model": "m",
@@ -528,8 +528,8 @@ def test_multi_token_chunks_counted_by_usage_and_rate_matches_server_log(
 
 
 def test_restaging_and_rebuilding_leave_identical_marts(db_path: Path) -> None:
-    from sparkcap.build import build
-    from sparkcap.warehouse import open_warehouse, stage_wave
+    from sparkcap.store.warehouse import open_warehouse, stage_wave
+    from sparkcap.transform.dbt_build import build
 
     marts = ("fct_stream_rates", "fct_trials", "fct_levels", "fct_capacity", "fct_fleet_capacity")
 

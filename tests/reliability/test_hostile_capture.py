@@ -82,7 +82,7 @@ def header_map(head: bytes) -> dict[bytes, bytes]:
 
 def run_one_wave(endpoint: str, db: Path, streams: int, **dep_kw: object) -> object:
     """One staged wave of ``streams`` streams, in this process (preflight included)."""
-    from sparkcap.runner import run_sweeps
+    from sparkcap.night.sweeps import run_sweeps
 
     plan = SweepPlan(
         levels=(streams,),
@@ -168,7 +168,7 @@ def test_absurd_usage_counts_are_stored_as_null_with_the_reason(tmp_path: Path) 
 def test_staging_never_wraps_or_raises_on_a_count_a_server_sent() -> None:
     """Defence in depth: a record whose counts never went through the stream parser (a probe,
     an older spool) is checked again where it becomes Arrow columns."""
-    from sparkcap.warehouse import wave_tables
+    from sparkcap.store.warehouse import wave_tables
 
     wave = WaveRecord("w", "r", "d", "m", "http://u:secret-pw@h/v1", "code", 1, 1, 0, 0)
     rec = RequestRecord("w/s000", 0, "p", 4, 4, 0.0)
@@ -190,7 +190,7 @@ def test_staging_never_wraps_or_raises_on_a_count_a_server_sent() -> None:
 def test_token_lengths_beyond_the_int32_columns_are_refused_up_front(tmp_path: Path) -> None:
     """``--max-tokens 3000000000`` and a fleet file's ``max_tokens`` are refused with one
     line before anything is sent (today the CLI goes on to the server)."""
-    from sparkcap.fleet import FleetError, load_fleet
+    from sparkcap.config.fleet import FleetError, load_fleet
 
     p = cli(
         "sweep",
@@ -226,7 +226,7 @@ def test_a_fleet_night_with_absurd_usage_from_one_deployment_publishes_the_other
     ``prompt_tokens: true`` on every stream: the night is swept, staged, built and reported;
     the good deployment has its capacity, the absurd one's streams are stored with NULL
     counts and the reason (today staging raises in Arrow and the night publishes nothing)."""
-    from sparkcap.sim.server import SimServer
+    from sparkcap.servers.sim.server import SimServer
     from tests.integration.helpers import fast_profile
 
     absurd = stream_with_usage({"prompt_tokens": True, "completion_tokens": 2**31})
@@ -310,8 +310,8 @@ def test_url_credentials_are_sent_but_stored_and_printed_nowhere(
     string on every request (the models probe and each stream: today the query is mangled
     into the path); the credentials are in no byte of the DuckDB file or the spool, in no log
     line at DEBUG, in no fleet dump and in no error line."""
-    from sparkcap.fleet import load_fleet
-    from sparkcap.runner import run_sweeps
+    from sparkcap.config.fleet import load_fleet
+    from sparkcap.night.sweeps import run_sweeps
 
     basic = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
     db = tmp_path / "creds.duckdb"
@@ -386,7 +386,7 @@ def test_every_url_built_from_the_endpoint_keeps_its_query_string() -> None:
     assert d.models_url == f"https://example.org/openai/v1/models{q}"
     assert d.server_url("metrics") == f"https://example.org/openai/metrics{q}"
     assert str(d.endpoint) == f"https://example.org/openai/v1/{q}"
-    from sparkcap.metrics_scrape import metrics_url
+    from sparkcap.loadgen.metrics import metrics_url
 
     assert metrics_url(d) == f"https://example.org/openai/metrics{q}"  # the scrape's own URL
 
@@ -471,7 +471,7 @@ def test_an_infinite_timeout_is_refused(tmp_path: Path) -> None:
     from pydantic import ValidationError
 
     from sparkcap.config import Timeouts
-    from sparkcap.fleet import FleetError, load_fleet
+    from sparkcap.config.fleet import FleetError, load_fleet
 
     with pytest.raises(ValidationError, match="finite"):
         Timeouts(read_idle_s=float("1e309"))
@@ -592,7 +592,7 @@ def test_a_one_stream_sweep_starts_no_more_processes_than_it_can_use(
 def test_a_models_listing_of_any_shape_is_no_traceback(listing: bytes) -> None:
     """The preflight reads ``/v1/models`` only to catch a wrong model name; a listing of
     another shape says nothing about the model (a JSON list raised AttributeError before)."""
-    from sparkcap.runner import preflight
+    from sparkcap.night.sweeps import preflight
 
     with RawServer(lambda o: [vllm_stream(TOKENS)], models=listing) as srv:
         asyncio.run(preflight(dep(srv.endpoint, "m")))
@@ -602,7 +602,7 @@ def test_a_models_listing_of_any_shape_is_no_traceback(listing: bytes) -> None:
 def test_an_unknown_model_names_a_bounded_list_of_what_the_server_offers() -> None:
     ids = [{"id": f"model-{i:04d}-" + "x" * 200} for i in range(3000)]
     listing = json.dumps({"data": ids}).encode()
-    from sparkcap.runner import PreflightError, preflight
+    from sparkcap.night.sweeps import PreflightError, preflight
 
     with (
         RawServer(lambda o: [vllm_stream(TOKENS)], models=listing) as srv,

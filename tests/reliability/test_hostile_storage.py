@@ -21,13 +21,13 @@ from typing import Any
 import duckdb
 import pytest
 
-from sparkcap import spool
 from sparkcap.config import SweepPlan, SweepRequest
+from sparkcap.loadgen.metrics import scrape_into
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
-from sparkcap.metrics_scrape import scrape_into
-from sparkcap.sim.server import SimServer
-from sparkcap.warehouse import StorageError, open_warehouse, run_end_to, run_start_to
+from sparkcap.servers.sim.server import SimServer
+from sparkcap.store import spool
+from sparkcap.store.warehouse import StorageError, open_warehouse, run_end_to, run_start_to
 from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile
 from tests.reliability.rawserver import RawServer
 
@@ -137,8 +137,8 @@ def test_any_warehouse_file_name_works_for_sweep_and_build(
 ) -> None:
     """`--db raw.duckdb` stopped everything ("Ambiguous reference to catalog"), `marts.…`
     broke dbt and a `"` entered its DDL: the file is attached under a fixed name."""
-    from sparkcap.build import build
-    from sparkcap.runner import run_sweeps
+    from sparkcap.night.sweeps import run_sweeps
+    from sparkcap.transform.dbt_build import build
 
     db = tmp_path / "wh" / name
     req = SweepRequest(deployment=dep(sim.endpoint, "m"), workload="code", plan=PLAN)
@@ -368,7 +368,7 @@ def test_a_run_whose_writer_was_killed_is_marked_by_the_next_stage(
         [
             sys.executable,
             "-c",
-            "import sys, time; from sparkcap.warehouse import run_start_to; "
+            "import sys, time; from sparkcap.store.warehouse import run_start_to; "
             f"run_start_to({str(db)!r}, {run_id!r}, {config!r}, time.time_ns()); "
             "print('started', flush=True); time.sleep(120)",
         ],
@@ -434,7 +434,7 @@ def test_a_changed_host_stream_budget_resizes_its_prefect_limit(
 ) -> None:
     import prefect.client.orchestration as orchestration
 
-    from sparkcap.deploy import ensure_limit
+    from sparkcap.night.schedule import ensure_limit
 
     fake = _FakeLimits({})
     monkeypatch.setattr(orchestration, "get_client", lambda **_: fake)

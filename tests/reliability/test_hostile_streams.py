@@ -117,7 +117,7 @@ def test_a_cut_stream_keeps_exactly_its_n_chunk_timestamps(n: int, tmp_path) -> 
     import duckdb
 
     from sparkcap.config import SweepPlan, SweepRequest
-    from sparkcap.runner import run_sweeps
+    from sparkcap.night.sweeps import run_sweeps
     from tests.integration.helpers import dep
 
     events = vllm_stream(TOKENS).split(b"\r\n\r\n")

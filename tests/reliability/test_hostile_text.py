@@ -33,7 +33,7 @@ import pandas as pd
 import pytest
 
 from sparkcap.cli import main
-from sparkcap.sim.server import SimServer
+from sparkcap.servers.sim.server import SimServer
 from tests.integration.helpers import fast_profile, faulty, one_deployment_fleet
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
@@ -98,7 +98,7 @@ def test_escape_sequences_from_a_server_or_a_cell_never_reach_the_terminal(
         )  # fmt: skip
     assert code == 1 and "\x1b" not in err
     assert "(server offers: x\\x1b[2Jy)" in err, err
-    from sparkcap.warehouse import ensure_schema, open_warehouse
+    from sparkcap.store.warehouse import ensure_schema, open_warehouse
 
     with open_warehouse(tmp_path / "w.duckdb") as con:
         ensure_schema(con)
@@ -109,7 +109,7 @@ def test_escape_sequences_from_a_server_or_a_cell_never_reach_the_terminal(
 
 
 def test_sql_table_cells_keep_their_brackets(tmp_path: Path) -> None:
-    from sparkcap.warehouse import ensure_schema, open_warehouse
+    from sparkcap.store.warehouse import ensure_schema, open_warehouse
 
     db = tmp_path / "w.duckdb"
     with open_warehouse(db) as con:
@@ -134,7 +134,7 @@ def refused_night(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
     then ``r429`` (every request refused with 429) added by the CLI, which builds the run and
     prints what the marts say; the smallest plans (one level, 8-token outputs)."""
     from sparkcap.config import Deployment, SweepPlan, SweepRequest
-    from sparkcap.runner import run_sweeps
+    from sparkcap.night.sweeps import run_sweeps
 
     base = tmp_path_factory.mktemp("refused")
     mp = pytest.MonkeyPatch()
@@ -181,9 +181,10 @@ def test_a_sweep_every_request_of_which_was_refused_says_so_and_fails(
 def test_every_reader_of_a_capacity_shows_the_marts_verdict(
     refused_night: dict[str, object], tmp_path: Path
 ) -> None:
-    from sparkcap.compare import compare
-    from sparkcap.pipeline import capacity_markdown, night_gaps
-    from sparkcap.report import render_report
+    from sparkcap.night.steps import capacity_markdown
+    from sparkcap.publish.compare import compare
+    from sparkcap.publish.marts import night_gaps
+    from sparkcap.publish.report import render_report
 
     db, run_id = Path(str(refused_night["db"])), str(refused_night["run_id"])
     markdown = capacity_markdown(db, run_id)
@@ -201,7 +202,7 @@ def test_every_reader_of_a_capacity_shows_the_marts_verdict(
 def test_a_model_named_like_a_script_leaves_the_charts_json_inert(
     refused_night: dict[str, object], tmp_path: Path
 ) -> None:
-    from sparkcap.report import render_report
+    from sparkcap.publish.report import render_report
 
     db, run_id = Path(str(refused_night["db"])), str(refused_night["run_id"])
     report = render_report(db, run_id, tmp_path / "r", update_latest=False, export_images=False)
@@ -219,7 +220,7 @@ def test_a_model_named_like_a_script_leaves_the_charts_json_inert(
 
 
 def test_inlined_json_parses_back_to_the_same_spec() -> None:
-    from sparkcap.report.render import inline_json
+    from sparkcap.publish.report.render import inline_json
 
     spec = {
         "data": {"values": [{"model": "<!--<script>", "reason": "</script> & <b> \u2028\u2029"}]},

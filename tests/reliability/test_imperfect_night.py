@@ -18,7 +18,7 @@ import duckdb
 import pytest
 import yaml
 
-from sparkcap.sim.server import SimServer
+from sparkcap.servers.sim.server import SimServer
 from tests.integration.helpers import (
     RELAXED_TIMING,
     fast_profile,
@@ -152,9 +152,10 @@ def test_a_staging_failure_in_the_flow_is_retried_and_stages_every_wave_once(
     os.environ.setdefault("PREFECT_HOME", str(tmp_path / "prefect"))
     from prefect.testing.utilities import prefect_test_harness
 
-    from sparkcap import pipeline, spool
     from sparkcap.cli import load_nightly_flow
-    from sparkcap.warehouse import WarehouseBusy
+    from sparkcap.night import steps as pipeline
+    from sparkcap.store import spool
+    from sparkcap.store.warehouse import WarehouseBusy
 
     real_stage_spool, real_stage_pending = spool.stage_spool, pipeline.stage_pending
     attempts: list[str] = []

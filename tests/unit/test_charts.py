@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 
-from sparkcap.report import headline_chart, rate_chart, throughput_chart, ttft_chart
+from sparkcap.publish.report import headline_chart, rate_chart, throughput_chart, ttft_chart
 
 
 def _levels(levels: list[int], workloads: list[str]) -> pd.DataFrame:
@@ -94,7 +94,7 @@ def test_headline_total_has_room_inside_the_plot() -> None:
 
 
 def test_search_path_chart() -> None:
-    from sparkcap.report.charts import search_path_chart
+    from sparkcap.publish.report.charts import search_path_chart
 
     path = pd.DataFrame(
         [

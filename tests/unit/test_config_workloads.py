@@ -4,7 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from sparkcap.config import Deployment, SweepPlan
-from sparkcap.loadgen.sweep import plan_waves
+from sparkcap.loadgen.plan import plan_waves
 from sparkcap.loadgen.wave import build_body, required_tokens_for
 from sparkcap.loadgen.workloads import build_streams, prompts, required_length
 
@@ -82,7 +82,7 @@ def test_body_asks_for_usage_and_merges_extra_body() -> None:
 
 
 def test_build_var_overrides_accept_declared_numbers_only() -> None:
-    from sparkcap.build import BuildError, known_vars, parse_var_overrides
+    from sparkcap.transform.dbt_build import BuildError, known_vars, parse_var_overrides
 
     assert {"probe_window_s", "dip_share", "threshold_tok_s"} <= set(known_vars())
     assert parse_var_overrides(["probe_window_s=2", "dip_share=0.3"]) == {
@@ -107,7 +107,7 @@ def test_probe_options_are_one_model_per_probe() -> None:
     from pydantic import ValidationError
 
     from sparkcap.config import OutputLengthOptions, PromptCacheOptions, probe_options
-    from sparkcap.fleet import FleetDeployment
+    from sparkcap.config.fleet import FleetDeployment
 
     d = FleetDeployment.model_validate(
         {

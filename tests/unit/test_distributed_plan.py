@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from sparkcap.config import SearchPlan, SweepPlan
-from sparkcap.distributed import ChildSpec, DistributedError, child_limits, peak_streams
-from sparkcap.fleet import Distributed, FleetError, load_fleet
-from sparkcap.lake import partition
+from sparkcap.config.fleet import Distributed, FleetError, load_fleet
+from sparkcap.night.distributed import ChildSpec, DistributedError, child_limits, peak_streams
+from sparkcap.store.lake import partition
 
 ROOT = Path(__file__).resolve().parents[2]
 

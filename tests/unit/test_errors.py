@@ -11,22 +11,22 @@ import pytest
 from sparkcap.errors import SparkcapError
 
 WORDED = {
-    "sparkcap.build:BuildError": RuntimeError,
+    "sparkcap.transform.dbt_build:BuildError": RuntimeError,
     "sparkcap.cli:CLIError": Exception,
     "sparkcap.config:MissingSecret": LookupError,
-    "sparkcap.distributed:DistributedError": RuntimeError,
+    "sparkcap.night.distributed:DistributedError": RuntimeError,
     "sparkcap.dq.offline:OfflineError": RuntimeError,
-    "sparkcap.fleet:FleetError": ValueError,
-    "sparkcap.lake:LakeError": RuntimeError,
+    "sparkcap.config.fleet:FleetError": ValueError,
+    "sparkcap.store.lake:LakeError": RuntimeError,
     "sparkcap.loadgen.procs:ClientProcessError": RuntimeError,
-    "sparkcap.localserver:LocalServerError": RuntimeError,
-    "sparkcap.pipeline:DataQualityFailed": RuntimeError,
-    "sparkcap.procman:ManagedProcessError": RuntimeError,
-    "sparkcap.report.data:ReportError": RuntimeError,
-    "sparkcap.runner:PreflightError": RuntimeError,
-    "sparkcap.search_judge:JudgeError": RuntimeError,
-    "sparkcap.warehouse:StorageError": RuntimeError,
-    "sparkcap.warehouse:WarehouseBusy": RuntimeError,
+    "sparkcap.servers.llama:LocalServerError": RuntimeError,
+    "sparkcap.night.steps:DataQualityFailed": RuntimeError,
+    "sparkcap.servers.processes:ManagedProcessError": RuntimeError,
+    "sparkcap.publish.report.data:ReportError": RuntimeError,
+    "sparkcap.night.sweeps:PreflightError": RuntimeError,
+    "sparkcap.transform.live_judge:JudgeError": RuntimeError,
+    "sparkcap.store.warehouse:StorageError": RuntimeError,
+    "sparkcap.store.warehouse:WarehouseBusy": RuntimeError,
 }
 
 
@@ -42,8 +42,9 @@ def test_every_worded_error_is_a_sparkcap_error_and_keeps_its_builtin_base(
 def test_the_cli_words_any_sparkcap_error_in_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sparkcap import cli, warehouse
-    from sparkcap.lake import LakeError
+    from sparkcap import cli
+    from sparkcap.store import warehouse
+    from sparkcap.store.lake import LakeError
 
     def boom(*args: object, **kwargs: object) -> None:
         raise LakeError("lake memory://x: manifest of wave w1 does not match its part")

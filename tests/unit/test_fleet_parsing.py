@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkcap.deploy import prefect_yaml
-from sparkcap.fleet import FleetError, load_fleet
+from sparkcap.config.fleet import FleetError, load_fleet
+from sparkcap.night.schedule import prefect_yaml
 
 pytestmark = pytest.mark.reliability
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from sparkcap.links import LinkParseError, parse_ib_bw, parse_iperf3_json, parse_plain
+from sparkcap.loadgen.links import LinkParseError, parse_ib_bw, parse_iperf3_json, parse_plain
 
 IB = """
 ---------------------------------------------------------------------------------------

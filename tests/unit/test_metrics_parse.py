@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkcap.metrics_scrape import MetricsParseError, labels_text, parse_prometheus
+from sparkcap.loadgen.metrics import MetricsParseError, labels_text, parse_prometheus
 
 
 def test_label_values_with_braces_commas_and_escaped_quotes() -> None:

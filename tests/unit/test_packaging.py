@@ -41,8 +41,8 @@ def test_reading_a_fleet_file_or_the_cli_needs_no_warehouse() -> None:
     import sys
 
     code = (
-        "import sys, sparkcap.fleet, sparkcap.cli; "
-        "heavy = {'sparkcap.warehouse', 'duckdb', 'pyarrow', 'sparkcap.pipeline'}; "
+        "import sys, sparkcap.config.fleet, sparkcap.cli; "
+        "heavy = {'sparkcap.store.warehouse', 'duckdb', 'pyarrow', 'sparkcap.night.steps'}; "
         "heavy &= set(sys.modules); "
         "print(sorted(heavy))"
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from sparkcap.report.pages import render, table
+from sparkcap.pages import render, table
 
 
 def test_table_escapes_cells_and_says_what_is_missing() -> None:

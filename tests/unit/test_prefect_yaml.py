@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkcap.deploy import prefect_yaml
+from sparkcap.night.schedule import prefect_yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkcap.procman import ManagedProcess, ManagedProcessError
+from sparkcap.servers.processes import ManagedProcess, ManagedProcessError
 
 
 def test_an_early_exit_names_the_last_log_line(tmp_path: Path) -> None:

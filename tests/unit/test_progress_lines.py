@@ -9,9 +9,10 @@ import re
 import pytest
 from rich.console import Console
 
-from sparkcap import pipeline, progress
 from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
-from sparkcap.progress import NightProgress
+from sparkcap.night import progress
+from sparkcap.night import steps as pipeline
+from sparkcap.night.progress import NightProgress
 
 
 class Lines:

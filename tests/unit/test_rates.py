@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from sparkcap.loadgen.records import RequestRecord, Status
-from sparkcap.progress import live_decode_tok_s
+from sparkcap.night.progress import live_decode_tok_s
 
 
 def _r(tokens: int | None, first: int | None, last: int | None, status: Status) -> RequestRecord:

@@ -1,4 +1,4 @@
-"""The raw schema is written once (``sparkcap.schema``): the contract for ad-hoc SQL
+"""The raw schema is written once (``sparkcap.store.schema``): the contract for ad-hoc SQL
 (docs/reference/raw-schema.md, generated from it) and dbt's sources must name the same tables
 and columns, and staging's Arrow tables take its types."""
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from sparkcap.docs_reference import raw_schema_page
-from sparkcap.schema import RAW_TABLES, SCHEMA_SQL, raw_table
+from sparkcap.store.schema import RAW_TABLES, SCHEMA_SQL, raw_table
 
 ROOT = Path(__file__).resolve().parents[2]
 

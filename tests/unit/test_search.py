@@ -145,7 +145,7 @@ def test_search_options_need_search() -> None:
 
 
 def test_a_fleet_file_can_search_a_workload(tmp_path: Any) -> None:
-    from sparkcap.fleet import FleetError, load_fleet
+    from sparkcap.config.fleet import FleetError, load_fleet
 
     path = tmp_path / "f.yaml"
     path.write_text(

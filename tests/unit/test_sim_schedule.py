@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import time
 
-from sparkcap.sim.engine import MAX_CATCH_UP_S, Engine, SimProfile, SimRequest
+from sparkcap.servers.sim.engine import MAX_CATCH_UP_S, Engine, SimProfile, SimRequest
 
 STEP_S = 0.02  # one token per 20 ms: 50 tok/s by design
 

@@ -9,7 +9,7 @@ import pytest
 from sparkcap.loadgen.client import StreamState, _InBandError, classify
 from sparkcap.loadgen.records import NO_TOKENS, CountSource, RequestRecord, Status
 from sparkcap.loadgen.sse import SSEParser, SSEProtocolError
-from sparkcap.progress import live_decode_tok_s
+from sparkcap.night.progress import live_decode_tok_s
 
 
 def rec(required: int | None = 5) -> RequestRecord:

@@ -41,12 +41,9 @@ final as (
         r.first_token_ns,
         r.last_token_ns,
         r.n_chunks,
-        case
-            when r.status = 'ok'
-                and r.completion_tokens >= 2
-                and r.last_token_ns > r.first_token_ns
-                then (r.completion_tokens - 1) / ((r.last_token_ns - r.first_token_ns) / 1e9)
-        end as decode_tok_s,
+        {{ stream_decode_tok_s(
+            'r.status', 'r.completion_tokens', 'r.first_token_ns', 'r.last_token_ns'
+        ) }} as decode_tok_s,
         (r.first_token_ns - r.sent_ns) / 1e9 as ttft_s,
         (r.last_token_ns - r.first_token_ns) / 1e9 as decode_span_s,
         m.run_watermark,

@@ -1,0 +1,1 @@
+"""A night: its plan, its steps, local sweeps, Prefect and distributed nights."""

@@ -1,0 +1,233 @@
+"""What a person watching a night sees while it runs.
+
+One line per deployment × workload: waves done of planned, the level in flight, the last
+counted trial's median (a live figure, labelled as such: the numbers of record come from the
+marts once the night is built) and, on a terminal, the time left. Off a terminal (CI, cron,
+Prefect workers) the same news comes as plain timestamped lines.
+
+Updates happen between waves, after a wave's last stream has ended, never inside the
+interval a wave times; and the loop lag they could add to a parallel deployment's wave is
+measured like any other (``raw.waves.timing_error_bound``).
+
+The Prefect flow runs the sweep inside its own task; :func:`emit` lets the CLI that started
+the flow in-process watch it too (``add_sink``), without the flow knowing about terminals.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TextIO
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeRemainingColumn,
+)
+
+from sparkcap.config import planned_wave_count
+from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
+
+ProgressFn = Callable[[WaveRecord, int, int], None]
+_sinks: list[ProgressFn] = []
+
+
+# C0 and C1 control characters but tab and newline: an escape sequence in a server's model id
+# or error text would otherwise drive the terminal (clear it, retitle it, hide what follows)
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character spelled out (``\x1b``), so it prints as text."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+class _TextConsole(Console):
+    def print(self, *objects: Any, **options: Any) -> None:
+        super().print(*(visible(o) if isinstance(o, str) else o for o in objects), **options)
+
+
+def text_console(**options: Any) -> Console:
+    """A Rich console that prints every string as text, never as markup: model ids, SQL cells,
+    file names and error messages come from users, files and servers, and a ``[/oops]`` or
+    ``[rank0]`` in them must neither raise nor vanish, nor an escape sequence reach the
+    terminal (:func:`visible`). Every console sparkcap prints through is made here."""
+    return _TextConsole(markup=False, highlight=False, **options)
+
+
+_lock = threading.Lock()
+
+
+def add_sink(fn: ProgressFn) -> None:
+    with _lock:
+        _sinks.append(fn)
+
+
+def remove_sink(fn: ProgressFn) -> None:
+    with _lock:
+        if fn in _sinks:
+            _sinks.remove(fn)
+
+
+def emit(wave: WaveRecord, done: int, total: int) -> None:
+    """Tell every registered watcher (a CLI that started the flow) about a finished wave."""
+    with _lock:
+        sinks = list(_sinks)
+    for fn in sinks:
+        fn(wave, done, total)
+
+
+def note(text: str) -> None:
+    """A line for every watcher that prints lines (a distributed night's children: started on
+    a host, finished, lost), where no wave of this process can be shown."""
+    with _lock:
+        sinks = list(_sinks)
+    for fn in sinks:
+        line = getattr(fn, "line", None)
+        if line is not None:
+            line(text)
+
+
+def live_decode_tok_s(r: RequestRecord) -> float | None:
+    """A stream's rate for a progress line, before anything is staged. The number of record is
+    ``int_stream_rates.decode_tok_s`` (dbt); this live figure is labelled as such wherever it
+    is shown and never stored."""
+    if r.status is not Status.OK or r.completion_tokens is None or r.completion_tokens < 2:
+        return None
+    if r.first_token_ns is None or r.last_token_ns is None or r.last_token_ns <= r.first_token_ns:
+        return None
+    return (r.completion_tokens - 1) / ((r.last_token_ns - r.first_token_ns) / 1e9)
+
+
+def live_ttft_s(r: RequestRecord) -> float | None:
+    """Time to first token for a live line (the number of record: ``int_stream_rates.ttft_s``)."""
+    if r.first_token_ns is None or r.sent_ns is None:
+        return None
+    return (r.first_token_ns - r.sent_ns) / 1e9
+
+
+def live_median_tok_s(wave: WaveRecord) -> float | None:
+    """The wave's median stream rate as the client saw it: a progress figure only."""
+    rates = sorted(x for x in map(live_decode_tok_s, wave.requests) if x is not None)
+    if not rates:
+        return None
+    mid = len(rates) // 2
+    return rates[mid] if len(rates) % 2 else (rates[mid - 1] + rates[mid]) / 2
+
+
+# what the live display's bar, counts and time left take of a line (see NightProgress)
+LIVE_COLUMNS_TAKEN = 28
+
+
+def wave_summary(wave: WaveRecord, short: bool = False) -> str:
+    """A wave's progress text; ``short`` for a narrow live line (``c=16 t3 16/16 ok 3.3 tok/s``)."""
+    ok = sum(1 for r in wave.requests if r.status is Status.OK)
+    med = live_median_tok_s(wave)
+    if short:
+        label = "warm-up" if wave.trial == 0 else f"t{wave.trial}"
+        return (
+            f"c={wave.concurrency} {label} {ok}/{len(wave.requests)} ok"
+            + (f" {med:.1f} tok/s" if med is not None else "")
+            + (" superseded" if wave.superseded_reason else "")
+        )
+    label = "warm-up" if wave.trial == 0 else f"trial {wave.trial}"
+    return (
+        f"c={wave.concurrency} {label}: {ok}/{len(wave.requests)} ok"
+        + (f", live median {med:.1f} tok/s" if med is not None else "")
+        + (f" [{wave.superseded_reason}]" if wave.superseded_reason else "")
+    )
+
+
+@dataclass
+class _Pair:
+    done: int
+    planned: int | None
+    task: TaskID | None = None
+
+
+class NightProgress:
+    """Per deployment × workload progress; ``planned`` maps (deployment, workload) to the
+    number of waves planned (re-measured waves do not count as progress)."""
+
+    def __init__(
+        self,
+        planned: dict[tuple[str, str], int] | None = None,
+        *,
+        console: Console | None = None,
+        stream: TextIO | None = None,
+        live: bool | None = None,
+    ) -> None:
+        self.console = console or text_console(stderr=True)
+        self.stream = stream
+        self.live = self.console.is_terminal if live is None else live
+        self.pairs: dict[tuple[str, str], _Pair] = {
+            k: _Pair(0, n) for k, n in (planned or {}).items()
+        }
+        self.progress: Progress | None = None
+
+    def __enter__(self) -> NightProgress:
+        if self.live:
+            self.progress = Progress(
+                TextColumn("{task.description}", markup=False),
+                BarColumn(bar_width=8),
+                MofNCompleteColumn(),
+                TimeRemainingColumn(),
+                TextColumn("left"),
+                console=self.console,
+            )
+            self.progress.start()
+            for key, pair in self.pairs.items():
+                pair.task = self.progress.add_task(f"{key[0]}/{key[1]} waiting", total=pair.planned)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def line(self, text: str) -> None:
+        """A plain line (e.g. the night's first), above the live display on a terminal."""
+        if self.stream is not None:
+            print(text, file=self.stream, flush=True)
+        else:
+            self.console.print(text, highlight=False, markup=False, soft_wrap=True)
+
+    def __call__(self, wave: WaveRecord, done: int, total: int) -> None:
+        key = (wave.deployment, wave.workload)
+        pair = self.pairs.setdefault(key, _Pair(0, None))
+        if wave.superseded_reason is None:
+            pair.done += 1
+        # a search's plan is an estimate (config.planned_wave_count): never show 30/25
+        pair.planned = max(pair.planned, pair.done) if pair.planned else pair.planned
+        of = f"{pair.done}/{pair.planned}" if pair.planned else f"{pair.done}"
+        text = f"{wave.deployment}/{wave.workload} {wave_summary(wave)}"
+        if self.progress is not None:
+            # the bar, the counts and the time left take ~28 columns: the wave's text gives
+            # way (a shorter wording first, then cut), never the time left
+            room = max(16, self.console.width - LIVE_COLUMNS_TAKEN)
+            if len(text) > room:
+                text = f"{wave.deployment}/{wave.workload} {wave_summary(wave, short=True)}"
+            text = text if len(text) <= room else text[: room - 1] + "…"
+            if pair.task is None:
+                pair.task = self.progress.add_task("", total=pair.planned)
+            self.progress.update(
+                pair.task, completed=pair.done, total=pair.planned, description=text
+            )
+        else:
+            stamp = datetime.now().strftime("%H:%M:%S")
+            self.line(f"{stamp} [{of} waves] {text}")
+
+
+def planned_waves(requests: Iterable[Any]) -> dict[tuple[str, str], int]:
+    """Waves planned per (deployment, workload) for SweepRequests."""
+    out: dict[tuple[str, str], int] = {}
+    for r in requests:
+        key = (r.deployment.name, r.workload)
+        out[key] = out.get(key, 0) + planned_wave_count(r.plan)
+    return out

@@ -1,0 +1,278 @@
+"""The nightly pipeline's steps, as plain functions: sweep, stage, validate, build, report.
+
+A night is one ``Night`` object walked through ``STEPS``: by the Prefect flow
+(``flows/nightly.py``, one task per step) and by ``sparkcap run --no-prefect`` (``run_night``),
+one step after another, so that exactly one process writes the DuckDB file at a time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sparkcap.config.fleet import Fleet
+from sparkcap.dq.validate import run_validation
+from sparkcap.errors import SparkcapError
+from sparkcap.night import progress
+from sparkcap.night.distributed import finish_distributed, sweep_distributed
+from sparkcap.night.plan import DQOutcome, Night
+from sparkcap.night.sweeps import (
+    ProgressFn,
+    RunResult,
+    run_fleet,
+    run_fleet_probes,
+    run_interruptibly,
+    run_link_check,
+)
+from sparkcap.publish.report import render_report
+from sparkcap.store.spool import stage_spool
+from sparkcap.store.warehouse import open_warehouse, record_step_to
+from sparkcap.transform.dbt_build import build as dbt_build
+
+
+def sweep(
+    fleet: Fleet,
+    db_path: Path,
+    progress: ProgressFn | None = None,
+    run_id: str | None = None,
+    endpoints: dict[str, str] | None = None,
+) -> RunResult:
+    """Sweep the fleet; a deployment whose server died leaves the run ``incomplete``, and so
+    does a Ctrl-C, saying so."""
+    return run_interruptibly(
+        run_fleet(fleet, db_path, progress=progress, run_id=run_id, endpoints=endpoints)
+    )
+
+
+def probes(
+    fleet: Fleet, db_path: Path, run_id: str, endpoints: dict[str, str] | None = None
+) -> list[str]:
+
+    return run_interruptibly(run_fleet_probes(fleet, db_path, run_id, endpoints))
+
+
+def link_check(fleet: Fleet, db_path: Path, run_id: str) -> int:
+
+    return len(run_link_check(fleet, db_path, run_id)[1])
+
+
+def stage_pending(db_path: Path) -> int:
+
+    return stage_spool(db_path)
+
+
+def validate(
+    db_path: Path,
+    run_id: str,
+    reports_dir: Path,
+    threshold: float | None = None,
+) -> DQOutcome:
+
+    result = run_validation(db_path, run_id, docs_dir=reports_dir / run_id / "dq")
+    return DQOutcome(
+        success=result.success,
+        failed=sorted({o.expectation for o in result.blocking_failures}),
+        summary_page=result.summary_page,
+        data_docs_index=result.data_docs_index,
+    )
+
+
+def build(db_path: Path, threshold: float | None = None) -> int:
+
+    dbt_vars = {"threshold_tok_s": threshold} if threshold is not None else None
+    return dbt_build(db_path, dbt_vars=dbt_vars).n_nodes
+
+
+def report(db_path: Path, run_id: str, reports_dir: Path) -> Path:
+
+    return render_report(db_path, run_id, reports_dir).index
+
+
+def capacity_markdown(db_path: Path, run_id: str) -> str:
+    """The capacity table published as a Prefect artifact."""
+
+    with open_warehouse(db_path, read_only=True) as con:
+        fleet = con.execute(
+            "select workload, capacity_streams, is_extrapolated, threshold_tok_s "
+            "from marts.fct_fleet_capacity where run_id = ? order by workload",
+            [run_id],
+        ).fetchall()
+        rows = con.execute(
+            "select deployment, workload, capacity_streams, capacity_interpolated, "
+            "first_failing_level, is_lower_bound, n_valid_trials, capacity_verdict "
+            "from marts.fct_capacity where run_id = ? order by deployment, workload",
+            [run_id],
+        ).fetchall()
+    lines = [f"# sparkcap run {run_id}", ""]
+    for wl, cap, extrap, t in fleet:
+        lines.append(
+            f"- **{wl}**: {cap} streams at {t:g} tok/s"
+            + (" (includes extrapolated replicas)" if extrap else "")
+        )
+    lines += [
+        "",
+        "| deployment | workload | capacity | interpolated | first failing | "
+        "lower bound | valid trials | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for d, w, c, ci, ff, lb, n, verdict in rows:
+        lines.append(
+            f"| {d} | {w} | {c} | {ci} | {ff if ff is not None else '—'} | "
+            f"{'yes' if lb else 'no'} | {n} | {_markdown_cell(verdict)} |"
+        )
+    return "\n".join(lines)
+
+
+def _markdown_cell(text: str) -> str:
+    """A verdict quotes recorded reasons: as a table cell a ``|`` or a line break in them must
+    not end the cell or the row."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+class DataQualityFailed(SparkcapError, RuntimeError):
+    """A blocking expectation failed for this run (the night goes on; its result says so)."""
+
+
+@dataclass(frozen=True)
+class StepResult:
+    step: str
+    summary: str
+
+
+def _sweep_step(night: Night) -> StepResult:
+    if night.distributed or night.finish:
+        result = finish_distributed(night) if night.finish else sweep_distributed(night)
+        night.sweep, night.run_id = result, result.run_id
+        return StepResult("sweep", f"{result.n_staged} waves from the lake, run {result.status}")
+    result = sweep(night.fleet, night.db_path, night.progress, night.run_id, night.endpoints)
+    night.sweep, night.run_id = result, result.run_id
+    return StepResult("sweep", f"{len(result.waves)} waves, run {result.status}")
+
+
+def _not_run_when_finishing(night: Night, step: str, what: str) -> StepResult:
+
+    why = (
+        f"not run: the night was finished from its lake after its parent stopped ({what} "
+        "would measure the fleet now, not that night)"
+    )
+    record_step_to(night.db_path, night.require_run_id(), None, step, "failed", why)
+    return StepResult(step, why)
+
+
+def _probes_step(night: Night) -> StepResult:
+    if night.finish:
+        if any(d.probes for d in night.fleet.deployments):
+            return _not_run_when_finishing(night, "probes", "the probes")
+        return StepResult("probes", "none configured")
+    run_id = night.require_run_id()
+    night.failed_probes = probes(night.fleet, night.db_path, run_id, night.endpoints)
+    failed = night.failed_probes
+    return StepResult("probes", ("failed: " + ", ".join(failed)) if failed else "ok")
+
+
+def _links_step(night: Night) -> StepResult:
+    if night.finish:
+        if any(d.links for d in night.fleet.deployments):
+            return _not_run_when_finishing(night, "link-check", "a link check")
+        return StepResult("link-check", "none configured")
+    n = link_check(night.fleet, night.db_path, night.require_run_id())
+    return StepResult("link-check", f"{n} link(s) measured")
+
+
+def _stage_step(night: Night) -> StepResult:
+    return StepResult("stage", f"{stage_pending(night.db_path)} spooled wave(s) staged")
+
+
+def _validate_step(night: Night) -> StepResult:
+    night.dq = validate(night.db_path, night.require_run_id(), night.reports_dir)
+    if not night.dq.success:
+        raise DataQualityFailed(f"blocking expectations failed: {', '.join(night.dq.failed)}")
+    return StepResult("validate", "every blocking expectation met")
+
+
+def _build_step(night: Night) -> StepResult:
+    n = build(night.db_path, night.fleet.threshold_tok_s)
+    return StepResult("dbt-build", f"{n} dbt nodes")
+
+
+def _report_step(night: Night) -> StepResult:
+    night.report_index = report(night.db_path, night.require_run_id(), night.reports_dir)
+    return StepResult("report", str(night.report_index))
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of a night. Load generation is never retried (a retried wave is another
+    measurement); staging, dbt and the report are. A step that may fail without stopping the
+    night (``night_goes_on``) fails alone: data quality fails the validate step, the marts are
+    still built (failed trials excluded) and the report says why."""
+
+    name: str
+    run: Callable[[Night], StepResult]
+    retries: int = 0
+    retry_delay_s: float = 0.0
+    night_goes_on: bool = False
+
+
+STEPS: tuple[Step, ...] = (
+    Step("sweep", _sweep_step),
+    Step("probes", _probes_step),
+    Step("link-check", _links_step),
+    Step("stage", _stage_step, retries=3, retry_delay_s=5),
+    Step("validate", _validate_step, night_goes_on=True),
+    Step("dbt-build", _build_step, retries=2, retry_delay_s=5),
+    Step("report", _report_step, retries=2, retry_delay_s=5),
+)
+
+
+def run_step(step: Step, night: Night) -> StepResult:
+    """One attempt at ``step``, announced as it starts and as it ends, with its time: a night
+    shows every step (probes, staging, data quality, dbt, the report), not only its waves."""
+    progress.note(f"step {step.name} …")
+    started = time.monotonic()
+    try:
+        result = step.run(night)
+    except Exception as exc:
+        why = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        progress.note(f"step {step.name} failed after {time.monotonic() - started:.1f} s: {why}")
+        raise
+    progress.note(f"step {step.name} done in {time.monotonic() - started:.1f} s: {result.summary}")
+    return result
+
+
+def run_night(night: Night) -> dict[str, Any]:
+    """The whole night without Prefect: ``STEPS`` in order, with their retries.
+
+    A deployment that cannot be measured, or a probe or link check that fails, costs that part
+    of the night only: every other step still runs, the report is published, and the result's
+    ``gaps`` (from ``marts.fct_step_outcomes``) says what is missing and why.
+    """
+    with night.servers():
+        for step in STEPS:
+            for attempt in range(step.retries + 1):
+                try:
+                    run_step(step, night)
+                    break
+                except DataQualityFailed:
+                    break  # recorded on the night; the rest of it runs
+                except Exception:
+                    if attempt == step.retries:
+                        raise
+                    time.sleep(step.retry_delay_s)
+    return night.result()
+
+
+def run_pipeline(
+    fleet: Fleet,
+    db_path: Path,
+    reports_dir: Path,
+    progress: ProgressFn | None = None,
+    run_id: str | None = None,
+    finish: bool = False,
+) -> dict[str, Any]:
+    """``run_night`` for a fleet (the CLI's ``--no-prefect`` path and the tests)."""
+    night = Night(fleet, db_path, reports_dir, run_id=run_id, progress=progress, finish=finish)
+    return run_night(night)

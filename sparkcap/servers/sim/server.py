@@ -1,0 +1,469 @@
+"""The simulator's OpenAI-compatible HTTP face (ASGI, served by uvicorn on loopback).
+
+Chunks are shaped like vLLM's: a role-only first chunk, content deltas, a finish chunk, a
+usage-only chunk with empty ``choices`` when ``include_usage`` is asked, then ``[DONE]``.
+Several deployments share one server, chosen by the request's ``model``. ``GET /sim/log``
+returns the server's own timing of every stream, which benchmarks compare with what the
+client measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from sparkcap.servers.processes import ManagedProcess, ManagedProcessError
+from sparkcap.servers.sim.engine import Engine, SimProfile, SimRequest, count_prompt_tokens
+from sparkcap.settings import get_settings
+
+
+class _Cut(Exception):
+    """Raised inside a response body to drop the connection mid-stream."""
+
+
+def _sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    body = {"error": {"message": message, "type": "invalid_request_error", "code": status}}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def create_app(
+    profiles: Iterable[SimProfile],
+    required_api_key: str | None = None,
+    required_header: tuple[str, str] | None = None,
+) -> Starlette:
+    """``required_api_key`` makes the chat route answer 401 without ``Bearer <key>`` (and
+    ``required_header`` without that header and value, as Azure's ``api-key`` does), so a test
+    can prove a secret really travelled before checking that it was stored nowhere."""
+    engines: dict[str, Engine] = {p.model: Engine(p) for p in profiles}
+
+    def unauthorized(request: Request) -> bool:
+        if required_header is not None and not hmac.compare_digest(
+            request.headers.get(required_header[0], ""), required_header[1]
+        ):
+            return True
+        return required_api_key is not None and not hmac.compare_digest(
+            request.headers.get("authorization", ""), f"Bearer {required_api_key}"
+        )
+
+    async def chat(request: Request) -> Response:
+        if unauthorized(request):
+            return _error(401, "missing or wrong API key")
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "body is not JSON")
+        if not isinstance(body, dict):
+            return _error(400, "body must be a JSON object")
+        model = body.get("model")
+        engine = engines.get(str(model))
+        if engine is None:
+            return _error(404, f"The model `{model}` does not exist.")
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            return _error(400, "messages must be a non-empty list")
+        prompt = "".join(
+            f"<{m.get('role', '')}>{m.get('content', '')}" for m in messages if isinstance(m, dict)
+        )
+        try:
+            max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 256)
+            temperature = float(body.get("temperature", 1.0))
+        except (TypeError, ValueError):
+            return _error(400, "max_tokens and temperature must be numbers")
+        if max_tokens < 1:
+            return _error(400, "max_tokens must be at least 1")
+        opts = body.get("stream_options") or {}
+        include_usage = bool(opts.get("include_usage"))
+        continuous = bool(opts.get("continuous_usage_stats"))
+        ordinal = engine.next_ordinal()
+        fault = engine.fault_for(ordinal)
+        if fault is not None and fault.reject_status is not None:
+            engine.rejected_total += 1
+            return _error(
+                fault.reject_status,
+                "server is overloaded",
+                headers={"Retry-After": str(fault.retry_after_s)},
+            )
+        rid = request.headers.get("x-request-id") or f"sim-{uuid.uuid4().hex[:12]}"
+        req = SimRequest(
+            request_id=rid,
+            prompt_text=prompt,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            min_tokens=int(body.get("min_tokens") or 0),
+            ignore_eos=bool(body.get("ignore_eos")),
+            ordinal=ordinal,
+            fault=fault,
+        )
+        omit_usage = fault is not None and fault.omit_usage
+        trickle = fault.trickle_interval_s if fault is not None else None
+        if not body.get("stream"):
+            return await _complete(engine, req, model=str(model), include_usage=not omit_usage)
+        engine.submit(req)
+        return StreamingResponse(
+            _stream(
+                engine,
+                req,
+                model=str(model),
+                include_usage=include_usage and not omit_usage,
+                continuous=continuous and not omit_usage,
+                trickle_s=trickle,
+            ),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Request-Id": rid},
+        )
+
+    async def tokenize(request: Request) -> Response:
+        """llama.cpp's shape: ``{"content": text}`` → ``{"tokens": [...]}``."""
+        try:
+            body = await request.json()
+        except ValueError:
+            return _error(400, "body is not JSON")
+        text = body.get("content") if isinstance(body, dict) else None
+        if not isinstance(text, str):
+            return _error(400, "content must be a string")
+        return JSONResponse({"tokens": list(range(count_prompt_tokens(text)))})
+
+    async def models(request: Request) -> Response:
+        if unauthorized(request):
+            return _error(401, "missing or wrong API key")
+        return JSONResponse(
+            {"object": "list", "data": [{"id": m, "object": "model"} for m in engines]}
+        )
+
+    async def health(_: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def metrics(request: Request) -> Response:
+        if unauthorized(request):  # behind the same gateway as the API, as often in practice
+            return _error(401, "missing or wrong API key")
+        lines: list[str] = []
+        for name, help_text, attr in (
+            ("sim:requests_total", "requests received", "requests_total"),
+            ("sim:rejected_total", "requests rejected", "rejected_total"),
+            ("sim:generation_tokens_total", "tokens generated", "generated_tokens_total"),
+            ("sim:prompt_tokens_total", "prompt tokens received", "prompt_tokens_total"),
+            ("sim:spec_decode_num_draft_tokens_total", "draft tokens", "drafted_total"),
+            ("sim:spec_decode_num_accepted_tokens_total", "accepted drafts", "accepted_total"),
+            ("sim:iterations_total", "engine iterations", "iterations_total"),
+        ):
+            lines.append(f"# HELP {name} {help_text}")
+            lines.append(f"# TYPE {name} counter")
+            for model_name, eng in engines.items():
+                lines.append(f'{name}{{model_name="{model_name}"}} {getattr(eng, attr)}')
+        for name, attr in (
+            ("sim:num_requests_running", "running"),
+            ("sim:num_requests_waiting", "waiting"),
+        ):
+            lines.append(f"# TYPE {name} gauge")
+            for model_name, eng in engines.items():
+                lines.append(f'{name}{{model_name="{model_name}"}} {len(getattr(eng, attr))}')
+        return PlainTextResponse("\n".join(lines) + "\n")
+
+    async def sim_log(request: Request) -> Response:
+        out = []
+        for eng in engines.values():
+            for e in eng.log.values():
+                out.append(
+                    {
+                        "request_id": e.request_id,
+                        "model": e.model,
+                        "prompt_tokens": e.prompt_tokens,
+                        "cached_tokens": e.cached_tokens,
+                        "completion_tokens": e.completion_tokens,
+                        "first_token_ns": e.first_token_ns,
+                        "last_token_ns": e.last_token_ns,
+                        "n_chunks": e.n_chunks,
+                        "finish_reason": e.finish_reason,
+                        "decode_tok_s": e.decode_tok_s,
+                    }
+                )
+        if request.query_params.get("clear"):
+            for eng in engines.values():
+                eng.log.clear()
+        return JSONResponse(out)
+
+    app = Starlette(
+        routes=[
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/v1/models", models),
+            Route("/tokenize", tokenize, methods=["POST"]),
+            Route("/health", health),
+            Route("/metrics", metrics),
+            Route("/sim/log", sim_log),
+        ]
+    )
+    app.state.engines = engines
+    return app
+
+
+def _chunk(
+    rid: str, model: str, created: int, delta: dict[str, Any], finish: str | None
+) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{rid}",
+        "object": "chat.completion.chunk",
+        "created": created,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+    }
+
+
+def _usage(req: SimRequest, completion: int) -> dict[str, Any]:
+    return {
+        "prompt_tokens": req.prompt_tokens,
+        "completion_tokens": completion,
+        "total_tokens": req.prompt_tokens + completion,
+        "prompt_tokens_details": {"cached_tokens": req.cached_tokens},
+    }
+
+
+async def _stream(
+    engine: Engine,
+    req: SimRequest,
+    *,
+    model: str,
+    include_usage: bool,
+    continuous: bool,
+    trickle_s: float | None,
+) -> AsyncIterator[bytes]:
+    created = int(time.time())
+    rid = req.request_id
+    entry = engine.log[rid]
+    completion = 0
+    try:
+        role = _chunk(rid, model, created, {"role": "assistant", "content": ""}, None)
+        if continuous:
+            role["usage"] = _usage(req, 0)
+        yield _sse(role)
+        if trickle_s is not None:
+            engine.cancel(req)
+            while True:  # one token per interval, forever: only a client deadline ends it
+                await asyncio.sleep(trickle_s)
+                completion += 1
+                yield _sse(_chunk(rid, model, created, {"content": "x "}, None))
+        while True:
+            em = await req.out.get()
+            if em.kind == "tokens":
+                completion += em.n_tokens
+                ch = _chunk(rid, model, created, {"content": em.text}, None)
+                if continuous:
+                    ch["usage"] = _usage(req, completion)
+                data = _sse(ch)
+                now = time.perf_counter_ns()
+                if entry.first_token_ns is None:
+                    entry.first_token_ns = now
+                entry.last_token_ns = now
+                entry.completion_tokens = completion
+                entry.n_chunks += 1
+                yield data
+            elif em.kind == "finish":
+                entry.finish_reason = em.finish_reason
+                fin = _chunk(rid, model, created, {}, em.finish_reason)
+                if continuous:
+                    fin["usage"] = _usage(req, completion)
+                yield _sse(fin)
+                if include_usage:
+                    use = {**_chunk(rid, model, created, {}, None), "choices": []}
+                    use["usage"] = _usage(req, completion)
+                    yield _sse(use)
+                yield b"data: [DONE]\n\n"
+                return
+            elif em.kind == "cut":
+                raise _Cut(f"simulated connection cut after {completion} tokens")
+            elif em.kind == "end_no_done":
+                return
+            elif em.kind == "error":
+                err = {
+                    "error": {
+                        "message": "simulated engine failure",
+                        "type": "server_error",
+                        "code": 500,
+                    }
+                }
+                yield _sse(err)
+                return
+            elif em.kind == "stall":
+                await asyncio.sleep(3600)
+                return
+    finally:
+        engine.cancel(req)
+
+
+async def _complete(
+    engine: Engine, req: SimRequest, *, model: str, include_usage: bool
+) -> Response:
+    engine.submit(req)
+    text: list[str] = []
+    completion = 0
+    finish = None
+    try:
+        while True:
+            em = await req.out.get()
+            if em.kind == "tokens":
+                text.append(em.text)
+                completion += em.n_tokens
+            elif em.kind == "finish":
+                finish = em.finish_reason
+                break
+            else:
+                return _error(500, "simulated engine failure")
+    finally:
+        engine.cancel(req)
+    body: dict[str, Any] = {
+        "id": f"chatcmpl-{req.request_id}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "".join(text)},
+                "finish_reason": finish,
+            }
+        ],
+    }
+    if include_usage:
+        body["usage"] = _usage(req, completion)
+    return JSONResponse(body)
+
+
+class SimServer:
+    """The simulator on 127.0.0.1, in a background thread with its own event loop."""
+
+    def __init__(
+        self,
+        profiles: Iterable[SimProfile],
+        port: int = 0,
+        ssl_certfile: Path | None = None,
+        ssl_keyfile: Path | None = None,
+        required_api_key: str | None = None,
+        required_header: tuple[str, str] | None = None,
+    ) -> None:
+        self.app = create_app(profiles, required_api_key, required_header)
+        self.scheme = "https" if ssl_certfile else "http"
+        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", port))
+        self.port: int = self._sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app,
+            log_level="critical",
+            lifespan="off",
+            access_log=False,
+            timeout_keep_alive=120,
+            ssl_certfile=str(ssl_certfile) if ssl_certfile else None,
+            ssl_keyfile=str(ssl_keyfile) if ssl_keyfile else None,
+        )
+        self._server = uvicorn.Server(config)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.base_url}/v1"
+
+    def start(self, timeout_s: float = 10.0) -> SimServer:
+        self._thread = threading.Thread(
+            target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
+        )
+        self._thread.start()
+        deadline = time.monotonic() + timeout_s
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("simulator did not start")
+            time.sleep(0.01)
+        return self
+
+    def serve_forever(self) -> None:
+        self._server.run(sockets=[self._sock])
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self._sock.close()
+
+    def __enter__(self) -> SimServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class SimProcess:
+    """The twin fleet in a child process (``python -m sparkcap.servers.sim``), on a free port."""
+
+    def __init__(self, overrides: dict[str, Any] | None = None) -> None:
+        self.overrides = overrides or {}
+        self.proc: Any = None
+        self.managed: ManagedProcess | None = None
+        self.log_path: Path | None = None
+        self.endpoint = ""
+        self.base_url = ""
+
+    def start(self, timeout_s: float = 30.0) -> SimProcess:
+        """Start the child with its output in a log file (a full pipe would block it)."""
+        import sys
+        import tempfile
+
+        logs = get_settings().work_dir / "logs"
+        ready = Path(tempfile.mkdtemp(prefix="sparkcap-sim-")) / "ready.json"
+        self.managed = ManagedProcess.spawn(
+            "simulator process",
+            [
+                sys.executable,
+                "-m",
+                "sparkcap.servers.sim",
+                "0",
+                json.dumps(self.overrides),
+                str(ready),
+            ],
+            logs / f"sim-{os.getpid()}-{time.time_ns()}.log",
+        )
+        self.proc, self.log_path = self.managed.process, self.managed.log_path
+        started = time.monotonic()
+        try:
+            self.managed.wait_until(ready.exists, timeout_s, poll_s=0.02)
+            info = json.loads(ready.read_text(encoding="utf-8"))
+            ready.unlink()
+            ready.parent.rmdir()
+            self.endpoint = info["endpoint"]
+            self.base_url = self.endpoint.removesuffix("/v1")
+            left = max(1.0, timeout_s - (time.monotonic() - started))
+            self.managed.wait_healthy(self.base_url + "/health", left)
+        except ManagedProcessError as exc:
+            self.stop()
+            raise RuntimeError(f"simulator did not start: {exc}") from None
+        return self
+
+    def stop(self) -> None:
+        if self.managed is not None:
+            self.managed.stop()
+
+    def __enter__(self) -> SimProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,1 @@
+"""The warehouse and its feeders: the only writers of raw.*."""

@@ -1,0 +1,299 @@
+"""A landing zone of Parquet files between many load-generating processes and one warehouse.
+
+DuckDB takes one writer, so the workers of a distributed night (``sparkcap.night.distributed``)
+never open it: each child sweep writes every finished wave to the lake as one Parquet part per raw
+table, hive-partitioned,
+
+    <lake>/raw/<table>/night=<date>/deployment=<name>/run_id=<run>/part-<wave>.parquet
+
+then a manifest of the wave (each part's path, row count, byte size and SHA-256)
+
+    <lake>/manifests/night=<date>/deployment=<name>/run_id=<run>/wave-<wave>.json
+
+Every file is written under a temporary name and renamed, and the manifest comes last: a wave
+is in the lake when its manifest is, and a child killed halfway through a wave leaves parts
+without a manifest, which are never staged. Each child also keeps a status file (started,
+finished, why it failed, which client host ran it) and a heartbeat beside the manifests, from
+which the parent tells a running child from a lost one.
+
+The parent of the night is the only writer: ``stage_lake`` verifies each manifest (the parts
+exist, their checksums and row counts match) and stages verified waves through the same
+``stage_tables`` as the local spool, in batches of whole waves, one transaction per batch; a
+wave that fails verification is named, not staged. Staging skips waves the warehouse already
+holds, so staging the lake again (after a crash of the parent, or by ``sparkcap stage
+--lake``) stores each wave once.
+
+The lake is any fsspec URL: a shared folder here, object storage (``s3://…``) where a user has
+it and its fsspec driver installed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sparkcap.errors import SparkcapError
+from sparkcap.loadgen.records import WaveRecord
+from sparkcap.store.spool import TABLES, safe_name
+from sparkcap.store.warehouse import metrics_table, open_warehouse, stage_tables, wave_tables
+
+REQUIRED = ("waves", "requests", "chunks")  # a wave without these is not a wave
+
+
+class LakeError(SparkcapError, RuntimeError):
+    """A lake that cannot be read or written (one line, names the URL)."""
+
+
+def _value(text: str) -> str:
+    """A hive partition value or file stem: readable, and safe in any path or URL."""
+    return quote(safe_name(text), safe="-_.=")
+
+
+def partition(night: str, deployment: str, run_id: str) -> str:
+    return f"night={_value(night)}/deployment={_value(deployment)}/run_id={_value(run_id)}"
+
+
+@dataclass(frozen=True)
+class ChildKey:
+    """One child sweep of a distributed night: a deployment × workload of one run."""
+
+    night: str
+    run_id: str
+    deployment: str
+    workload: str
+
+    @property
+    def partition(self) -> str:
+        return partition(self.night, self.deployment, self.run_id)
+
+
+@dataclass
+class LakeWave:
+    """A wave's manifest as read back from the lake."""
+
+    wave_id: str
+    deployment: str
+    workload: str
+    path: str
+    tables: dict[str, dict[str, Any]]
+    written_at: float = 0.0
+
+
+@dataclass
+class StagedLake:
+    staged: int = 0
+    already: int = 0
+    rejected: dict[str, str] = field(default_factory=dict)  # wave id -> why
+    rejected_by_deployment: dict[str, list[str]] = field(default_factory=dict)
+
+
+class Lake:
+    def __init__(self, url: str | Path) -> None:
+        self.url = str(url)
+        try:
+            self.fs, root = fsspec.core.url_to_fs(self.url)
+        except (ImportError, ValueError) as exc:
+            raise LakeError(f"lake {self.url}: {exc}") from None
+        self.root = str(root).rstrip("/")
+
+    def _path(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def _put(self, path: str, data: bytes) -> None:
+        """Write under a temporary name in the same folder, then rename: a reader (the parent)
+        sees the whole file or none of it."""
+        folder, name = path.rsplit("/", 1)
+        tmp = f"{folder}/.tmp-{uuid.uuid4().hex}-{name}"
+        try:
+            self.fs.makedirs(folder, exist_ok=True)
+            with self.fs.open(tmp, "wb") as fh:
+                fh.write(data)
+            self.fs.mv(tmp, path)
+        except OSError as exc:
+            # a full or read-only lake keeps no half-written file behind
+            with contextlib.suppress(OSError):
+                self.fs.rm_file(tmp)
+            raise LakeError(f"lake {self.url}: cannot write {path}: {exc}") from None
+
+    def _get(self, path: str) -> bytes:
+        with self.fs.open(path, "rb") as fh:
+            data: bytes = fh.read()
+            return data
+
+    # -- what a child writes -------------------------------------------------------------
+
+    def write_wave(self, key: ChildKey, wave: WaveRecord) -> dict[str, Any]:
+        """The wave's parts, then its manifest; returns the manifest."""
+
+        tables = {**wave_tables(wave), "server_metrics": metrics_table(wave)}
+        return self.write_tables(key, wave.wave_id, tables)
+
+    def write_tables(
+        self, key: ChildKey, wave_id: str, tables: dict[str, pa.Table]
+    ) -> dict[str, Any]:
+        """One wave's raw tables (those it has of ``TABLES``) as parts, then the manifest."""
+        stem = _value(wave_id)
+        entries: dict[str, dict[str, Any]] = {}
+        for name in TABLES:
+            if name not in tables:
+                continue
+            buf = io.BytesIO()
+            pq.write_table(tables[name], buf, compression="zstd")
+            data = buf.getvalue()
+            rel = f"raw/{name}/{key.partition}/part-{stem}.parquet"
+            self._put(self._path(rel), data)
+            entries[name] = {
+                "path": rel,
+                "rows": tables[name].num_rows,
+                "bytes": len(data),
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+        manifest = {
+            "wave_id": wave_id,
+            "run_id": key.run_id,
+            "deployment": key.deployment,
+            "workload": key.workload,
+            "written_at": time.time(),
+            "tables": entries,
+        }
+        self._put(
+            self._path("manifests", key.partition, f"wave-{stem}.json"),
+            json.dumps(manifest, sort_keys=True).encode(),
+        )
+        return manifest
+
+    def _status_path(self, key: ChildKey, suffix: str) -> str:
+        return self._path("manifests", key.partition, f"child-{_value(key.workload)}.{suffix}")
+
+    def write_status(self, key: ChildKey, **status: Any) -> None:
+        """The child's own account: ``state`` (running/ok/failed), ``reason``, ``host``."""
+        body = {"workload": key.workload, "deployment": key.deployment, **status}
+        self._put(self._status_path(key, "json"), json.dumps(body, sort_keys=True).encode())
+
+    def heartbeat(self, key: ChildKey) -> None:
+        # the time is in the file, not its mtime: object stores do not all keep one
+        self._put(self._status_path(key, "heartbeat"), str(time.time()).encode())
+
+    # -- what the parent reads -----------------------------------------------------------
+
+    def read_status(self, key: ChildKey) -> dict[str, Any] | None:
+        try:
+            status: dict[str, Any] = json.loads(self._get(self._status_path(key, "json")))
+        except FileNotFoundError:
+            return None
+        return status
+
+    def heartbeat_age_s(self, key: ChildKey) -> float | None:
+        try:
+            return time.time() - float(self._get(self._status_path(key, "heartbeat")))
+        except FileNotFoundError:
+            return None
+
+    def waves(self, run_id: str) -> list[LakeWave]:
+        """Every wave manifest of a run, in the order written."""
+        pattern = self._path("manifests", "night=*", "deployment=*", f"run_id={_value(run_id)}")
+        out: list[LakeWave] = []
+        for path in self.fs.glob(pattern + "/wave-*.json"):
+            m = json.loads(self._get(path))
+            out.append(
+                LakeWave(
+                    m["wave_id"],
+                    m["deployment"],
+                    m["workload"],
+                    path,
+                    m["tables"],
+                    float(m.get("written_at", 0.0)),
+                )
+            )
+        return sorted(out, key=lambda w: (w.written_at, w.wave_id))
+
+    def read_wave(self, wave: LakeWave) -> dict[str, pa.Table]:
+        """The wave's tables, each checked against its manifest; ``LakeError`` says which
+        part is missing or differs."""
+        tables: dict[str, pa.Table] = {}
+        for name in TABLES:
+            entry = wave.tables.get(name)
+            if entry is None:
+                if name in REQUIRED:
+                    raise LakeError(f"wave {wave.wave_id}: manifest lists no {name} part")
+                continue
+            try:
+                data = self._get(self._path(entry["path"]))
+            except FileNotFoundError:
+                raise LakeError(f"wave {wave.wave_id}: {name} part is missing") from None
+            if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+                raise LakeError(f"wave {wave.wave_id}: {name} part fails its checksum")
+            table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
+            if table.num_rows != entry["rows"]:
+                raise LakeError(
+                    f"wave {wave.wave_id}: {name} part has {table.num_rows} rows, "
+                    f"manifest says {entry['rows']}"
+                )
+            tables[name] = table
+        return tables
+
+
+def stage_lake(db_path: Path, lake: Lake, run_id: str, batch_rows: int = 2_000_000) -> StagedLake:
+    """Stage a run's verified waves from the lake into the warehouse (the one writer); waves
+    already there are left alone, waves that fail verification are named and left out. Waves
+    are staged in batches (about ``batch_rows`` chunk rows, one transaction each: a batch is
+    staged whole or not at all, so never half a wave); one transaction per wave would cost a
+    100-deployment night most of its staging time. The run's row must exist (the parent
+    writes it before fanning out)."""
+
+    out = StagedLake()
+    waves = lake.waves(run_id)
+    with open_warehouse(db_path) as con:
+        if con.execute("select 1 from raw.runs where run_id = ?", [run_id]).fetchone() is None:
+            raise LakeError(f"no run {run_id} in {db_path}: the lake's waves have no run to join")
+        have = {
+            r[0]
+            for r in con.execute(
+                "select wave_id from raw.waves where run_id = ?", [run_id]
+            ).fetchall()
+        }
+        batch: list[tuple[str, dict[str, pa.Table]]] = []
+
+        def flush() -> None:
+            if not batch:
+                return
+            merged = {
+                name: pa.concat_tables(parts, promote_options="permissive")
+                for name in TABLES
+                if (parts := [t[name] for _, t in batch if name in t])
+            }
+            stage_tables(con, [w for w, _ in batch], merged, merged.get("server_metrics"))
+            out.staged += len(batch)
+            batch.clear()
+
+        rows = 0
+        for wave in waves:
+            if wave.wave_id in have:
+                out.already += 1
+                continue
+            try:
+                tables = lake.read_wave(wave)
+            except (LakeError, OSError, pa.ArrowInvalid) as exc:
+                out.rejected[wave.wave_id] = str(exc)
+                out.rejected_by_deployment.setdefault(wave.deployment, []).append(str(exc))
+                continue
+            have.add(wave.wave_id)
+            batch.append((wave.wave_id, tables))
+            rows += tables["chunks"].num_rows
+            if rows >= batch_rows:
+                flush()
+                rows = 0
+        flush()
+    return out

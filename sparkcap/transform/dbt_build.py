@@ -1,0 +1,191 @@
+"""``sparkcap build``: run ``dbt build`` (models and their tests) against the warehouse.
+
+dbt runs in-process through ``dbtRunner`` with ``keep_open: false`` so the DuckDB file is
+released as soon as dbt is done; its target and log folders go to the working area, not the
+source tree.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sparkcap.errors import SparkcapError
+from sparkcap.resources import dbt_project_dir
+from sparkcap.settings import get_settings
+from sparkcap.store.warehouse import ensure_schema, open_warehouse
+
+
+class BuildError(SparkcapError, RuntimeError):
+    """dbt failed; the message names the failing models or tests."""
+
+
+@dataclass
+class BuildResult:
+    success: bool
+    failures: list[str] = field(default_factory=list)
+    n_nodes: int = 0
+
+
+def dbt_args(
+    command: str,
+    db_path: Path,
+    extra: list[str] | None = None,
+    dbt_vars: dict[str, Any] | None = None,
+) -> list[str]:
+    work = get_settings().work_dir
+    project = str(dbt_project_dir())
+    dbt_vars = {**environment_vars(), **(dbt_vars or {})}
+    args = [
+        command,
+        "--project-dir",
+        project,
+        "--profiles-dir",
+        project,
+        "--target-path",
+        str((work / "dbt-target").resolve()),
+        "--log-path",
+        str((work / "dbt-logs").resolve()),
+        "--quiet",
+    ]
+    if dbt_vars:
+        args += ["--vars", json.dumps(dbt_vars)]
+    return args + (extra or [])
+
+
+def _release_dbt_logs() -> None:
+    """Close dbt's log file: it keeps one open per invocation, leaking a handle per build."""
+    from dbt_common.events.event_manager_client import cleanup_event_logger, get_event_manager
+
+    for logger in list(get_event_manager().loggers):
+        python_logger = getattr(logger, "_python_logger", None)
+        for handler in list(getattr(python_logger, "handlers", [])):
+            handler.close()
+    cleanup_event_logger()
+
+
+def run_dbt(
+    command: str,
+    db_path: Path,
+    extra: list[str] | None = None,
+    dbt_vars: dict[str, Any] | None = None,
+) -> BuildResult:
+    from dbt.cli.main import dbtRunner
+
+    db_path = Path(db_path).resolve()
+    # the raw schema must exist even for a warehouse that has never been swept
+    with open_warehouse(db_path) as con:
+        ensure_schema(con)
+    os.environ["SPARKCAP_DB"] = str(db_path)
+    os.environ.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "False")
+    args = dbt_args(command, db_path, extra, dbt_vars)
+    # dbt logs the process's command line as its "invocation_command": a `sparkcap sweep
+    # --header "x-api-key: …"` that builds the marts would write that secret into dbt.log
+    argv, sys.argv = sys.argv, ["dbt", *args]
+    try:
+        res = dbtRunner().invoke(args)
+    finally:
+        sys.argv = argv
+        _release_dbt_logs()
+    failures: list[str] = []
+    n = 0
+    results = getattr(res.result, "results", None) or []
+    for r in results:
+        n += 1
+        status = str(getattr(r, "status", ""))
+        if status in ("error", "fail", "runtime error"):
+            node = getattr(r, "node", None)
+            name = getattr(node, "name", "?")
+            msg = (getattr(r, "message", "") or "").strip().splitlines()
+            failures.append(f"{name}: {msg[0] if msg else status}")
+    if res.exception is not None and not failures:
+        failures.append(str(res.exception).strip().splitlines()[0])
+    return BuildResult(success=bool(res.success), failures=failures, n_nodes=n)
+
+
+# 0 would judge every wave spoiled (a tolerance) or divide by nothing
+_POSITIVE_VARS = {
+    "probe_window_s",
+    "probe_step_s",
+    "bootstrap_samples",
+    "queued_ttft_factor",
+    "timing_error_tolerance",
+    "start_skew_tolerance",
+}
+
+
+def known_vars() -> dict[str, Any]:
+    """The dbt vars the project declares, with their defaults (dbt/dbt_project.yml)."""
+    import yaml
+
+    project = yaml.safe_load((dbt_project_dir() / "dbt_project.yml").read_text())
+    return dict(project.get("vars") or {})
+
+
+def parse_var_overrides(items: list[str], source: str = "--var") -> dict[str, float | int]:
+    """``NAME=NUMBER`` pairs for ``sparkcap build --var`` (and ``SPARKCAP_DBT_VARS``); a typo
+    must not silently do nothing, so only declared vars are accepted."""
+    known = known_vars()
+    out: dict[str, float | int] = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise BuildError(f"{source} {item!r}: expected NAME=NUMBER")
+        if name not in known:
+            raise BuildError(
+                f"{source} {name}: unknown dbt var (known: {', '.join(sorted(known))})"
+            )
+        try:
+            number = float(value)
+        except ValueError:
+            raise BuildError(f"{source} {name}: {value!r} is not a number") from None
+        if number != number or number in (float("inf"), float("-inf")) or number < 0:
+            raise BuildError(f"{source} {name}: {value!r} must be a finite number >= 0")
+        if number == 0 and name in _POSITIVE_VARS:
+            raise BuildError(f"{source} {name}: must be greater than 0")
+        out[name] = int(number) if number.is_integer() else number
+    return out
+
+
+def environment_vars() -> dict[str, float | int]:
+    """``SPARKCAP_DBT_VARS``, checked as ``--var`` is."""
+    given = get_settings().dbt_vars
+    return parse_var_overrides([f"{k}={v!r}" for k, v in given.items()], "SPARKCAP_DBT_VARS")
+
+
+def judgement_vars() -> dict[str, Any]:
+    """Every dbt var as a build in this environment judges with: the project's defaults and
+    ``SPARKCAP_DBT_VARS``. The capture reads its re-measure tolerances from here, so a wave is
+    measured again exactly when dbt would call it spoiled."""
+    return {**known_vars(), **environment_vars()}
+
+
+def build(
+    db_path: Path,
+    *,
+    full_refresh: bool = False,
+    select: str | None = None,
+    dbt_vars: dict[str, Any] | None = None,
+    unit_tests: bool = False,
+) -> BuildResult:
+    """Models and their data tests. dbt's unit tests check the formulas, not the night's
+    data (dbt: run them in development and CI, not in production), so a nightly build
+    leaves them out — ~4 s each — unless ``unit_tests``; ``make test`` runs them once."""
+    extra: list[str] = []
+    if full_refresh:
+        extra.append("--full-refresh")
+    if select:
+        extra += ["--select", select]
+    if not unit_tests:
+        extra += ["--exclude", "test_type:unit"]
+    result = run_dbt("build", db_path, extra, dbt_vars)
+    if not result.success:
+        shown = "; ".join(result.failures[:3]) or "see the dbt log"
+        more = f" (+{len(result.failures) - 3} more)" if len(result.failures) > 3 else ""
+        raise BuildError(f"dbt build failed: {shown}{more}")
+    return result

@@ -1,0 +1,198 @@
+"""The live judge of a search: dbt's own rules, run in-process on the figures just measured.
+
+A search must decide after every trial whether a level is settled, before anything is staged
+or built. Rather than write the rules again in Python, the judge compiles two dbt macros once
+(``dbt compile --inline``, a few seconds per night, with the night's threshold and bootstrap
+vars): ``decode_overlap`` (a wave whose streams never all decoded at once was queued, and
+its level cannot pass, as in the grid's rule) and ``search_level_interval`` (the interval of
+the level median and its verdict), and runs that SQL with an in-memory DuckDB on the level's
+live measurements.
+``int_trials`` and ``int_search_levels`` run the same macros on the staged waves, so a live
+interval and the recorded one differ only where dbt's verdict weighs what the live one cannot
+(data quality, a TTFT spread against the lowest level); ``fct_search_path`` says where.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from sparkcap.errors import SparkcapError
+from sparkcap.loadgen.records import Status, WaveRecord
+from sparkcap.loadgen.search import LevelJudgement
+from sparkcap.transform.dbt_build import _release_dbt_logs, dbt_args, environment_vars
+
+_COMPILE_LOCK = threading.Lock()
+_COMPILED: dict[str, tuple[str, str, str]] = {}
+
+
+class JudgeError(SparkcapError, RuntimeError):
+    """dbt could not compile the search rule (the project or its vars are broken)."""
+
+
+_SPLIT = "-- sparkcap: next rule --"
+_INLINE = "\n".join(
+    [
+        "{{ search_level_interval('live_streams') }}",
+        _SPLIT,
+        "{{ decode_overlap('live_requests') }}",
+        _SPLIT,
+        "select level_key, trial, confidence, {{ stream_decode_tok_s('status',"
+        " 'completion_tokens', 'first_token_ns', 'last_token_ns') }} as decode_tok_s"
+        " from live_stream_times",
+    ]
+)
+
+
+def compile_search_rule(dbt_vars: dict[str, Any] | None = None) -> tuple[str, str, str]:
+    """The SQL of ``search_level_interval('live_streams')``, of
+    ``decode_overlap('live_requests')`` and of the stream rate (``stream_decode_tok_s``) under
+    these vars (cached): the live search decides with dbt's own rules, never a copy."""
+    import json
+
+    # the compiled rule depends on every var dbt sees, SPARKCAP_DBT_VARS included
+    key = json.dumps({**environment_vars(), **(dbt_vars or {})}, sort_keys=True)
+    with _COMPILE_LOCK:
+        if key in _COMPILED:
+            return _COMPILED[key]
+        from dbt.cli.main import dbtRunner
+
+        with tempfile.TemporaryDirectory(prefix="sparkcap-judge-") as tmp:
+            scratch = Path(tmp) / "compile.duckdb"
+            args = dbt_args(
+                "compile",
+                scratch,
+                ["--inline", _INLINE, "--log-level", "none"],
+                dbt_vars,
+            )
+            # dbt's profile reads the warehouse path from the environment: point it at a scratch
+            # file for the compile (nothing is read from it), then put the real one back
+            saved = os.environ.get("SPARKCAP_DB")
+            os.environ["SPARKCAP_DB"] = str(scratch)
+            try:
+                res = dbtRunner().invoke(args)
+            finally:
+                if saved is None:
+                    os.environ.pop("SPARKCAP_DB", None)
+                else:
+                    os.environ["SPARKCAP_DB"] = saved
+                _release_dbt_logs()
+        results = getattr(res.result, "results", None) or []
+        if not res.success or not results:
+            why = str(res.exception or "no compiled node").strip().splitlines()[0]
+            raise JudgeError(f"could not compile dbt's search rule: {why}")
+        parts = str(results[0].node.compiled_code).split(_SPLIT)
+        if len(parts) != 3:
+            raise JudgeError("could not compile dbt's search rule: a rule is missing")
+        _COMPILED[key] = (parts[0], parts[1], parts[2])
+        return _COMPILED[key]
+
+
+def live_valid(wave: WaveRecord) -> bool:
+    """A wave the live figures may use: every asked stream recorded and ok, and the client's
+    own timing trusted (the capture-time rule that also decides re-measurement). dbt's
+    verdict of record also weighs data quality and a TTFT spread; where it differs,
+    fct_search_path says so."""
+    reqs = wave.requests
+    return (
+        bool(reqs)
+        and len(reqs) == wave.concurrency
+        and wave.superseded_reason is None
+        and wave.client_spoiled_live is None
+        and all(r.status is Status.OK for r in reqs)
+    )
+
+
+class SearchJudge:
+    """Callable judge for ``loadgen.search.run_search``."""
+
+    def __init__(self, threshold_tok_s: float, sql: tuple[str, str, str]) -> None:
+        self.threshold_tok_s = threshold_tok_s
+        self.interval_sql, self.overlap_sql, self.rate_sql = sql
+
+    @classmethod
+    def compile(cls, threshold_tok_s: float) -> SearchJudge:
+        return cls(threshold_tok_s, compile_search_rule({"threshold_tok_s": threshold_tok_s}))
+
+    def queued(self, waves: Sequence[WaveRecord]) -> set[str]:
+        """Waves dbt's overlap rule calls queued (the server ran fewer streams than asked)."""
+        import duckdb
+        import pyarrow as pa
+
+        reqs = [(w.wave_id, r) for w in waves for r in w.requests]
+        live_requests = pa.table(
+            {
+                "wave_id": [wid for wid, _ in reqs],
+                "first_token_ns": pa.array([r.first_token_ns for _, r in reqs], pa.int64()),
+                "last_token_ns": pa.array([r.last_token_ns for _, r in reqs], pa.int64()),
+            }
+        )
+        with duckdb.connect(":memory:") as con:
+            con.register("live_requests", live_requests)
+            rows = con.execute(self.overlap_sql).fetchall()
+        return {str(r[0]) for r in rows if r[2]}
+
+    def judge(self, key: str, waves: Sequence[WaveRecord], confidence: float) -> LevelJudgement:
+        import duckdb
+        import pyarrow as pa
+
+        valid = [w for w in waves if live_valid(w)]
+        if valid and (queued := self.queued(valid)):
+            # as in dbt's level rule: a level whose counted trial queued streams cannot pass,
+            # whatever its rate (the server has fewer slots than streams)
+            return LevelJudgement(
+                len(valid) - len(queued),
+                None,
+                None,
+                None,
+                "fail",
+                False,
+                why=f"queued: {len(queued)} trial(s) never had every stream decoding at once",
+            )
+        streams = [(w, r) for w in valid for r in w.requests]
+        if not streams:
+            return LevelJudgement(len(valid), None, None, None, "straddles", False)
+        live_stream_times = pa.table(
+            {
+                "level_key": [key] * len(streams),
+                "trial": pa.array([w.trial for w, _ in streams], pa.int32()),
+                "confidence": pa.array([confidence] * len(streams), pa.float64()),
+                "status": [str(r.status.value) for _, r in streams],
+                "completion_tokens": pa.array(
+                    [r.completion_tokens for _, r in streams], pa.int64()
+                ),
+                "first_token_ns": pa.array([r.first_token_ns for _, r in streams], pa.int64()),
+                "last_token_ns": pa.array([r.last_token_ns for _, r in streams], pa.int64()),
+            }
+        )
+        with duckdb.connect(":memory:") as con:
+            con.register("live_stream_times", live_stream_times)
+            con.execute(f"create temp view live_streams as {self.rate_sql}")
+            counted = con.execute("select count(decode_tok_s) from live_streams").fetchone()
+            if not counted or not counted[0]:
+                return LevelJudgement(len(valid), None, None, None, "straddles", False)
+            cur = con.execute(self.interval_sql)
+            names = [d[0] for d in cur.description]
+            found = cur.fetchall()
+        if not found:
+            return LevelJudgement(len(valid), None, None, None, "straddles", False)
+        row = dict(zip(names, found[0], strict=True))
+        median = float(row["median_decode_tok_s"])
+        return LevelJudgement(
+            n_valid_trials=len(valid),
+            median_tok_s=median,
+            ci_low_tok_s=float(row["ci_low_tok_s"]),
+            ci_high_tok_s=float(row["ci_high_tok_s"]),
+            verdict=str(row["verdict"]),
+            passes_median=bool(row["passes_median"]),
+        )
+
+    async def __call__(
+        self, key: str, waves: Sequence[WaveRecord], confidence: float
+    ) -> LevelJudgement:
+        return await asyncio.to_thread(self.judge, key, list(waves), confidence)
