@@ -35,7 +35,7 @@ test: $(STAMP)
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -m "not slow and not real_server"
+	$(PY) -m pytest -q -p no:cacheprovider -m "unit or (integration and not slow)"
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format sparkcap flows tests benchmarks

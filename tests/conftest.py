@@ -22,3 +22,12 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     monkeypatch.setenv("SPARKCAP_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("SPARKCAP_DB", raising=False)
     yield
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test carries its folder's marker (``-m unit``, ``-m integration``, ``-m e2e``)."""
+    for item in items:
+        parts = Path(str(item.path)).parts
+        for kind in ("unit", "integration", "e2e"):
+            if kind in parts:
+                item.add_marker(kind)

@@ -6,8 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.helpers import TWIN_TRIALS
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import ROOT
 
 
 @pytest.fixture(scope="session")

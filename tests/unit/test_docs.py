@@ -20,8 +20,8 @@ import yaml
 
 from sparkcap import docs_reference
 from sparkcap.cli import app
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 REMOTE = re.compile(r"^\s*(https?:)?//", re.I)
 
 

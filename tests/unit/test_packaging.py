@@ -4,11 +4,9 @@ missing from every wheel while the editable checkout keeps working."""
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
 from sparkcap import resources
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import ROOT
 
 
 def test_every_subpackage_and_part_is_shipped() -> None:

@@ -8,8 +8,7 @@ import pytest
 import yaml
 
 from sparkcap.night.schedule import prefect_yaml
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import ROOT
 
 
 @pytest.mark.reliability

@@ -15,8 +15,6 @@ from sparkcap.config.fleet import Distributed, FleetError, load_fleet
 from sparkcap.night.distributed import ChildSpec, DistributedError, child_limits, peak_streams
 from sparkcap.store.lake import partition
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _fleet(tmp_path: Path, **extra: object) -> Path:
     doc = {

@@ -28,6 +28,7 @@ from tests.integration.helpers import (
     fast_profile,
     wave_census,
 )
+from tests.paths import ROOT
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 
@@ -163,7 +164,7 @@ def test_kill_9_during_staging_leaves_whole_waves(tmp_path: Path) -> None:
     script = tmp_path / "stage_forever.py"
     script.write_text(f"""
 import sys, numpy as np
-sys.path.insert(0, {str(Path(__file__).resolve().parents[2] / "benchmarks")!r})
+sys.path.insert(0, {str(ROOT / "benchmarks")!r})
 from warehouse_build import night_waves
 from sparkcap.store.warehouse import open_warehouse, stage_tables
 with open_warehouse({str(db)!r}) as con:
@@ -196,7 +197,7 @@ def test_kill_9_of_a_real_sparkcap_stage_leaves_whole_waves_and_the_next_stages_
     import pyarrow as pa
     import pyarrow.ipc as ipc
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
     from warehouse_build import night_waves
 
     from sparkcap.loadgen.records import WaveRecord
@@ -396,7 +397,7 @@ def test_self_signed_certificate_fails_unless_ca_configured(db_path: Path, tmp_p
 
 
 def test_redirects_are_not_followed(db_path: Path) -> None:
-    from tests.reliability.rawserver import RawServer
+    from tests.integration.reliability.rawserver import RawServer
 
     def script(ordinal: int):  # type: ignore[no-untyped-def]
         yield b""

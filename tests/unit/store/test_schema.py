@@ -5,7 +5,6 @@ and columns, and staging's Arrow tables take its types."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import duckdb
 import pyarrow as pa
@@ -14,8 +13,7 @@ import yaml
 
 from sparkcap.docs_reference import raw_schema_page
 from sparkcap.store.schema import RAW_TABLES, SCHEMA_SQL, raw_table
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import ROOT
 
 
 def test_readme_contract_lists_every_table_and_column() -> None:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.paths import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

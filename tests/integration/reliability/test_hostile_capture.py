@@ -23,7 +23,7 @@ import yaml
 from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.loadgen.records import RequestRecord, WaveRecord
 from tests.integration.helpers import dep
-from tests.reliability.rawserver import RawServer, vllm_stream
+from tests.integration.reliability.rawserver import RawServer, vllm_stream
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 

@@ -8,7 +8,7 @@ import tracemalloc
 import pytest
 
 from tests.integration.helpers import sweep
-from tests.reliability.rawserver import RawServer, vllm_stream
+from tests.integration.reliability.rawserver import RawServer, vllm_stream
 
 pytestmark = pytest.mark.reliability
 

@@ -15,10 +15,9 @@ import pytest
 import yaml
 
 from tests.integration.helpers import RELAXED_TIMING, faulty, free_port, wait_for_prefect_api
+from tests.paths import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _nightly():  # type: ignore[no-untyped-def]

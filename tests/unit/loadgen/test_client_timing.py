@@ -13,8 +13,8 @@ from sparkcap.config import SweepPlan
 from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
 from sparkcap.loadgen.sweep import client_spoiled, worth_remeasuring
 from sparkcap.loadgen.wave import LoopMonitor, timing_error_bound
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 MS = 1_000_000
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sparkcap.dq.offline import remote_resources
-from tests.integration.chromium import chromium, render
+from tests.e2e.chromium import chromium, render
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

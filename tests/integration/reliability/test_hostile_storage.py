@@ -29,7 +29,7 @@ from sparkcap.servers.sim.server import SimServer
 from sparkcap.store import spool
 from sparkcap.store.warehouse import StorageError, open_warehouse, run_end_to, run_start_to
 from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile
-from tests.reliability.rawserver import RawServer
+from tests.integration.reliability.rawserver import RawServer
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 
