@@ -1,5 +1,5 @@
 """The child of a distributed night: one deployment × workload, swept by whichever worker of
-the pool takes it, landing its waves in the lake (``sparkcap.night.distributed.sweep_child``).
+the pool takes it, landing its waves in the lake (``sparkcap.night.distributed.child``).
 
 Thin, like ``flows/nightly.py``: the parent is that same nightly flow with ``distributed``
 set, which starts these runs with ``run_deployment(timeout=0)`` and stages the lake when all

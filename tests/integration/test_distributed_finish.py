@@ -20,8 +20,8 @@ import yaml
 
 from sparkcap.config import SweepPlan
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
-from sparkcap.night import distributed
 from sparkcap.night import plan as night_plan
+from sparkcap.night.distributed.parent import record_night_start
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.store.lake import ChildKey, Lake
 from tests.integration.helpers import dep, fast_profile, run_cli
@@ -85,7 +85,7 @@ def test_finish_names_lost_and_unstarted_children(
         fleet = night_plan.fleet_for(fleet_path)
         url = str(tmp_path / "lake")
         night = night_plan.Night(fleet, db, reports, run_id=run_id, distributed=True)
-        distributed.record_night_start(night, run_id, DAY, url)  # what the parent did first
+        record_night_start(night, run_id, DAY, url)  # what the parent did first
         lake = Lake(url)
         key = {n: ChildKey(DAY, run_id, n, "code") for n in NAMES}
         # alpha finished on host-a; bravo landed one wave on host-b, then its host died

@@ -12,7 +12,12 @@ import yaml
 
 from sparkcap.config import SearchPlan, SweepPlan
 from sparkcap.config.fleet import Distributed, FleetError, load_fleet
-from sparkcap.night.distributed import ChildSpec, DistributedError, child_limits, peak_streams
+from sparkcap.night.distributed.child import (
+    ChildSpec,
+    DistributedError,
+    child_limits,
+    peak_streams,
+)
 from sparkcap.store.lake import partition
 
 
