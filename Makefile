@@ -23,15 +23,22 @@ demo: $(STAMP)
 	@mkdir -p "$(PREFECT_HOME)"
 	$(VENV)/bin/sparkcap demo
 
+# pytest-xdist workers: most integration tests wait on simulated servers, not on the CPU
+TEST_WORKERS ?= 3
+
 test: $(STAMP)
-	@mkdir -p "$(PREFECT_HOME)"
+	@mkdir -p "$(PREFECT_HOME)" "$(SPARKCAP_HOME)"
+	@# the cold llama-server build (minutes on a new machine) starts now, beside the lint step
+	@# and the tests that need no llama-server; the real-server tests wait on its lock
+	@echo "building llama-server in the background (log: $(SPARKCAP_HOME)/llama-build.log)"
+	@nice -n 10 $(PY) -m sparkcap.servers.llama > "$(SPARKCAP_HOME)/llama-build.log" 2>&1 &
 	$(VENV)/bin/ruff check sparkcap flows tests benchmarks
 	$(VENV)/bin/ruff format --check sparkcap flows tests benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m sparkcap.docs_reference --check
 	@# pytest exits 5 when it collects nothing: say so rather than fail or pass silently
-	@$(PY) -m pytest -q -p no:cacheprovider --durations=15; rc=$$?; \
+	@$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadgroup; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 
 test-fast: $(STAMP)

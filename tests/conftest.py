@@ -6,7 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.helpers import TWIN_TRIALS
+from tests.paths import ROOT
+
 os.environ.setdefault("DO_NOT_TRACK", "1")
+if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("PREFECT_HOME"):
+    # each pytest-xdist worker its own Prefect database: ephemeral APIs of two workers on one
+    # SQLite file lock each other out
+    os.environ["PREFECT_HOME"] = str(
+        Path(os.environ["PREFECT_HOME"]) / os.environ["PYTEST_XDIST_WORKER"]
+    )
 if os.environ.get("PREFECT_HOME"):  # Prefect will not create missing parent folders
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
@@ -24,10 +33,75 @@ def _isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     yield
 
 
+@pytest.fixture(scope="session")
+def twin_night(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
+    """The twin fleet through the whole pipeline once (demo profile): shared by the slow tests."""
+    from sparkcap.night import plan as night_plan
+    from sparkcap.night import steps as pipeline
+
+    base = tmp_path_factory.mktemp("twin")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("SPARKCAP_HOME", str(base / "home"))
+    try:
+        # Three trials per level, not the demo's one: GLM code at 4 streams sits ~6 % above the
+        # threshold by design (the study's knife edge), and one 64-token wave on a busy CI
+        # machine once read it 1 % below. The level median over trials is the study's method.
+        fleet = night_plan.fleet_for(ROOT / "fleets" / "twin.yaml", "demo", trials=TWIN_TRIALS)
+        db = base / "twin.duckdb"
+        reports = base / "reports"
+        result = pipeline.run_pipeline(fleet, db, reports)
+        yield {
+            "db": db,
+            "run_id": result["run_id"],
+            "reports": reports,
+            "report": Path(str(result["report"])),
+            "dq_success": result["dq_success"],
+        }
+    finally:
+        mp.undo()
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test carries its folder's marker (``-m unit``, ``-m integration``, ``-m e2e``)."""
+    """Each test carries its folder's marker (``-m unit``, ``-m integration``, ``-m e2e``).
+
+    Tests that share one of our fixtures wider than a test (the twin night, a module's Prefect
+    server, the llama-server) form one ``xdist_group``, joined transitively: under ``-n N
+    --dist loadgroup`` they run on one worker, so each such fixture is built once, as in a
+    serial run."""
+    parent: dict[str, str] = {}
+
+    def find(key: str) -> str:
+        while parent.setdefault(key, key) != key:
+            parent[key] = parent[parent[key]]
+            key = parent[key]
+        return key
+
+    keys_of: dict[int, list[str]] = {}
     for item in items:
         parts = Path(str(item.path)).parts
         for kind in ("unit", "integration", "e2e"):
             if kind in parts:
                 item.add_marker(kind)
+        keys = sorted(shared_fixtures(item))
+        keys_of[id(item)] = keys
+        for other in keys[1:]:
+            parent[find(other)] = find(keys[0])
+    for item in items:
+        keys = keys_of[id(item)]
+        if keys:
+            item.add_marker(pytest.mark.xdist_group(find(keys[0])))
+
+
+def shared_fixtures(item: pytest.Item) -> set[str]:
+    """This project's fixtures, wider than one test, that the item uses (and the llama-server,
+    which every ``real_server`` test starts from one cached build)."""
+    info = getattr(item, "_fixtureinfo", None)
+    found: set[str] = set()
+    for name, defs in info.name2fixturedefs.items() if info else ():
+        for fixturedef in defs:
+            if fixturedef.scope != "function" and fixturedef.baseid.startswith("tests"):
+                found.add(f"{fixturedef.baseid}::{name}")
+    if item.get_closest_marker("real_server"):
+        found.add("llama-server")
+    return found

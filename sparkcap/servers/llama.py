@@ -12,7 +12,9 @@ crashes in llama.cpp's AMX kernels on these machines, hence the explicit ISA fla
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -137,10 +139,22 @@ def fetch_sdist(dl: Path, log: Path, quiet: bool = False) -> Path:
 
 
 def ensure_server_binary(jobs: int | None = None, quiet: bool = False) -> Path:
-    """Return the cached llama-server, building it first if this key has never been built."""
+    """Return the cached llama-server, building it first if this key has never been built.
+
+    One build per cache at a time: a second process (``make test`` builds before pytest and a
+    test may ask at once) waits on the cache's lock and then finds the binary built."""
     target = server_binary_path()
     if target.exists():
         return target
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / f"{build_key()}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.exists():
+            return target
+        return _build_server_binary(target, jobs, quiet)
+
+
+def _build_server_binary(target: Path, jobs: int | None, quiet: bool) -> Path:
     if shutil.which("cmake") is None:
         raise LocalServerError("cmake is not installed; install it (apt-get install cmake)")
     root = cache_dir()
@@ -315,3 +329,22 @@ def launched(fleet: Fleet) -> Iterator[dict[str, str]]:
                 )
                 endpoints[d.name] = server.endpoint
         yield endpoints
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m sparkcap.servers.llama``: build the cached llama-server and model now (what
+    ``make test`` does before pytest, so no test waits minutes inside a fixture)."""
+    parser = argparse.ArgumentParser(prog="python -m sparkcap.servers.llama")
+    parser.add_argument("--jobs", type=int, default=None, help="parallel compile jobs")
+    args = parser.parse_args(argv)
+    try:
+        print(ensure_server_binary(jobs=args.jobs), flush=True)
+        print(ensure_model(), flush=True)
+    except SparkcapError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

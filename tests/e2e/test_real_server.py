@@ -26,8 +26,14 @@ TOKENS = 24
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
+    # one thread: llama.cpp's threads spin while they wait for each other, so two threads on a
+    # machine whose other core is busy (a parallel test, a CPU burner) run many times slower
     s = start_local_server(
-        slots=4, context=8192, spec_type="ngram-simple", log_dir=tmp_path_factory.mktemp("logs")
+        slots=4,
+        context=8192,
+        threads=1,
+        spec_type="ngram-simple",
+        log_dir=tmp_path_factory.mktemp("logs"),
     )
     try:
         yield s

@@ -1,11 +1,10 @@
 """The study's responsiveness probes against the simulator (whose prefill stall and prefix
-cache are part of its model) and against a real llama-server."""
+cache are part of its model); tests/e2e/test_llama_probes.py runs them against llama-server."""
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
@@ -115,58 +114,6 @@ def test_probes_against_the_simulator(db_path: Path) -> None:
         q(db_path, "select count(*) from marts.fct_trials where run_id = '" + cache_run + "'")[0][0]
         == 0
     )
-
-
-@pytest.fixture(scope="module")
-def long_context_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    from sparkcap.servers.llama import start_local_server
-
-    s = start_local_server(slots=2, context=16384, log_dir=tmp_path_factory.mktemp("logs"))
-    try:
-        yield s
-    finally:
-        s.stop()
-
-
-@pytest.mark.real_server
-def test_probes_against_llama_server(long_context_server: object, db_path: Path) -> None:
-    dep = Deployment(
-        name="gemma",
-        endpoint=long_context_server.endpoint,  # type: ignore[attr-defined]
-        model="gemma-3-270m",
-        extra_body={"ignore_eos": True},
-    )
-    asyncio.run(run_probe(dep, "prompt-cache", db_path, document_tokens=2000))
-    asyncio.run(
-        run_probe(
-            dep,
-            "prefill-interference",
-            db_path,
-            background_streams=1,
-            background_tokens=300,
-            long_prompt_tokens=3000,
-            settle_s=1.0,
-            probe_interval_s=0.5,
-        )
-    )
-    build(db_path)
-    (doc, cold, warm, cached) = q(
-        db_path,
-        """
-        select document_tokens, cold_ttft_s, warm_ttft_s, warm_cached_tokens
-        from marts.fct_prompt_cache
-    """,
-    )[0]
-    assert abs(doc - 2000) < 100 and cached > 1500 and warm < cold / 2
-    (tokens, ttft, before, during) = q(
-        db_path,
-        """
-        select long_prompt_tokens, long_ttft_s, before_tok_s, during_tok_s
-        from marts.fct_prefill_interference
-    """,
-    )[0]
-    assert abs(tokens - 3000) < 100 and ttft > 0.5
-    assert during < before  # the background stream slowed while the prompt was prefilled
 
 
 def test_output_length_and_mixed_probes(db_path: Path) -> None:
