@@ -1,5 +1,6 @@
-"""A distributed night for real, on loopback: a ``prefect server``, two workers standing for two
-client hosts, four simulated deployments in a simulator process, the parent run by the CLI.
+"""A distributed night for real, on loopback: the session's ``prefect server``
+(``prefect_api``), two workers standing for two client hosts, four simulated deployments in a
+simulator process, the parent run by the CLI.
 
 It must give the marts a single-process night gives on the same deployments, stage every wave
 once, keep the fleet file's exclusions, and name a killed worker's deployment as missing.
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +26,8 @@ import pytest
 import yaml
 
 from sparkcap.servers.sim.engine import SimProfile
-from tests.integration.conftest import ROOT
-from tests.integration.helpers import free_port, run_cli, wait_for_prefect_api
+from tests.integration.helpers import run_cli
+from tests.paths import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -59,13 +61,17 @@ def _stop(proc: subprocess.Popen[bytes] | None) -> None:
         proc.wait(timeout=20)
 
 
-class Pool:
-    """A Prefect server and its workers, one per stand-in client host."""
+def _pool_name(prefix: str) -> str:
+    """A work pool of this test's own on the session's shared server."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
-    def __init__(self, base: Path) -> None:
+
+class Pool:
+    """Workers on the session's Prefect server, one per stand-in client host."""
+
+    def __init__(self, base: Path, api: str) -> None:
         self.base = base
-        port = free_port()
-        self.api = f"http://127.0.0.1:{port}/api"
+        self.api = api
         self.env = {
             **os.environ,
             "PREFECT_HOME": str(base / "prefect"),
@@ -79,10 +85,6 @@ class Pool:
         self.env.pop("PREFECT_API_KEY", None)
         self.prefect = str(Path(sys.executable).parent / "prefect")
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
-        self.server = self._spawn(
-            "server", [self.prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)]
-        )
-        wait_for_prefect_api(self.api, base / "server.log", timeout_s=180)
 
     def _spawn(
         self, name: str, cmd: list[str], env: dict[str, str] | None = None
@@ -121,10 +123,8 @@ class Pool:
         self.procs[name].wait(timeout=20)
 
     def close(self) -> None:
-        for name, proc in self.procs.items():
-            if name != "server":
-                _stop(proc)
-        _stop(self.server)
+        for proc in self.procs.values():
+            _stop(proc)
 
 
 @pytest.fixture(scope="module")
@@ -209,8 +209,8 @@ def _level_rates(db: Path) -> dict[tuple[str, str, int], float]:
 
 
 @pytest.fixture(scope="module")
-def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
-    p = Pool(tmp_path_factory.mktemp("prefect"))
+def pool(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> Iterator[Pool]:
+    p = Pool(tmp_path_factory.mktemp("prefect"), prefect_api)
     try:
         yield p
     finally:
@@ -220,15 +220,16 @@ def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pool]:
 def test_distributed_night_equals_the_single_process_night(
     pool: Pool, sim_endpoint: str, tmp_path: Path
 ) -> None:
-    fleet = _fleet(tmp_path, sim_endpoint, "equal")
+    name = _pool_name("equal")
+    fleet = _fleet(tmp_path, sim_endpoint, name)
     for host in ("host-a", "host-b"):
-        pool.worker(host, "equal")
+        pool.worker(host, name)
     env = {**pool.env, "SPARKCAP_HOME": str(tmp_path / "parent")}
     dist = run_cli(
         "run", "--fleet", str(fleet), "--db", str(tmp_path / "dist.duckdb"),
         "--reports", str(tmp_path / "r1"), "--distributed", env=env, timeout=900,
     )  # fmt: skip
-    logs = pool.log("worker-host-a-equal")[-2000:] + pool.log("worker-host-b-equal")[-2000:]
+    logs = pool.log(f"worker-host-a-{name}")[-2000:] + pool.log(f"worker-host-b-{name}")[-2000:]
     assert dist.returncode == 0, dist.stdout + dist.stderr + logs
     single = run_cli(
         "run", "--fleet", str(fleet), "--db", str(tmp_path / "single.duckdb"),
@@ -263,7 +264,7 @@ def test_distributed_night_equals_the_single_process_night(
         hosts = con.execute("select config_json from raw.runs").fetchone()
     manifests = list((tmp_path / "lake" / "manifests").rglob("wave-*.json"))
     assert n == distinct == len(manifests) and of_record == 6 * 3
-    assert hosts is not None and '"pool": "equal"' in hosts[0]
+    assert hosts is not None and f'"pool": "{name}"' in hosts[0]
     # one sweep per target at a time, and alpha and bravo (one node) never together
     for i, (d1, w1, s1, e1) in enumerate(spans):
         for d2, w2, s2, e2 in spans[i + 1 :]:
@@ -285,8 +286,9 @@ def test_distributed_night_equals_the_single_process_night(
 def test_a_killed_worker_costs_its_deployment_only(
     pool: Pool, sim_endpoint: str, tmp_path: Path
 ) -> None:
-    fleet = _fleet(tmp_path, sim_endpoint, "kill")
-    pool.worker("host-a", "kill")
+    name = _pool_name("kill")
+    fleet = _fleet(tmp_path, sim_endpoint, name)
+    pool.worker("host-a", name)
     env = {**pool.env, "SPARKCAP_HOME": str(tmp_path / "parent")}
     cmd = [
         sys.executable, "-m", "sparkcap.cli", "run", "--fleet", str(fleet),
@@ -299,20 +301,20 @@ def test_a_killed_worker_costs_its_deployment_only(
         deadline = time.monotonic() + 300
         victim = None
         while victim is None:
-            assert time.monotonic() < deadline, pool.log("worker-host-a-kill")[-3000:]
+            assert time.monotonic() < deadline, pool.log(f"worker-host-a-{name}")[-3000:]
             assert parent.poll() is None, (tmp_path / "parent.log").read_text()
             for p in (tmp_path / "lake" / "manifests").rglob("child-*.json"):
                 status = json.loads(p.read_text())
-                landed = [
+                landed_workloads = [
                     json.loads(m.read_text())["workload"] for m in p.parent.glob("wave-*.json")
                 ]
                 if (status["state"], status["host"]) == ("running", "host-a") and (
-                    status["workload"] in landed  # it has landed a wave
+                    status["workload"] in landed_workloads  # it has landed a wave
                 ):
                     victim = (status["deployment"], status["workload"])
             time.sleep(0.2)
-        pool.kill_tree("worker-host-a-kill")
-        pool.worker("host-b", "kill")  # the other host takes what is left
+        pool.kill_tree(f"worker-host-a-{name}")
+        pool.worker("host-b", name)  # the other host takes what is left
         parent.wait(timeout=600)
     finally:
         if parent.poll() is None:

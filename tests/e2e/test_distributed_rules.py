@@ -1,10 +1,11 @@
 """How the parent of a distributed night tells what became of each child, against a real
-Prefect API (the test harness): lost, taken-but-never-started (back to the pool once), never
-taken (cancelled at the window's end), finished."""
+Prefect API (the session's server, ``prefect_api``): lost, taken-but-never-started (back to the
+pool once), never taken (cancelled at the window's end), finished. The rules themselves are a
+table in tests/unit/night/test_distributed_rules.py; this is the proof that the parent reads
+Prefect's states and marks its flow runs as those rules say."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,18 +14,19 @@ from typing import Any
 import pytest
 
 from sparkcap.config.fleet import Distributed
-from sparkcap.night.distributed import ChildRun, ChildSpec, FanOut, wait_for_children
+from sparkcap.night.distributed.child import ChildSpec
+from sparkcap.night.distributed.watch import ChildRun, FanOut, wait_for_children
 from sparkcap.store.lake import Lake
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    os.environ.setdefault("PREFECT_HOME", str(tmp_path_factory.mktemp("prefect")))
-    from prefect.testing.utilities import prefect_test_harness
+def harness(prefect_api: str) -> Iterator[None]:
+    """This process's Prefect client talks to the session's server."""
+    from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with temporary_settings(updates={PREFECT_API_URL: prefect_api}):
         yield
 
 
