@@ -25,6 +25,8 @@ from typing import Literal
 # TERMINAL_STATES); the unit test holds these to the installed Prefect
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "CRASHED"})
 STATES = FINAL_STATES | {"SCHEDULED", "PENDING", "RUNNING", "PAUSED", "CANCELLING"}
+# a worker holds the run: from here on, a child that has never beaten is silent
+TAKEN_STATES = frozenset({"PENDING", "RUNNING"})
 
 
 class Verdict(StrEnum):
@@ -38,18 +40,33 @@ class Verdict(StrEnum):
     NEVER_TAKEN = "never taken"  # no worker took it within the window: marked cancelled, named
 
 
-def silence_s(heartbeat_age_s: float | None, silent_since_s: float, now_s: float) -> float:
+def silence_clock(
+    state: str | None, heartbeat_age_s: float | None, silent_since_s: float | None, now_s: float
+) -> float | None:
+    """When the parent started counting a child's silence before its first heartbeat: at the
+    first look that finds a worker holding it (pending or running). A run still waiting for a
+    worker is not silent (the window judges it): counted from the first look whatever the
+    state, a child that waited scheduled for ``stall_s`` was given back or named lost the
+    moment a worker took it, and still ran, measured twice (seen in the loopback night)."""
+    if silent_since_s is None and heartbeat_age_s is None and state in TAKEN_STATES:
+        return now_s
+    return silent_since_s
+
+
+def silence_s(heartbeat_age_s: float | None, silent_since_s: float | None, now_s: float) -> float:
     """How long the child has said nothing: since its last heartbeat, or, never having beaten,
-    since the parent first saw it without one (a child that dies before its first beat is as
-    silent as one that stops beating)."""
-    return heartbeat_age_s if heartbeat_age_s is not None else now_s - silent_since_s
+    since ``silence_clock`` started (a child that dies before its first beat is as silent as
+    one that stops beating)."""
+    if heartbeat_age_s is not None:
+        return heartbeat_age_s
+    return 0.0 if silent_since_s is None else now_s - silent_since_s
 
 
 def child_verdict(
     state: str | None,
     heartbeat_age_s: float | None,
     *,
-    silent_since_s: float,
+    silent_since_s: float | None,
     now_s: float,
     deadline_s: float,
     stall_s: float,
@@ -58,9 +75,9 @@ def child_verdict(
     """The parent's one decision about a child it is waiting for.
 
     ``state``: its flow run's StateType value (None before Prefect reports one);
-    ``heartbeat_age_s``: None if it never beat; ``silent_since_s``, ``now_s``, ``deadline_s``
-    (the window's end): the parent's monotonic clock; ``may_give_back``: the parent can submit
-    it again and has not yet.
+    ``heartbeat_age_s``: None if it never beat; ``silent_since_s`` (``silence_clock``; None
+    while no worker has held it), ``now_s``, ``deadline_s`` (the window's end): the parent's
+    monotonic clock; ``may_give_back``: the parent can submit it again and has not yet.
 
     Silence is only judged past ``stall_s`` (equal is not yet). A running child is never
     resubmitted, lost or not: what it landed is kept, and a sweep half measured twice would be

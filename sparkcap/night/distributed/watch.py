@@ -19,6 +19,7 @@ from sparkcap.night.distributed.rules import (
     child_verdict,
     lost_reason,
     never_taken_reason,
+    silence_clock,
     silence_s,
     unstarted_reason,
 )
@@ -60,7 +61,7 @@ def wait_for_children(
 
     deadline_s = time.monotonic() + settings.window_s
     waiting = {c.flow_run_id: c for c in fan.children}
-    silent_since_s: dict[Any, float] = {}  # first seen without a heartbeat
+    silent_since_s: dict[Any, float | None] = {}  # rules.silence_clock, per flow run
     with get_client(sync_client=True) as client:
 
         def close(child: ChildRun, state: Any, reason: str, named: bool = True) -> None:
@@ -85,10 +86,12 @@ def wait_for_children(
                 child.message = (st.message or "") if st else ""
                 if on_change is not None and child.state != before:
                     on_change(child)
+                state = st.type.value if st else None
                 age = lake.heartbeat_age_s(child.spec.key)
-                since_s = silent_since_s.setdefault(fr.id, now_s) if age is None else now_s
+                since_s = silence_clock(state, age, silent_since_s.get(fr.id), now_s)
+                silent_since_s[fr.id] = since_s
                 verdict = child_verdict(
-                    st.type.value if st else None,
+                    state,
                     age,
                     silent_since_s=since_s,
                     now_s=now_s,

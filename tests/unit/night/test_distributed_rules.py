@@ -21,9 +21,9 @@ NOW_S = 10_000.0  # the parent's monotonic clock at this look
 OPEN, CLOSED = NOW_S + 60, NOW_S - 60  # the window's end: still ahead, already passed
 
 # what the parent knows of the child's heartbeat: (heartbeat_age_s, silent_since_s)
-HEARTBEATS = {
-    "never, just seen": (None, NOW_S - 1),
-    "never, silent 2 x stall": (None, NOW_S - 2 * STALL_S),
+HEARTBEATS: dict[str, tuple[float | None, float | None]] = {
+    "never, just taken": (None, NOW_S - 1),
+    "never, taken 2 x stall ago": (None, NOW_S - 2 * STALL_S),
     "fresh": (1.0, NOW_S - 2 * STALL_S),
     "stale": (2 * STALL_S, NOW_S - 1),
 }
@@ -31,7 +31,7 @@ HEARTBEATS = {
 W, E, L, G, N = Verdict.WAIT, Verdict.ENDED, Verdict.LOST, Verdict.GIVE_BACK, Verdict.NEVER_TAKEN
 # state -> verdicts, columns: HEARTBEATS in order with the window open, then the same closed
 TABLE: dict[str | None, tuple[Verdict, ...]] = {
-    #              open:  never new, never old, fresh, stale | closed: the same four
+    #              open: never (taken now, long ago), fresh, stale | closed: the same four
     "SCHEDULED": (W, W, W, W, N, N, N, N),  # the window cancels a run no worker took
     "PENDING": (W, G, W, W, W, G, W, W),  # taken, never beat: given back; never cancelled
     "RUNNING": (W, L, W, L, W, L, W, L),  # silent: lost, window or not
@@ -48,7 +48,7 @@ TABLE: dict[str | None, tuple[Verdict, ...]] = {
 def _verdict(
     state: str | None,
     age: float | None,
-    since: float,
+    since: float | None,
     deadline: float = OPEN,
     *,
     now: float = NOW_S,
@@ -108,6 +108,26 @@ def test_a_child_is_given_back_once_then_named() -> None:
     assert _verdict("PENDING", None, old, may_give_back=False) is Verdict.UNSTARTED
     # and the window does not cancel it instead: a worker holds it
     assert _verdict("PENDING", None, old, CLOSED, may_give_back=False) is Verdict.UNSTARTED
+
+
+def test_waiting_for_a_worker_is_not_silence() -> None:
+    """The loopback night's two children that waited scheduled past stall_s were given back the
+    moment a worker took them, and ran twice: the clock starts when a worker holds the run."""
+    clock = rules.silence_clock
+    assert clock("SCHEDULED", None, None, NOW_S) is None
+    assert clock(None, None, None, NOW_S) is None
+    taken_s = NOW_S + 2 * STALL_S  # taken after waiting scheduled for 2 x stall_s
+    assert clock("PENDING", None, None, taken_s) == taken_s
+    assert _verdict("PENDING", None, clock("PENDING", None, None, taken_s), now=taken_s) is W
+    assert _verdict("RUNNING", None, clock("RUNNING", None, None, taken_s), now=taken_s) is W
+    # from then on it keeps counting, pending or running, until the first heartbeat
+    later_s = taken_s + STALL_S + 1
+    assert clock("RUNNING", None, taken_s, later_s) == taken_s
+    assert _verdict("PENDING", None, taken_s, now=later_s) is G
+    assert _verdict("RUNNING", None, taken_s, now=later_s) is L
+    # a clock not started is no silence at all
+    assert rules.silence_s(None, None, NOW_S) == 0.0
+    assert _verdict("PENDING", None, None, CLOSED) is W
 
 
 def test_a_heartbeat_outweighs_the_time_since_first_seen() -> None:
