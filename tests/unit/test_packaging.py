@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import tomllib
 
-from sparkcap import resources
+from sparkcap import __version__, resources
 from tests.paths import ROOT
 
 
@@ -46,3 +46,22 @@ def test_reading_a_fleet_file_or_the_cli_needs_no_warehouse() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_python_dash_m_sparkcap_is_the_command() -> None:
+    """``python -m sparkcap`` where the ``sparkcap`` script is not on PATH."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "sparkcap", "--version"], capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"sparkcap {__version__}\n", "")
+
+
+def test_the_package_ships_its_type_information() -> None:
+    """PEP 561: a ``py.typed`` marker in the package and in the wheel's package data, so that
+    mypy checks code that imports sparkcap against its annotations."""
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert "py.typed" in config["package-data"]["sparkcap"]
+    assert (ROOT / "sparkcap" / "py.typed").is_file()
