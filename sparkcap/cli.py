@@ -1,39 +1,47 @@
-"""The ``sparkcap`` command line. Thin: every command calls library functions.
+"""The ``sparkcap`` command line: it parses options into sparkcap's models, calls one library
+function per command and prints what comes back (:mod:`sparkcap.publish.text` words it).
 
 Bad input ends with one ``error: ...`` line on stderr and a non-zero exit (2 for usage
 errors, 1 for everything else); secrets are never echoed.
+
+Start-up: ``sparkcap --help`` takes ~0.3 s, nearly all of it typer, Rich and pydantic. A
+command's heavy stage is imported where the command starts, each with its measured cost on top
+of this module (2 shared cores): DuckDB and Arrow come with the warehouse (a test keeps them,
+and ``night.steps``, out of ``import sparkcap.cli``), Prefect with a night.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
+from datetime import date
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
 from pydantic_settings import SettingsError
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 from sparkcap import __version__
 from sparkcap.config import (
     Deployment,
     ProbeName,
     Profile,
-    SearchPlan,
     SweepPlan,
     SweepRequest,
     WorkloadName,
+    deployment_name,
     parse_extra_body,
     parse_header_options,
-    probe_options,
+    probe_flags,
+    search_plan,
 )
+from sparkcap.config.fleet import load_fleet
 from sparkcap.errors import SparkcapError
-from sparkcap.night.progress import text_console, visible
+from sparkcap.night.progress import probe_lines
+from sparkcap.publish import text
+from sparkcap.publish.text import OutputFormat, capacity_words, fleet_line, text_console
+from sparkcap.resources import bundled_fleet
 from sparkcap.settings import get_settings
 
 app = typer.Typer(
@@ -61,6 +69,10 @@ def _root(
     ] = False,
 ) -> None:
     """Measure how many concurrent streams an LLM fleet sustains at an interactive rate."""
+    try:
+        get_settings()  # the environment, checked once before a command reads it anywhere
+    except SettingsError as exc:  # pydantic-settings' own (SPARKCAP_DBT_VARS not JSON)
+        raise CLIError(str(exc)) from None
 
 
 out = text_console(width=None if sys.stdout.isatty() else 120, soft_wrap=not sys.stdout.isatty())
@@ -83,6 +95,12 @@ def _validation_line(exc: ValidationError) -> str:
     loc = ".".join(str(x) for x in e["loc"]) or "input"
     more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
     return f"invalid {loc}: {e['msg']}{more}"
+
+
+def _interrupted(db: Path, run_id: str) -> Interrupted:
+    from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
+
+    return Interrupted(text.interrupted_line(run_id, marts.recorded_run(db, run_id)))
 
 
 SearchFlag = Annotated[
@@ -118,167 +136,21 @@ TrialTokens = Annotated[
 ]
 
 
-def search_plan(
-    search: bool,
-    max_level: int | None = None,
-    trials_max: int | None = None,
-    confidence: float | None = None,
-    sustain_factor: float | None = None,
-    trial_tokens: int | None = None,
-) -> SearchPlan | None:
-    """The CLI's search options as a plan; an option without ``--search`` is a mistake."""
-    given = {
-        "max_level": max_level,
-        "trials_max": trials_max,
-        "confidence": confidence,
-        "sustain_factor": sustain_factor,
-        "trial_tokens": trial_tokens,
-    }
-    given = {k: v for k, v in given.items() if v is not None}
-    if not search:
-        if given:
-            names = ", ".join("--" + k.replace("_", "-") for k in given)
-            verb = "applies" if len(given) == 1 else "apply"
-            raise CLIError(f"{names} {verb} only with --search")
-        return None
-    return SearchPlan(**given)
-
-
-def run_with_progress(requests: list[SweepRequest], db: Path, **kwargs: Any) -> Any:
-    from sparkcap.night.progress import NightProgress, planned_waves
-    from sparkcap.night.sweeps import run_interruptibly, run_sweeps
-
-    with NightProgress(planned_waves(requests)) as board:
-        return run_interruptibly(run_sweeps(requests, db, progress=board, **kwargs))
-
-
-OutputFormat = Literal["table", "csv", "json"]
-LEVEL_COLUMNS = (
-    "deployment",
-    "workload",
-    "concurrency",
-    "n_valid_trials",
-    "n_trials",
-    "median_decode_tok_s",
-    "min_decode_tok_s",
-    "median_ttft_s",
-    "n_failed_streams",
-    "any_queued",
-)
-CAPACITY_COLUMNS = (
-    "deployment",
-    "workload",
-    "threshold_tok_s",
-    "capacity_streams",
-    "is_lower_bound",
-    "is_below_lowest_level",
-    "first_failing_level",
-    "method",
-    "level_capacity_streams",
-    "search_low_streams",
-    "search_high_streams",
-    "n_straddling_levels",
-    "sustain_result",
-    "is_measured",
-    "capacity_verdict",
-)
-
-
 def print_levels(db: Path, run_id: str, fmt: OutputFormat = "table") -> None:
     """The run's levels and capacities as the marts have them (build the run first): the CLI
     applies no rule of its own, so what it prints is what the report and SQL users see."""
-    from sparkcap.store.warehouse import open_warehouse
+    from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
 
-    with open_warehouse(db, read_only=True) as con:
-        levels = con.execute(
-            f"select {', '.join(LEVEL_COLUMNS)} from marts.fct_levels where run_id = ? "
-            "order by deployment, workload, concurrency",
-            [run_id],
-        ).fetchall()
-        capacities = con.execute(
-            f"select {', '.join(CAPACITY_COLUMNS)} from marts.fct_capacity where run_id = ? "
-            "order by deployment, workload",
-            [run_id],
-        ).fetchall()
-    if fmt != "table":
-        _print_machine_readable(run_id, levels, capacities, fmt)
-        return
-    # short headers with units, light borders: readable at 80 columns
-    table = Table(title=f"run {run_id}", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
-    for col, justify in (
-        ("deployment", "left"),
-        ("workload", "left"),
-        ("streams", "right"),
-        ("valid", "right"),
-        ("med tok/s", "right"),
-        ("min tok/s", "right"),
-        ("TTFT s", "right"),
-        ("failed", "right"),
-        ("queued", "left"),
-    ):
-        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-
-    def f(x: float | None, nd: int = 1) -> str:
-        return "—" if x is None else f"{x:.{nd}f}"
-
-    for dep, wl, conc, n_valid, n_trials, med, mn, ttft, failed, queued in levels:
-        table.add_row(
-            dep,
-            wl,
-            str(conc),
-            f"{n_valid}/{n_trials}",
-            f(med),
-            f(mn),
-            f(ttft, 2),
-            str(failed),
-            "yes" if queued else "",
-        )
-    out.print(table)
-    for row in capacities:
-        c = dict(zip(CAPACITY_COLUMNS, row, strict=True))
-        t = float(c["threshold_tok_s"])  # DuckDB may hand back a DECIMAL: print 15, not 15.0
-        pair = f"{c['deployment']}/{c['workload']}"
-        # the mart words the verdict ("no valid measurement at level 1: …" is not "below")
-        out.print(f"capacity at {t:g} tok/s — {pair}: {c['capacity_verdict']}", highlight=False)
+    levels, caps = marts.levels(db, run_id), marts.capacities(db, run_id)
+    text.print_levels(out, sys.stdout, run_id, levels, caps, fmt)
 
 
-def _print_machine_readable(
-    run_id: str, levels: list[Any], capacities: list[Any], fmt: OutputFormat
-) -> None:
-    """Levels and capacities for scripts: JSON (both tables) or CSV (one row per level, with
-    its deployment × workload's capacity). Only the data goes to stdout."""
-    lv = [dict(zip(LEVEL_COLUMNS, r, strict=True)) for r in levels]
-    caps = [dict(zip(CAPACITY_COLUMNS, r, strict=True)) for r in capacities]
-    if fmt == "json":
-        doc = {"run_id": run_id, "levels": lv, "capacity": caps}
-        sys.stdout.write(json.dumps(doc, default=float) + "\n")
-        return
-    by_pair = {(c["deployment"], c["workload"]): c for c in caps}
-    w = csv.writer(sys.stdout)
-    extra = ("threshold_tok_s", "capacity_streams", "is_lower_bound", "capacity_verdict")
-    w.writerow(["run_id", *LEVEL_COLUMNS, *extra])
-    for row in lv:
-        c = by_pair.get((row["deployment"], row["workload"]), {})
-        w.writerow([run_id, *row.values(), *(c.get(k) for k in extra)])
-
-
-def print_fleet(db: Path, run_id: str, console: Console | None = None) -> None:
+def print_fleet(db: Path, run_id: str, console: Any = None) -> None:
     """The headline from the marts (the numbers the report shows)."""
-    from sparkcap.store.warehouse import open_warehouse
+    from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
 
-    with open_warehouse(db, read_only=True) as con:
-        rows = con.execute(
-            "select workload, capacity_streams, threshold_tok_s, extrapolated_deployments, "
-            "not_measured_deployments from marts.fct_fleet_capacity where run_id = ? "
-            "order by workload",
-            [run_id],
-        ).fetchall()
-    for wl, cap, t, extra, missing in rows:
-        note = f" (replicas extrapolated: {extra})" if extra else ""
-        note += f" (partial: {missing} not measured)" if missing else ""
-        (console or out).print(
-            f"fleet capacity at {float(t):g} tok/s — {wl}: {cap} streams{note}", highlight=False
-        )
+    for f in marts.fleet_capacities(db, run_id):
+        (console or out).print(fleet_line(f), highlight=False)
 
 
 @app.command()
@@ -337,18 +209,14 @@ def sweep(
 ) -> None:
     """Sweep one deployment with synchronized waves and record every token timestamp."""
     searching = search_plan(search, max_level, trials_max, confidence, sustain_factor, trial_tokens)
-    try:
-        headers, header_env = parse_header_options(header)
-        extra = parse_extra_body(extra_body)
-    except ValueError as exc:  # the message never echoes a header's value
-        raise CLIError(str(exc)) from None
+    headers, header_env = parse_header_options(header)  # a message never echoes a value
     req = SweepRequest(
         deployment=Deployment(
-            name=deployment or _safe_name(model),
+            name=deployment or deployment_name(model),
             endpoint=endpoint,
             model=model,
             api_key_env=api_key_env,
-            extra_body=extra,
+            extra_body=parse_extra_body(extra_body),
             headers=headers,  # pydantic wraps the values in SecretStr
             header_env=header_env,
             ca_bundle=ca_bundle,
@@ -365,66 +233,34 @@ def sweep(
             search=searching,
         ),
     )
+    # the options are checked before the stages they run are imported (a typo fails at once)
+    from sparkcap.loadgen.sweep import new_run_id  # +0.07 s (httpx, psutil)
+    from sparkcap.night import sweeps  # +0.27 s (the warehouse, the live judge)
+    from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
+    from sparkcap.transform.dbt_build import build as dbt_build  # +0.20 s (DuckDB)
+
     path = _db(db)
-    from sparkcap.loadgen.sweep import new_run_id
-
-    if run is not None:
-        from sparkcap.night.sweeps import open_run_for
-
-        run_id = open_run_for(path, run, req.deployment.name, [req.workload])
-    else:
-        run_id = new_run_id()  # known before the sweep, so that a Ctrl-C can name it
-    from sparkcap.publish.marts import unmeasured_pairs
-    from sparkcap.transform.dbt_build import build as dbt_build
-
+    # known before the sweep, so that a Ctrl-C can name it
+    run_id = (
+        new_run_id()
+        if run is None
+        else sweeps.open_run_for(path, run, req.deployment.name, [req.workload])
+    )
     say = out if fmt == "table" else err  # csv/json: only the data on stdout
     try:
-        result = run_with_progress([req], path, run_id=run_id)
+        result = sweeps.sweep_watched([req], path, run_id=run_id)
         say.print(f"run id: {result.run_id}", highlight=False)
         dbt_build(path)  # incremental: the new run only; the marts are what the CLI prints
     except KeyboardInterrupt:
-        raise Interrupted(interrupted_line(path, run_id)) from None
+        raise _interrupted(path, run_id) from None
     print_levels(path, result.run_id, fmt)
     say.print(f"database: {path}", highlight=False)
     if result.status != "complete":
         err.print(f"error: run {result.run_id} is incomplete: {result.reason}", highlight=False)
         raise typer.Exit(1)
-    for dep_name, wl, verdict in unmeasured_pairs(path, result.run_id):
-        if (dep_name, wl) == (req.deployment.name, req.workload):
-            raise CLIError(f"run {result.run_id}: {dep_name}/{wl} measured nothing: {verdict}")
-
-
-def interrupted_line(db: Path, run_id: str) -> str:
-    """What a Ctrl-C leaves, for its one error line: the run as recorded and the waves staged
-    before it (kept; the wave in flight is no measurement), or that nothing was recorded."""
-    from sparkcap.store.warehouse import open_warehouse
-
-    try:
-        with open_warehouse(db, read_only=True) as con:
-            run = con.execute("select status from raw.runs where run_id = ?", [run_id]).fetchone()
-            waves = con.execute(
-                "select count(*) from raw.waves where run_id = ?", [run_id]
-            ).fetchone()
-    except Exception:  # a busy or missing file: say what is certain
-        return f"interrupted (Ctrl-C): run {run_id} stopped; the waves it staged are kept"
-    if run is None:
-        return "interrupted (Ctrl-C) before the run started; nothing was recorded"
-    n = int(waves[0]) if waves else 0
-    if run[0] == "complete":  # after the sweep: building or reporting was cut short
-        return (
-            f"interrupted (Ctrl-C) after the sweep: run {run_id} and its {n} wave(s) are "
-            "recorded (`sparkcap build`, then `sparkcap report`, finish it)"
-        )
-    return (
-        f"interrupted (Ctrl-C): run {run_id} is marked {run[0]}; its {n} staged wave(s) "
-        "are kept (`sparkcap build` builds them)"
-    )
-
-
-def _safe_name(model: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9_.\-]+", "-", model).strip("-") or "deployment"
+    for c in marts.unmeasured_pairs(path, result.run_id):
+        if (c.deployment, c.workload) == (req.deployment.name, req.workload):
+            raise CLIError(f"run {result.run_id}: {capacity_words(c, failing=True)}")
 
 
 @app.command()
@@ -453,56 +289,34 @@ def probe(
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
 ) -> None:
     """Measure what long prefills and prompt caches do to responsiveness."""
-    from sparkcap.night.progress import live_ttft_s
-    from sparkcap.night.sweeps import run_interruptibly, run_probe
+    from sparkcap.night import sweeps  # +0.27 s (the warehouse, the live judge)
 
-    try:
-        extra = parse_extra_body(extra_body)
-    except ValueError as exc:
-        raise CLIError(str(exc)) from None
     dep = Deployment(
-        name=deployment or _safe_name(model),
+        name=deployment or deployment_name(model),
         endpoint=endpoint,
         model=model,
         api_key_env=api_key_env,
-        extra_body=extra,
+        extra_body=parse_extra_body(extra_body),
     )
-    # each probe takes its own options; the shared flags map onto them here (one model each)
-    given: dict[str, dict[str, Any]] = {
-        "prefill-interference": {
-            "background_streams": background_streams,
-            "background_tokens": background_tokens,
-            "long_prompt_tokens": prompt_tokens,
-            "probe_interval_s": probe_interval,
-        },
-        "prompt-cache": {"document_tokens": prompt_tokens, "warm_requests": warm_requests},
-        "output-length": {
-            "concurrency": concurrency,
-            "lengths": [x for x in lengths.split(",") if x.strip()],
-            "workload": workload,
-            "trials": trials,
-        },
-        "mixed": {
-            "concurrency": concurrency,
-            "code_share": code_share,
-            "trials": trials,
-            "max_tokens": max_tokens,
-        },
-    }
-    options = probe_options(name, **given[name])
+    options = probe_flags(
+        name,
+        prompt_tokens=prompt_tokens,
+        background_streams=background_streams,
+        background_tokens=background_tokens,
+        probe_interval_s=probe_interval,
+        warm_requests=warm_requests,
+        concurrency=concurrency,
+        lengths=lengths,
+        workload=workload,
+        code_share=code_share,
+        trials=trials,
+        max_tokens=max_tokens,
+    )
     path = _db(db)
-    result = run_interruptibly(run_probe(dep, options, path))
+    result = sweeps.run_interruptibly(sweeps.run_probe(dep, options, path))
     out.print(f"run id: {result.run_id}", highlight=False)
-    for r in [r for w in result.waves[:1] for r in w.requests]:
-        if r.role in ("background", "code", "prose"):
-            continue
-        ttft_s = live_ttft_s(r)
-        ttft = "—" if ttft_s is None else f"{ttft_s:.2f} s"
-        out.print(
-            f"{r.role:8} sent {(r.sent_ns or 0) / 1e9:6.2f} s  live TTFT {ttft:>9}  prompt "
-            f"{r.prompt_tokens} tok, cached {r.cached_prompt_tokens}  {r.status.value}",
-            highlight=False,
-        )
+    for line in probe_lines(result.waves):
+        out.print(line, highlight=False)
     out.print(
         f"database: {path} (run `sparkcap build`, then see marts.fct_{name.replace('-', '_')})",
         highlight=False,
@@ -515,11 +329,9 @@ def link_check(
     db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
 ) -> None:
     """Run each declared link's probe command and record achieved vs nominal Gb/s."""
-    from sparkcap.config.fleet import load_fleet
-    from sparkcap.night.sweeps import run_link_check
+    from sparkcap.night.sweeps import run_link_check  # +0.27 s (the warehouse)
 
-    fl = load_fleet(fleet)
-    run_id, results = run_link_check(fl, _db(db))
+    run_id, results = run_link_check(load_fleet(fleet), _db(db))
     out.print(f"run id: {run_id}", highlight=False)
     for r in results:
         got = "—" if r.achieved_gbps is None else f"{r.achieved_gbps:.2f} Gb/s"
@@ -543,34 +355,9 @@ def compare_cmd(
     ] = "table",
 ) -> None:
     """Before/after: change in median rate, aggregate throughput, prefill, capacity, links."""
-    from sparkcap.publish.compare import compare
+    from sparkcap.publish.compare import compare  # +0.40 s (pandas, DuckDB)
 
-    frames = compare(_db(db), run_a, run_b)
-    if fmt == "json":
-        doc = {n: json.loads(f.to_json(orient="records")) for n, f in frames.items()}
-        sys.stdout.write(json.dumps({"before": run_a, "after": run_b, **doc}) + "\n")
-        return
-    if fmt == "csv":
-        for name, frame in frames.items():
-            sys.stdout.write(f"# {name}\n")
-            frame.to_csv(sys.stdout, index=False)
-        return
-    for name, frame in frames.items():
-        table = Table(title=f"{name.replace('_', ' ')}: {run_a} → {run_b}")
-        for c in frame.columns:
-            table.add_column(c)
-        for row in frame.itertuples(index=False):
-            table.add_row(
-                *(
-                    "—"
-                    if v is None or (isinstance(v, float) and v != v)
-                    else f"{v:.1f}"
-                    if isinstance(v, float)
-                    else str(v)
-                    for v in row
-                )
-            )
-        out.print(table)
+    text.print_frames(out, sys.stdout, compare(_db(db), run_a, run_b), run_a, run_b, fmt)
 
 
 @app.command()
@@ -580,33 +367,11 @@ def sql(
     format: Annotated[OutputFormat, typer.Option(help="how rows are printed")] = "table",
 ) -> None:
     """Run ad-hoc SQL against the warehouse, read-only."""
-    import duckdb
+    from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
 
-    from sparkcap.store.warehouse import open_warehouse
-
-    with open_warehouse(_db(db), read_only=True) as con:
-        try:
-            cur = con.execute(query)
-        except duckdb.Error as exc:
-            raise CLIError(f"SQL failed: {str(exc).splitlines()[0]}") from None
-        if cur.description is None:
-            return
-        cols = [d[0] for d in cur.description]
-        rows = cur.fetchall()
-    if format == "csv":
-        w = csv.writer(sys.stdout)
-        w.writerow(cols)
-        w.writerows(rows)
-    elif format == "json":
-        sys.stdout.write(json.dumps([dict(zip(cols, r, strict=True)) for r in rows], default=str))
-        sys.stdout.write("\n")
-    else:
-        table = Table()
-        for c in cols:
-            table.add_column(c)
-        for r in rows:
-            table.add_row(*("NULL" if v is None else visible(str(v)) for v in r))
-        out.print(table)
+    result = marts.query(_db(db), query)
+    if result is not None:
+        text.print_rows(out, sys.stdout, result, format)
 
 
 @app.command()
@@ -614,7 +379,7 @@ def sim(
     port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0 = any free port)")] = 8000,
 ) -> None:
     """Serve the simulated twin of the study's fleet (models: qwen, glm, deepseek)."""
-    from sparkcap.servers.sim.fleet import twin_profiles
+    from sparkcap.servers.sim.fleet import twin_profiles  # +0.08 s (asyncio, httpx)
     from sparkcap.servers.sim.server import SimServer
 
     server = SimServer(twin_profiles(), port=port)
@@ -622,24 +387,6 @@ def sim(
         json.dumps({"endpoint": server.endpoint, "models": ["qwen", "glm", "deepseek"]}), flush=True
     )
     server.serve_forever()
-
-
-def load_nightly_flow() -> Any:
-    """The flow object from ``flows/nightly.py`` (the same file ``prefect.yaml`` deploys)."""
-    import importlib.util
-
-    from sparkcap.settings import prepare_prefect_env
-
-    prepare_prefect_env()
-    from sparkcap.resources import nightly_flow_file
-
-    path = nightly_flow_file()
-    spec = importlib.util.spec_from_file_location("sparkcap_nightly_flow", path)
-    if spec is None or spec.loader is None:
-        raise CLIError(f"cannot load the nightly flow from {path}")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.nightly_fleet_sweep
 
 
 @app.command()
@@ -680,15 +427,13 @@ def run(
     ] = None,
 ) -> None:
     """Run the nightly pipeline once: sweep, stage, validate, build, report."""
-    from sparkcap.loadgen.sweep import new_run_id
-    from sparkcap.night import plan as night_plan
-    from sparkcap.night import progress as night_progress
-    from sparkcap.night import steps as pipeline
+    from sparkcap.loadgen.sweep import new_run_id  # +0.07 s (httpx, psutil)
+    from sparkcap.night import plan, steps  # +0.69 s (dbt, Great Expectations, the report)
 
     searching = search_plan(search, max_level, trials_max, confidence, sustain_factor, trial_tokens)
     search_opts = searching.model_dump() if searching is not None else None
     # validates the fleet file before anything starts
-    fl = night_plan.fleet_for(fleet, profile, search=search_opts)
+    fl = plan.fleet_for(fleet, profile, search=search_opts)
     spread = fl.distributed.enabled if distributed is None else distributed
     if finish is not None and (searching is not None or distributed is False):
         raise CLIError(
@@ -697,107 +442,54 @@ def run(
         )
     if spread and no_prefect and finish is None:
         raise CLIError("--distributed runs on Prefect workers: leave out --no-prefect")
-    if spread and finish is None:
-        from sparkcap.night.distributed import DistributedError, check_budgets, require_server
-
-        try:
-            check_budgets(fl)
-            require_server()
-        except DistributedError as exc:
-            raise CLIError(str(exc)) from None
     path = _db(db).resolve()
-    if finish is not None:  # refused here, before anything starts, as the step would refuse
-        from sparkcap.night.distributed import DistributedError, children_to_finish
-
-        try:
-            children_to_finish(fl, path, finish)
-        except DistributedError as exc:
-            raise CLIError(str(exc)) from None
     reports_dir = (reports or get_settings().reports_dir).resolve()
     run_id = finish or new_run_id()
-    result: dict[str, Any] | None = None
-    state: Any = None
-    board = night_progress.NightProgress(fl.planned_waves())
+    # the first line, at once: what runs, where it lands, where the report will be
+    first_line = (
+        f"run id: {run_id} · fleet {fl.name} ({len(fl.deployments)} deployments, "
+        f"{'no Prefect' if no_prefect else 'Prefect flow'}"
+        f"{', distributed on pool ' + fl.distributed.pool if spread else ''}) · "
+        f"database {path} · report {reports_dir / run_id / 'index.html'}"
+    )
     try:
-        with board:
-            # the first line, at once: what runs, where it lands, where the report will be
-            board.line(
-                f"run id: {run_id} · fleet {fl.name} ({len(fl.deployments)} deployments, "
-                f"{'no Prefect' if no_prefect else 'Prefect flow'}"
-                f"{', distributed on pool ' + fl.distributed.pool if spread else ''}) · "
-                f"database {path} · report "
-                f"{reports_dir / run_id / 'index.html'}"
-            )
-            if no_prefect:
-                night_progress.add_sink(board)  # the steps' start and end lines
-                try:
-                    result = pipeline.run_pipeline(
-                        fl, path, reports_dir, board, run_id=run_id, finish=finish is not None
-                    )
-                finally:
-                    night_progress.remove_sink(board)
-            else:
-                flow = load_nightly_flow()
-                night_progress.add_sink(board)
-                try:
-                    state = flow(
-                        fleet=str(fleet),
-                        db=str(path),
-                        profile=profile,
-                        reports=str(reports_dir),
-                        run_id=run_id,
-                        search=search_opts,
-                        distributed=spread,
-                        finish=finish is not None,
-                        return_state=True,
-                    )
-                finally:
-                    night_progress.remove_sink(board)
-                result = state.result(raise_on_failure=False) if state.is_completed() else None
+        night = steps.run_watched(
+            fl,
+            fleet,
+            path,
+            reports_dir,
+            first_line,
+            run_id=run_id,
+            prefect=not no_prefect,
+            profile=profile,
+            search=search_opts,
+            distributed=spread,
+            finish=finish is not None,
+        )
     except KeyboardInterrupt:
-        raise Interrupted(interrupted_line(path, run_id)) from None
+        raise _interrupted(path, run_id) from None
+    result = night.result
     if result is None:
-        _print_after_failed_flow(path, reports_dir, state)
+        state = night.state
+        err.print(
+            f"error: nightly flow ended {state.type.value.lower()}: {state.message}",
+            highlight=False,
+        )
+        latest = reports_dir / "latest" / "index.html"
+        if latest.exists():
+            out.print(f"report: {latest}", highlight=False)
         raise typer.Exit(1)
     say = out if fmt == "table" else err  # csv/json: only the data on stdout
     say.print(f"run id: {result['run_id']}", highlight=False)
     print_levels(path, result["run_id"], fmt)
     print_fleet(path, result["run_id"], say)
-    say.print(f"database: {path}", highlight=False)
-    say.print(f"report: {result['report']}", highlight=False)
-    docs = Path(str(result["report"])).parent / "dq" / "data_docs" / "index.html"
-    if docs.exists():
-        say.print(f"data docs: {docs}", highlight=False)
-    say.print(
-        f"open it: python3 -m webbrowser file://{result['report']} (no network needed)",
-        highlight=False,
-    )
-    gaps = result.get("gaps") or []
-    for gap in gaps:
-        err.print(f"not measured — {gap}", highlight=False)
-    if gaps or result.get("run_status", "complete") != "complete":
-        err.print(
-            f"error: run {result['run_id']} is incomplete: "
-            + (
-                f"{len(gaps)} part(s) of the night missing (listed above and in the report)"
-                if gaps
-                else str(result["run_reason"])
-            ),
-            highlight=False,
-        )
+    for line in text.night_lines(result, path):
+        say.print(line, highlight=False)
+    failures = text.night_failures(result)
+    for line in failures:
+        err.print(line, highlight=False)
+    if failures:
         raise typer.Exit(1)
-    if result.get("dq_success") is False:
-        err.print(f"error: data-quality failed: {', '.join(result['dq_failed'])}", highlight=False)
-        raise typer.Exit(1)
-
-
-def _print_after_failed_flow(path: Path, reports_dir: Path, state: Any) -> None:
-    err.print(
-        f"error: nightly flow ended {state.type.value.lower()}: {state.message}", highlight=False
-    )
-    latest = reports_dir / "latest" / "index.html"
-    if latest.exists():
-        out.print(f"report: {latest}", highlight=False)
 
 
 @app.command("prefect-yaml")
@@ -811,21 +503,9 @@ def prefect_yaml_cmd(
     ] = False,
 ) -> None:
     """Write prefect.yaml's deployments from the fleet files' schedules (the one source)."""
-    from sparkcap.night.schedule import prefect_yaml
+    from sparkcap.night.schedule import sync_prefect_yaml  # +0.30 s (the night's plan)
 
-    root = target.resolve().parent
-    paths = [p.resolve() for p in (fleets or sorted((root / "fleets").glob("*.yaml")))]
-    text = prefect_yaml(paths, root)
-    if check:
-        if not target.exists() or target.read_text(encoding="utf-8") != text:
-            raise CLIError(
-                f"{target} does not match the fleet files' schedules; run `sparkcap prefect-yaml`"
-            )
-        out.print(f"{target} is up to date", highlight=False)
-        return
-    target.write_text(text, encoding="utf-8")
-    n = text.count("- name: nightly-")
-    out.print(f"wrote {target} ({n} deployments)", highlight=False)
+    out.print(sync_prefect_yaml(target, fleets, check=check), highlight=False)
 
 
 @app.command()
@@ -846,6 +526,7 @@ def build(
     ] = False,
 ) -> None:
     """Run dbt: stream rates, trial medians, levels, capacities and fleet capacity."""
+    # +0.20 s (DuckDB, Arrow)
     from sparkcap.transform.dbt_build import build as dbt_build
     from sparkcap.transform.dbt_build import parse_var_overrides
 
@@ -875,9 +556,7 @@ def report(
     out_dir: Annotated[Path | None, typer.Option("--out", help="report folder")] = None,
 ) -> None:
     """Render the HTML report (and PNG/SVG charts) of a run, several runs or a night."""
-    from datetime import date
-
-    from sparkcap.publish.report import render_report
+    from sparkcap.publish.report import render_report  # +0.53 s (pandas, Altair)
 
     if night is not None and run:
         raise typer.BadParameter("give --run or --night, not both", param_hint="--night")
@@ -906,6 +585,7 @@ def stage(
 ) -> None:
     """Stage waves left in the spool by an interrupted or blocked run, or (``--lake``,
     ``--run``) a distributed night's lake whose parent stopped before staging it."""
+    from sparkcap.store.lake import Lake, stage_lake  # +0.24 s (DuckDB, Arrow, fsspec)
     from sparkcap.store.spool import stage_spool
 
     if (lake is None) != (run is None):
@@ -913,12 +593,7 @@ def stage(
     n = stage_spool(_db(db))
     out.print(f"staged {n} spooled wave(s)", highlight=False)
     if lake is not None and run is not None:
-        from sparkcap.store.lake import Lake, LakeError, stage_lake
-
-        try:
-            staged = stage_lake(_db(db), Lake(lake), run)
-        except LakeError as exc:
-            raise CLIError(str(exc)) from None
+        staged = stage_lake(_db(db), Lake(lake), run)
         out.print(
             f"staged {staged.staged} wave(s) of run {run} from {lake} "
             f"({staged.already} already there)",
@@ -947,21 +622,12 @@ def validate(
     ] = 0.1,
 ) -> None:
     """Run the data-quality suites on a run; exit 1 if a blocking expectation fails."""
-    from sparkcap.dq.validate import DQConfig, run_validation
+    from sparkcap.dq.validate import DQConfig, run_validation  # +0.42 s (Great Expectations)
 
     cfg = DQConfig(prose_length_tolerance=prose_tolerance, max_failure_rate=max_failure_rate)
     result = run_validation(_db(db), run, config=cfg, docs_dir=out_dir)
-    out.print(f"run {result.run_id}", highlight=False)
-    for o in result.outcomes:
-        mark = "ok  " if o.success else ("FAIL" if o.blocking else "warn")
-        extra = ""
-        if not o.success:
-            extra = f" — {o.unexpected_count} offending, e.g. {', '.join(o.sample_ids[:3])}"
-        out.print(f"{mark} {o.suite}.{o.expectation}{extra}", highlight=False)
-    if result.summary_page is not None:
-        out.print(f"summary: {result.summary_page}", highlight=False)
-    if result.data_docs_index is not None:
-        out.print(f"data docs: {result.data_docs_index}", highlight=False)
+    for line in text.validation_lines(result):
+        out.print(line, highlight=False)
     if not result.success:
         names = ", ".join(sorted({o.expectation for o in result.blocking_failures}))
         err.print(
@@ -979,8 +645,6 @@ def demo(
     reports: Annotated[Path | None, typer.Option(help="report folder")] = None,
 ) -> None:
     """The nightly flow on the simulated twin fleet with the demo profile; prints the report."""
-    from sparkcap.resources import bundled_fleet
-
     fleet = fleet or bundled_fleet("twin")
     run(fleet=fleet, db=db, profile="demo", reports=reports, no_prefect=False, fmt="table")
 
@@ -997,9 +661,7 @@ def local_server_cmd(
     ),
 ) -> None:
     """Build (once) and run llama.cpp's llama-server with Gemma 3 270M on loopback."""
-    import signal
-    import threading
-
+    from sparkcap.night.sweeps import serve_until_stopped  # +0.27 s (the warehouse)
     from sparkcap.servers.llama import ensure_model, ensure_server_binary, start_local_server
 
     binary = ensure_server_binary()
@@ -1015,17 +677,7 @@ def local_server_cmd(
         f"log {server.log_path}; Ctrl-C stops it",
         highlight=False,
     )
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    try:
-        while not stop.is_set() and server.process.poll() is None:
-            stop.wait(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-    if server.process.returncode not in (0, -15, None) and not stop.is_set():
-        raise CLIError(f"llama-server exited with {server.process.returncode}")
+    serve_until_stopped(server)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -1058,12 +710,13 @@ def main(argv: list[str] | None = None) -> None:
     except Interrupted as exc:
         err.print(f"error: {exc}", highlight=False, soft_wrap=True)
         raise SystemExit(130) from None
-    except (
-        SparkcapError,  # every error sparkcap words for a person (sparkcap/errors.py)
-        LookupError,  # a missing key or variable a library names
-        FileNotFoundError,
-        SettingsError,  # an environment variable sparkcap reads is malformed
-    ) as exc:
+    except SparkcapError as exc:  # every error sparkcap words for a person (sparkcap/errors.py)
+        err.print(f"error: {exc}", highlight=False, soft_wrap=True)
+        raise SystemExit(1) from None
+    except (LookupError, FileNotFoundError) as exc:
+        # still raised as built-ins for a person by store.warehouse.connect (no warehouse),
+        # dq.validate (no run to validate), loadgen.connections (no CA bundle), resources and
+        # night.sweeps.open_run_for: worded here until they raise errors.NotFound / MissingFile
         err.print(f"error: {exc}", highlight=False, soft_wrap=True)
         raise SystemExit(1) from None
     except KeyboardInterrupt:

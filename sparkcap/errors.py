@@ -12,3 +12,13 @@ from __future__ import annotations
 class SparkcapError(Exception):
     """Bad input, an unreachable or hostile server, a busy or broken warehouse: said in one
     line that names the file, flag or server and the cause."""
+
+
+class NotFound(SparkcapError, LookupError):
+    """A run, a warehouse row or a part a person named is not there: their mistake (or an
+    empty warehouse), said as such, where a bare ``LookupError`` would be sparkcap's bug."""
+
+
+class MissingFile(SparkcapError, FileNotFoundError):
+    """A file or folder a person named (a warehouse, a CA bundle) or sparkcap ships is not
+    there; a bare ``FileNotFoundError`` elsewhere stays a traceback, a defect to fix."""

@@ -75,6 +75,17 @@ class MissingSecret(SparkcapError, LookupError):
     unauthenticated server, so it is an error, never a dropped header."""
 
 
+class OptionError(SparkcapError, ValueError):
+    """Command-line options that cannot be taken as given: a flag's text that does not parse
+    (``--header``, ``--extra-body``), or options that only mean something together."""
+
+
+def deployment_name(model: str) -> str:
+    """The deployment name a sweep or probe takes when none is given: the model's, with what a
+    name may not hold (``/``, ``:``, spaces) made a dash."""
+    return re.sub(r"[^A-Za-z0-9_.\-]+", "-", model).strip("-") or "deployment"
+
+
 def url_without_credentials(url: str) -> str:
     """``url`` with any ``user:password@`` taken out: what may be stored or printed."""
     parts = urlsplit(url)
@@ -143,14 +154,14 @@ def parse_extra_body(text: str | None, flag: str = "--extra-body") -> dict[str, 
     try:
         value = json.loads(text, parse_constant=no_constant)
     except RecursionError:
-        raise ValueError(f"{flag} is nested too deeply") from None
+        raise OptionError(f"{flag} is nested too deeply") from None
     except ValueError as exc:
-        raise ValueError(f"{flag} is not JSON: {exc}") from None
+        raise OptionError(f"{flag} is not JSON: {exc}") from None
     if not isinstance(value, dict):
-        raise ValueError(f"{flag} must be a JSON object, got {type(value).__name__}")
+        raise OptionError(f"{flag} must be a JSON object, got {type(value).__name__}")
     problem = extra_body_problem(value, flag)
     if problem is not None:
-        raise ValueError(problem)
+        raise OptionError(problem)
     return value
 
 
@@ -165,9 +176,9 @@ def parse_header_options(
         name, sep, value = option.partition(":")
         name, value = name.strip(), value.strip()
         if not sep or not name:
-            raise ValueError(f"{flag}: expected NAME:VALUE, got {name[:40]!r}…")
+            raise OptionError(f"{flag}: expected NAME:VALUE, got {name[:40]!r}…")
         if name in headers or name in header_env:
-            raise ValueError(f"{flag}: header {name!r} is given twice")
+            raise OptionError(f"{flag}: header {name!r} is given twice")
         if value.startswith("env:"):
             header_env[name] = value.removeprefix("env:")
             problem = header_problem(name, "")
@@ -175,7 +186,7 @@ def parse_header_options(
             headers[name] = value
             problem = header_problem(name, value)
         if problem is not None:
-            raise ValueError(f"{flag}: {problem}")
+            raise OptionError(f"{flag}: {problem}")
     return headers, header_env
 
 
@@ -325,6 +336,33 @@ class SearchPlan(Strict):
     sustain_retries: int = Field(2, ge=0, le=8)
 
 
+def search_plan(
+    search: bool,
+    max_level: int | None = None,
+    trials_max: int | None = None,
+    confidence: float | None = None,
+    sustain_factor: float | None = None,
+    trial_tokens: int | None = None,
+) -> SearchPlan | None:
+    """The command line's search options as a plan (``None``: a grid). An option given
+    without ``--search`` would silently do nothing, so it is refused, named as typed."""
+    options = {
+        "max_level": max_level,
+        "trials_max": trials_max,
+        "confidence": confidence,
+        "sustain_factor": sustain_factor,
+        "trial_tokens": trial_tokens,
+    }
+    given = {k: v for k, v in options.items() if v is not None}
+    if not search:
+        if given:
+            names = ", ".join("--" + k.replace("_", "-") for k in given)
+            verb = "applies" if len(given) == 1 else "apply"
+            raise OptionError(f"{names} {verb} only with --search")
+        return None
+    return SearchPlan(**given)
+
+
 class SweepPlan(Strict):
     levels: tuple[int, ...] = (1, 2, 4, 8, 16)
     trials: int = Field(3, ge=1, le=5)
@@ -454,6 +492,48 @@ def probe_options(kind: str, **options: Any) -> ProbeOptions:
         _PROBE_ADAPTER = TypeAdapter(ProbeOptions)
     result: ProbeOptions = _PROBE_ADAPTER.validate_python({**options, "kind": kind})
     return result
+
+
+def probe_flags(
+    kind: str,
+    *,
+    prompt_tokens: int,
+    background_streams: int,
+    background_tokens: int,
+    probe_interval_s: float,
+    warm_requests: int,
+    concurrency: int,
+    lengths: str,
+    workload: str,
+    code_share: float,
+    trials: int,
+    max_tokens: int | None,
+) -> ProbeOptions:
+    """``sparkcap probe``'s flags, shared by the four probes, as probe ``kind``'s own options
+    (one flag, one meaning: ``--prompt-tokens`` is the long prompt of prefill-interference and
+    the document of prompt-cache); validated like a fleet file's probe."""
+    by_kind: dict[str, dict[str, Any]] = {
+        "prefill-interference": {
+            "background_streams": background_streams,
+            "background_tokens": background_tokens,
+            "long_prompt_tokens": prompt_tokens,
+            "probe_interval_s": probe_interval_s,
+        },
+        "prompt-cache": {"document_tokens": prompt_tokens, "warm_requests": warm_requests},
+        "output-length": {
+            "concurrency": concurrency,
+            "lengths": [x for x in lengths.split(",") if x.strip()],
+            "workload": workload,
+            "trials": trials,
+        },
+        "mixed": {
+            "concurrency": concurrency,
+            "code_share": code_share,
+            "trials": trials,
+            "max_tokens": max_tokens,
+        },
+    }
+    return probe_options(kind, **by_kind[kind])
 
 
 def redacted_config(obj: BaseModel) -> dict[str, Any]:

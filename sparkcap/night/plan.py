@@ -12,7 +12,8 @@ from typing import Any
 from sparkcap.config import SearchPlan
 from sparkcap.config.fleet import Fleet, load_fleet
 from sparkcap.night.sweeps import DEMO_PROFILE, ProgressFn, RunResult
-from sparkcap.publish.marts import night_gaps
+from sparkcap.publish import marts
+from sparkcap.publish.text import capacity_words, step_gap_words
 from sparkcap.servers.llama import launched
 from sparkcap.store.warehouse import warehouse_key
 
@@ -46,6 +47,14 @@ def fleet_for(
             }
         )
     return fleet
+
+
+def night_gaps(db_path: Path, run_id: str) -> list[str]:
+    """What the night could not measure, as the marts say it: ``deployment step: reason``, and
+    ``deployment/workload: verdict`` for a sweep that measured nothing (a night holding any
+    ends failed, naming them)."""
+    gaps = [step_gap_words(s) for s in marts.failed_steps(db_path, run_id)]
+    return gaps + [capacity_words(c) for c in marts.unmeasured_pairs(db_path, run_id)]
 
 
 @dataclass

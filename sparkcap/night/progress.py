@@ -15,9 +15,8 @@ the flow in-process watch it too (``add_sink``), without the flow knowing about 
 
 from __future__ import annotations
 
-import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TextIO
@@ -34,34 +33,10 @@ from rich.progress import (
 
 from sparkcap.config import planned_wave_count
 from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
+from sparkcap.publish.text import text_console
 
 ProgressFn = Callable[[WaveRecord, int, int], None]
 _sinks: list[ProgressFn] = []
-
-
-# C0 and C1 control characters but tab and newline: an escape sequence in a server's model id
-# or error text would otherwise drive the terminal (clear it, retitle it, hide what follows)
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def visible(text: str) -> str:
-    """``text`` with every control character spelled out (``\x1b``), so it prints as text."""
-    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
-
-
-class _TextConsole(Console):
-    def print(self, *objects: Any, **options: Any) -> None:
-        super().print(*(visible(o) if isinstance(o, str) else o for o in objects), **options)
-
-
-def text_console(**options: Any) -> Console:
-    """A Rich console that prints every string as text, never as markup: model ids, SQL cells,
-    file names and error messages come from users, files and servers, and a ``[/oops]`` or
-    ``[rank0]`` in them must neither raise nor vanish, nor an escape sequence reach the
-    terminal (:func:`visible`). Every console sparkcap prints through is made here."""
-    return _TextConsole(markup=False, highlight=False, **options)
-
-
 _lock = threading.Lock()
 
 
@@ -111,6 +86,22 @@ def live_ttft_s(r: RequestRecord) -> float | None:
     if r.first_token_ns is None or r.sent_ns is None:
         return None
     return (r.first_token_ns - r.sent_ns) / 1e9
+
+
+def probe_lines(waves: Sequence[WaveRecord]) -> list[str]:
+    """A probe's own requests in its first wave (not the background or mixed-load streams),
+    as the client saw them: when each was sent, its live TTFT, its prompt and cached tokens."""
+    lines = []
+    for r in [r for w in waves[:1] for r in w.requests]:
+        if r.role in ("background", "code", "prose"):
+            continue
+        ttft_s = live_ttft_s(r)
+        ttft = "—" if ttft_s is None else f"{ttft_s:.2f} s"
+        lines.append(
+            f"{r.role:8} sent {(r.sent_ns or 0) / 1e9:6.2f} s  live TTFT {ttft:>9}  prompt "
+            f"{r.prompt_tokens} tok, cached {r.cached_prompt_tokens}  {r.status.value}"
+        )
+    return lines
 
 
 def live_median_tok_s(wave: WaveRecord) -> float | None:

@@ -17,8 +17,15 @@ from sparkcap.config.fleet import Fleet
 from sparkcap.dq.validate import run_validation
 from sparkcap.errors import SparkcapError
 from sparkcap.night import progress
-from sparkcap.night.distributed import finish_distributed, sweep_distributed
+from sparkcap.night.distributed import (
+    check_budgets,
+    children_to_finish,
+    finish_distributed,
+    require_server,
+    sweep_distributed,
+)
 from sparkcap.night.plan import DQOutcome, Night
+from sparkcap.night.schedule import load_nightly_flow
 from sparkcap.night.sweeps import (
     ProgressFn,
     RunResult,
@@ -27,9 +34,10 @@ from sparkcap.night.sweeps import (
     run_interruptibly,
     run_link_check,
 )
+from sparkcap.publish import marts, text
 from sparkcap.publish.report import render_report
 from sparkcap.store.spool import stage_spool
-from sparkcap.store.warehouse import open_warehouse, record_step_to
+from sparkcap.store.warehouse import record_step_to
 from sparkcap.transform.dbt_build import build as dbt_build
 
 
@@ -93,43 +101,9 @@ def report(db_path: Path, run_id: str, reports_dir: Path) -> Path:
 
 def capacity_markdown(db_path: Path, run_id: str) -> str:
     """The capacity table published as a Prefect artifact."""
-
-    with open_warehouse(db_path, read_only=True) as con:
-        fleet = con.execute(
-            "select workload, capacity_streams, is_extrapolated, threshold_tok_s "
-            "from marts.fct_fleet_capacity where run_id = ? order by workload",
-            [run_id],
-        ).fetchall()
-        rows = con.execute(
-            "select deployment, workload, capacity_streams, capacity_interpolated, "
-            "first_failing_level, is_lower_bound, n_valid_trials, capacity_verdict "
-            "from marts.fct_capacity where run_id = ? order by deployment, workload",
-            [run_id],
-        ).fetchall()
-    lines = [f"# sparkcap run {run_id}", ""]
-    for wl, cap, extrap, t in fleet:
-        lines.append(
-            f"- **{wl}**: {cap} streams at {t:g} tok/s"
-            + (" (includes extrapolated replicas)" if extrap else "")
-        )
-    lines += [
-        "",
-        "| deployment | workload | capacity | interpolated | first failing | "
-        "lower bound | valid trials | verdict |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for d, w, c, ci, ff, lb, n, verdict in rows:
-        lines.append(
-            f"| {d} | {w} | {c} | {ci} | {ff if ff is not None else '—'} | "
-            f"{'yes' if lb else 'no'} | {n} | {_markdown_cell(verdict)} |"
-        )
-    return "\n".join(lines)
-
-
-def _markdown_cell(text: str) -> str:
-    """A verdict quotes recorded reasons: as a table cell a ``|`` or a line break in them must
-    not end the cell or the row."""
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return text.capacity_markdown(
+        run_id, marts.fleet_capacities(db_path, run_id), marts.capacities(db_path, run_id)
+    )
 
 
 class DataQualityFailed(SparkcapError, RuntimeError):
@@ -276,3 +250,70 @@ def run_pipeline(
     """``run_night`` for a fleet (the CLI's ``--no-prefect`` path and the tests)."""
     night = Night(fleet, db_path, reports_dir, run_id=run_id, progress=progress, finish=finish)
     return run_night(night)
+
+
+@dataclass(frozen=True)
+class WatchedNight:
+    """How a night run from the command line ended: its result, or ``None`` with the flow's
+    final state when the Prefect flow failed or crashed before it had one."""
+
+    result: dict[str, Any] | None
+    state: Any = None
+
+
+def run_watched(
+    fleet: Fleet,
+    fleet_path: Path,
+    db_path: Path,
+    reports_dir: Path,
+    first_line: str,
+    *,
+    run_id: str,
+    prefect: bool,
+    profile: str = "full",
+    search: dict[str, Any] | None = None,
+    distributed: bool = False,
+    finish: bool = False,
+) -> WatchedNight:
+    """A night run in this process and shown as it runs: ``first_line`` at once, then each
+    wave and each step's start and end; through the Prefect flow (the steps as its tasks; it
+    reads the fleet file itself) or, without Prefect, ``run_pipeline``. A Ctrl-C ends in
+    ``KeyboardInterrupt``, the run row saying so.
+
+    What the night's steps would refuse is refused first, before anything is recorded: a
+    distributed night without its Prefect server or over a host's stream budget, or finishing
+    ``run_id`` when its children's records cannot finish it."""
+    if distributed and not finish:
+        check_budgets(fleet)
+        require_server()
+    if finish:
+        children_to_finish(fleet, db_path, run_id)
+    board = progress.NightProgress(fleet.planned_waves())
+    with board:
+        board.line(first_line)
+        if not prefect:
+            progress.add_sink(board)  # the steps' start and end lines
+            try:
+                return WatchedNight(
+                    run_pipeline(fleet, db_path, reports_dir, board, run_id=run_id, finish=finish)
+                )
+            finally:
+                progress.remove_sink(board)
+        flow = load_nightly_flow()
+        progress.add_sink(board)  # the flow's waves and steps, from its tasks in this process
+        try:
+            state = flow(
+                fleet=str(fleet_path),
+                db=str(db_path),
+                profile=profile,
+                reports=str(reports_dir),
+                run_id=run_id,
+                search=search,
+                distributed=distributed,
+                finish=finish,
+                return_state=True,
+            )
+        finally:
+            progress.remove_sink(board)
+        result = state.result(raise_on_failure=False) if state.is_completed() else None
+    return WatchedNight(result, state)

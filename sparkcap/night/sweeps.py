@@ -43,7 +43,8 @@ from sparkcap.loadgen.sweep import (
     request_headers,
     run_sweep,
 )
-from sparkcap.servers.llama import launched
+from sparkcap.night.progress import NightProgress, planned_waves
+from sparkcap.servers.llama import LocalServer, LocalServerError, launched
 from sparkcap.store import spool
 from sparkcap.store.links import store_link_results
 from sparkcap.store.warehouse import (
@@ -73,6 +74,29 @@ def run_interruptibly(main: Coroutine[Any, Any, T]) -> T:
     if threading.current_thread() is not threading.main_thread():
         return asyncio.run(main)
     return asyncio.run(_cancelled_by_ctrl_c(main))
+
+
+def sweep_watched(requests: Sequence[SweepRequest], db_path: Path, *, run_id: str) -> RunResult:
+    """``sparkcap sweep``: the sweep with a progress line per deployment × workload while it
+    runs; a Ctrl-C leaves the run row saying so and ends in ``KeyboardInterrupt``."""
+    with NightProgress(planned_waves(requests)) as board:
+        return run_interruptibly(run_sweeps(requests, db_path, run_id=run_id, progress=board))
+
+
+def serve_until_stopped(server: LocalServer) -> None:
+    """Hold a launched llama-server until Ctrl-C or SIGTERM (a service manager's stop), or
+    until it exits on its own, then stop it; exiting with a failure of its own is an error."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.is_set() and server.process.poll() is None:
+            stop.wait(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    if server.process.returncode not in (0, -15, None) and not stop.is_set():
+        raise LocalServerError(f"llama-server exited with {server.process.returncode}")
 
 
 async def _cancelled_by_ctrl_c(main: Coroutine[Any, Any, T]) -> T:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from sparkcap.publish.marts import require_runs
 from sparkcap.store.warehouse import open_warehouse
 
 LEVELS_SQL = """
@@ -67,15 +68,7 @@ def compare(db_path: Path, run_a: str, run_b: str) -> dict[str, pd.DataFrame]:
     params = {"a": run_a, "b": run_b}
     out: dict[str, pd.DataFrame] = {}
     with open_warehouse(db_path, read_only=True) as con:
-        known = {
-            r[0]
-            for r in con.execute(
-                "select run_id from raw.runs where run_id in (?, ?)", [run_a, run_b]
-            ).fetchall()
-        }
-        missing = [r for r in (run_a, run_b) if r not in known]
-        if missing:
-            raise LookupError(f"no such run(s) in {db_path}: {', '.join(missing)}")
+        require_runs(con, db_path, [run_a, run_b])
         for name, sql in (
             ("levels", LEVELS_SQL),
             ("capacity", CAPACITY_SQL),

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
 def _nightly():  # type: ignore[no-untyped-def]
-    from sparkcap.cli import load_nightly_flow
+    from sparkcap.night.schedule import load_nightly_flow
 
     return load_nightly_flow()
 

@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from sparkcap.errors import SparkcapError
+from sparkcap.publish.marts import runs as recorded_runs
 from sparkcap.store.warehouse import open_warehouse
 
 
@@ -103,12 +104,8 @@ def load_combined(db_path: Path, run_ids: Sequence[str], label: str) -> dict[str
     """
     runs = list(dict.fromkeys(run_ids))
     with open_warehouse(db_path, read_only=True) as con:
-        found = con.execute(
-            "select run_id, started_at, finished_at, status, status_reason, sparkcap_version "
-            "from raw.runs where list_contains(?, run_id) order by started_at",
-            [runs],
-        ).fetchall()
-        missing = sorted(set(runs) - {str(r[0]) for r in found})
+        found = recorded_runs(con, runs)
+        missing = sorted(set(runs) - {r.run_id for r in found})
         if missing:
             raise ReportError(f"no run {', '.join(missing)} in {db_path}")
         has_macro = con.execute(
@@ -189,11 +186,7 @@ def load_combined(db_path: Path, run_ids: Sequence[str], label: str) -> dict[str
 def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
     with open_warehouse(db_path, read_only=True) as con:
         run_id = run_id or _latest_built_run(con)
-        run = con.execute(
-            "select run_id, started_at, finished_at, status, status_reason, sparkcap_version "
-            "from raw.runs where run_id = ?",
-            [run_id],
-        ).fetchall()
+        run = recorded_runs(con, [run_id])
         if not run:
             raise ReportError(f"no run {run_id} in {db_path}")
         data: dict[str, Any] = {"run_id": run_id, "run": run[0]}

@@ -181,9 +181,9 @@ def test_a_sweep_every_request_of_which_was_refused_says_so_and_fails(
 def test_every_reader_of_a_capacity_shows_the_marts_verdict(
     refused_night: dict[str, object], tmp_path: Path
 ) -> None:
+    from sparkcap.night.plan import night_gaps
     from sparkcap.night.steps import capacity_markdown
     from sparkcap.publish.compare import compare
-    from sparkcap.publish.marts import night_gaps
     from sparkcap.publish.report import render_report
 
     db, run_id = Path(str(refused_night["db"])), str(refused_night["run_id"])

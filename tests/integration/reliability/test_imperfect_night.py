@@ -126,7 +126,7 @@ def test_prefect_night_with_a_dead_node_ends_failed_after_publishing(tmp_path: P
     os.environ.setdefault("PREFECT_HOME", str(tmp_path / "prefect"))
     from prefect.testing.utilities import prefect_test_harness
 
-    from sparkcap.cli import load_nightly_flow
+    from sparkcap.night.schedule import load_nightly_flow
 
     db, reports = tmp_path / "n.duckdb", tmp_path / "reports"
     with prefect_test_harness(server_startup_timeout=120), SimServer([fast_profile("m")]) as sim:
@@ -152,8 +152,8 @@ def test_a_staging_failure_in_the_flow_is_retried_and_stages_every_wave_once(
     os.environ.setdefault("PREFECT_HOME", str(tmp_path / "prefect"))
     from prefect.testing.utilities import prefect_test_harness
 
-    from sparkcap.cli import load_nightly_flow
     from sparkcap.night import steps as pipeline
+    from sparkcap.night.schedule import load_nightly_flow
     from sparkcap.store import spool
     from sparkcap.store.warehouse import WarehouseBusy
 

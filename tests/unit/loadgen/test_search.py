@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from sparkcap.cli import CLIError, search_plan
-from sparkcap.config import SearchPlan, SweepPlan
+from sparkcap.config import OptionError, SearchPlan, SweepPlan, search_plan
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.search import Bisection, LevelJudgement, run_search
 
@@ -140,7 +139,7 @@ def test_no_level_passes() -> None:
 def test_search_options_need_search() -> None:
     assert search_plan(False) is None
     assert search_plan(True, max_level=8) == SearchPlan(max_level=8)
-    with pytest.raises(CLIError, match="--max-level, --confidence apply only with --search"):
+    with pytest.raises(OptionError, match="--max-level, --confidence apply only with --search"):
         search_plan(False, max_level=8, confidence=0.8)
 
 

@@ -82,3 +82,20 @@ def test_the_live_line_fits_80_columns_and_keeps_its_times(
     assert shown_rows, rows
     for row in shown_rows:  # ... and so is the time left, within 80 columns
         assert len(row) <= 80 and row.rstrip().endswith("left"), row
+
+
+def test_a_probes_lines_show_its_own_requests_with_their_live_ttft() -> None:
+    """The background streams a probe holds are not its answer; a request without a first
+    token has no TTFT to show (a dash, never 0)."""
+    w = WaveRecord("w", "r", "m", "m", "http://x/v1", "prose", 3, 1, 0, 0)
+    roles = [("background", 0, 10**8), ("long", 2 * 10**9, 5 * 10**9), ("probe", 10**9, None)]
+    for i, (role, sent_ns, first_ns) in enumerate(roles):
+        r = RequestRecord(f"w/s{i}", i, "p", 4, 4, 0.0, sent_ns=sent_ns, first_token_ns=first_ns)
+        r.role, r.prompt_tokens, r.cached_prompt_tokens = role, 4000, 0
+        r.status = Status.OK if first_ns else Status.TRUNCATED
+        w.requests.append(r)
+    assert progress.probe_lines([w]) == [
+        "long     sent   2.00 s  live TTFT    3.00 s  prompt 4000 tok, cached 0  ok",
+        "probe    sent   1.00 s  live TTFT         —  prompt 4000 tok, cached 0  truncated",
+    ]
+    assert progress.probe_lines([]) == []

@@ -7,7 +7,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkcap.night.schedule import prefect_yaml
+from sparkcap.errors import SparkcapError
+from sparkcap.night.schedule import (
+    NIGHTLY_FLOW,
+    StaleSchedule,
+    load_nightly_flow,
+    prefect_yaml,
+    sync_prefect_yaml,
+)
 from tests.paths import ROOT
 
 
@@ -33,3 +40,43 @@ def test_a_fleet_schedule_change_reaches_its_deployment(tmp_path: Path) -> None:
     assert dep["name"] == "nightly-twin"
     assert dep["schedules"] == [{"cron": "30 4 * * 1-5", "timezone": "UTC", "active": True}]
     assert dep["parameters"]["fleet"] == "fleets/twin.yaml"
+
+
+def test_prefect_yaml_is_written_then_checked_and_a_stale_one_refused(tmp_path: Path) -> None:
+    (tmp_path / "fleets").mkdir()
+    (tmp_path / "fleets" / "twin.yaml").write_text((ROOT / "fleets" / "twin.yaml").read_text())
+    target = tmp_path / "prefect.yaml"
+    with pytest.raises(StaleSchedule) as missing:
+        sync_prefect_yaml(target, None, check=True)
+    assert isinstance(missing.value, SparkcapError)
+    assert str(missing.value) == (
+        f"{target} does not match the fleet files' schedules; run `sparkcap prefect-yaml`"
+    )
+    assert sync_prefect_yaml(target, None, check=False) == f"wrote {target} (1 deployments)"
+    assert sync_prefect_yaml(target, None, check=True) == f"{target} is up to date"
+    target.write_text(target.read_text().replace("nightly-twin", "nightly-other"))
+    with pytest.raises(StaleSchedule):
+        sync_prefect_yaml(target, None, check=True)
+
+
+def test_the_nightly_flow_is_loaded_by_prefect_from_the_deployed_entrypoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The flow `sparkcap run` calls is the one prefect.yaml deploys, loaded the way a worker
+    loads it (Prefect's own loader), not a copy imported another way."""
+    for name, value in {
+        "PREFECT_HOME": str(tmp_path / "prefect"),
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_LOGGING_LEVEL": "INFO",
+        "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
+        "GX_ANALYTICS_ENABLED": "False",
+    }.items():
+        monkeypatch.setenv(name, value)  # what prepare_prefect_env would set, undone after
+    from prefect import Flow  # after the environment above: Prefect reads it once
+
+    flow = load_nightly_flow()
+    assert isinstance(flow, Flow) and flow.name == "nightly-fleet-sweep"
+    assert flow.fn.__name__ == NIGHTLY_FLOW
+    entries = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
+    assert {e["entrypoint"] for e in entries} == {f"flows/nightly.py:{NIGHTLY_FLOW}"}

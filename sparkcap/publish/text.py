@@ -1,0 +1,346 @@
+"""What sparkcap prints, as text: the consoles every line goes through, the words for a
+capacity (once, for the CLI, the night's gaps and the Prefect artifact) and the table, CSV and
+JSON forms of levels, fleet capacities, comparisons and ad-hoc SQL.
+
+Nothing here reads the warehouse or judges a number: the rows come from
+:mod:`sparkcap.publish.marts` and every verdict is the mart's (``fct_capacity.capacity_verdict``
+words each case in dbt). Kept free of DuckDB and pandas at import, so that ``sparkcap --help``
+can print through these consoles without loading the warehouse.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TextIO
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from sparkcap.dq.validate import ValidationResult
+    from sparkcap.publish.marts import (
+        CapacityRow,
+        FailedStep,
+        FleetRow,
+        LevelRow,
+        QueryResult,
+        RecordedRun,
+    )
+
+OutputFormat = Literal["table", "csv", "json"]
+
+# C0 and C1 control characters but tab and newline: an escape sequence in a server's model id
+# or error text would otherwise drive the terminal (clear it, retitle it, hide what follows)
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with every control character spelled out (``\x1b``), so it prints as text."""
+    return _CONTROLS.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+class _TextConsole(Console):
+    def print(self, *objects: Any, **options: Any) -> None:
+        super().print(*(visible(o) if isinstance(o, str) else o for o in objects), **options)
+
+
+def text_console(**options: Any) -> Console:
+    """A Rich console that prints every string as text, never as markup: model ids, SQL cells,
+    file names and error messages come from users, files and servers, and a ``[/oops]`` or
+    ``[rank0]`` in them must neither raise nor vanish, nor an escape sequence reach the
+    terminal (:func:`visible`). Every console sparkcap prints through is made here."""
+    return _TextConsole(markup=False, highlight=False, **options)
+
+
+# --- the words for a capacity ------------------------------------------------------------------
+
+
+def capacity_words(c: CapacityRow, *, failing: bool = False) -> str:
+    """A deployment × workload's capacity as every reader words it: ``dep/wl: verdict``, the
+    verdict being the mart's (a pair that measured nothing reads "no valid measurement at level
+    N: why", never "below the threshold" or a bare 0). ``failing``: the line a sweep or night
+    ends on, which says first that such a pair measured nothing."""
+    pair = f"{c.deployment}/{c.workload}"
+    if failing and not c.is_measured:
+        return f"{pair} measured nothing: {c.capacity_verdict}"
+    return f"{pair}: {c.capacity_verdict}"
+
+
+def capacity_line(c: CapacityRow) -> str:
+    return f"capacity at {c.threshold_tok_s:g} tok/s — {capacity_words(c)}"
+
+
+def fleet_line(f: FleetRow) -> str:
+    """The fleet's capacity for a workload, with what it rests on: replicas counted from one
+    measured replica, deployments that measured nothing (the sum is then partial)."""
+    note = ""
+    if f.extrapolated_deployments:
+        note += f" (replicas extrapolated: {f.extrapolated_deployments})"
+    if f.not_measured_deployments:
+        note += f" (partial: {f.not_measured_deployments} not measured)"
+    return (
+        f"fleet capacity at {f.threshold_tok_s:g} tok/s — {f.workload}: "
+        f"{f.capacity_streams} streams{note}"
+    )
+
+
+def step_gap_words(s: FailedStep) -> str:
+    return f"{s.deployment or 'night'} {s.outcome}: {s.reason or 'no reason recorded'}"
+
+
+def markdown_cell(text: str) -> str:
+    """A verdict quotes recorded reasons: as a table cell a ``|`` or a line break in them must
+    not end the cell or the row."""
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def capacity_markdown(run_id: str, fleet: Sequence[FleetRow], caps: Sequence[CapacityRow]) -> str:
+    """The capacity table published as a Prefect artifact: the fleet's lines as the CLI prints
+    them, then one row per deployment × workload with the mart's verdict."""
+    lines = [f"# sparkcap run {run_id}", ""]
+    lines += [f"- {fleet_line(f)}" for f in fleet]
+    lines += [
+        "",
+        "| deployment | workload | capacity | interpolated | first failing | "
+        "lower bound | valid trials | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for c in caps:
+        failing = "—" if c.first_failing_level is None else c.first_failing_level
+        lines.append(
+            f"| {c.deployment} | {c.workload} | {c.capacity_streams} | "
+            f"{c.capacity_interpolated_streams} | {failing} | "
+            f"{'yes' if c.is_lower_bound else 'no'} | {c.n_valid_trials} | "
+            f"{markdown_cell(c.capacity_verdict)} |"
+        )
+    return "\n".join(lines)
+
+
+def interrupted_line(run_id: str, recorded: RecordedRun | None) -> str:
+    """What a Ctrl-C leaves, for its one error line: the run as recorded and the waves staged
+    before it (kept; the wave in flight is no measurement), that nothing was recorded, or
+    (``recorded`` None: the warehouse could not be read) only what is certain."""
+    if recorded is None:
+        return f"interrupted (Ctrl-C): run {run_id} stopped; the waves it staged are kept"
+    if recorded.status is None:
+        return "interrupted (Ctrl-C) before the run started; nothing was recorded"
+    n = recorded.n_waves
+    if recorded.status == "complete":  # after the sweep: building or reporting was cut short
+        return (
+            f"interrupted (Ctrl-C) after the sweep: run {run_id} and its {n} wave(s) are "
+            "recorded (`sparkcap build`, then `sparkcap report`, finish it)"
+        )
+    return (
+        f"interrupted (Ctrl-C): run {run_id} is marked {recorded.status}; its {n} staged "
+        "wave(s) are kept (`sparkcap build` builds them)"
+    )
+
+
+# --- levels, comparisons and SQL as tables, CSV and JSON ------------------------------------------
+
+
+def _figure(x: float | None, digits: int = 1) -> str:
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def levels_table(run_id: str, levels: Sequence[LevelRow]) -> Table:
+    """Short headers with units and light borders: readable at 80 columns."""
+    table = Table(title=f"run {run_id}", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
+    for col, justify in (
+        ("deployment", "left"),
+        ("workload", "left"),
+        ("streams", "right"),
+        ("valid", "right"),
+        ("med tok/s", "right"),
+        ("min tok/s", "right"),
+        ("TTFT s", "right"),
+        ("failed", "right"),
+        ("queued", "left"),
+    ):
+        table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    for lv in levels:
+        table.add_row(
+            lv.deployment,
+            lv.workload,
+            str(lv.concurrency),
+            f"{lv.n_valid_trials}/{lv.n_trials}",
+            _figure(lv.median_decode_tok_s),
+            _figure(lv.min_decode_tok_s),
+            _figure(lv.median_ttft_s, 2),
+            str(lv.n_failed_streams),
+            "yes" if lv.any_queued else "",
+        )
+    return table
+
+
+# the levels output's columns: marts.LevelRow's fields (a unit test keeps them equal), named
+# here too so that an empty run's CSV still has its header
+LEVEL_COLUMNS = (
+    "deployment",
+    "workload",
+    "concurrency",
+    "n_valid_trials",
+    "n_trials",
+    "median_decode_tok_s",
+    "min_decode_tok_s",
+    "median_ttft_s",
+    "n_failed_streams",
+    "any_queued",
+)
+# what the CLI's levels output carries of each capacity (the rest of the row is the report's)
+CAPACITY_COLUMNS = (
+    "deployment",
+    "workload",
+    "threshold_tok_s",
+    "capacity_streams",
+    "is_lower_bound",
+    "is_below_lowest_level",
+    "first_failing_level",
+    "method",
+    "level_capacity_streams",
+    "search_low_streams",
+    "search_high_streams",
+    "n_straddling_levels",
+    "sustain_result",
+    "is_measured",
+    "capacity_verdict",
+)
+
+
+def print_levels(
+    console: Console,
+    stream: TextIO,
+    run_id: str,
+    levels: Sequence[LevelRow],
+    caps: Sequence[CapacityRow],
+    fmt: OutputFormat = "table",
+) -> None:
+    """A run's levels and capacities: a table and one line per capacity on ``console``, or
+    for scripts only the data on ``stream``: JSON (both tables) or CSV (one row per level,
+    with its deployment × workload's capacity)."""
+    if fmt == "table":
+        console.print(levels_table(run_id, levels))
+        for c in caps:
+            console.print(capacity_line(c), highlight=False)
+        return
+    lv = [{k: getattr(row, k) for k in LEVEL_COLUMNS} for row in levels]
+    cs = [{k: getattr(c, k) for k in CAPACITY_COLUMNS} for c in caps]
+    if fmt == "json":
+        doc = {"run_id": run_id, "levels": lv, "capacity": cs}
+        stream.write(json.dumps(doc, default=float) + "\n")
+        return
+    by_pair = {(c["deployment"], c["workload"]): c for c in cs}
+    w = csv.writer(stream)
+    extra = ("threshold_tok_s", "capacity_streams", "is_lower_bound", "capacity_verdict")
+    w.writerow(["run_id", *LEVEL_COLUMNS, *extra])
+    for row in lv:
+        cap = by_pair.get((row["deployment"], row["workload"]), {})
+        w.writerow([run_id, *row.values(), *(cap.get(k) for k in extra)])
+
+
+def print_rows(console: Console, stream: TextIO, result: QueryResult, fmt: OutputFormat) -> None:
+    """Rows of ad-hoc SQL: a table of text (NULL spelled out, control characters shown), or
+    CSV or JSON (any value JSON lacks, such as a date or a DECIMAL, as its text)."""
+    if fmt == "csv":
+        w = csv.writer(stream)
+        w.writerow(result.columns)
+        w.writerows(result.rows)
+    elif fmt == "json":
+        doc = [dict(zip(result.columns, r, strict=True)) for r in result.rows]
+        stream.write(json.dumps(doc, default=str) + "\n")
+    else:
+        table = Table()
+        for c in result.columns:
+            table.add_column(c)
+        for r in result.rows:
+            table.add_row(*("NULL" if v is None else visible(str(v)) for v in r))
+        console.print(table)
+
+
+def _cell(v: Any) -> str:
+    if v is None or (isinstance(v, float) and v != v):  # NaN: pandas' missing value
+        return "—"
+    return f"{v:.1f}" if isinstance(v, float) else str(v)
+
+
+def print_frames(
+    console: Console,
+    stream: TextIO,
+    frames: Mapping[str, pd.DataFrame],
+    before: str,
+    after: str,
+    fmt: OutputFormat,
+) -> None:
+    """A comparison's frames: one table each, CSV (a ``# name`` line before each block) or
+    one JSON document."""
+    if fmt == "json":
+        doc = {n: json.loads(f.to_json(orient="records")) for n, f in frames.items()}
+        stream.write(json.dumps({"before": before, "after": after, **doc}) + "\n")
+        return
+    if fmt == "csv":
+        for name, frame in frames.items():
+            stream.write(f"# {name}\n")
+            frame.to_csv(stream, index=False)
+        return
+    for name, frame in frames.items():
+        table = Table(title=f"{name.replace('_', ' ')}: {before} → {after}")
+        for c in frame.columns:
+            table.add_column(c)
+        for row in frame.itertuples(index=False):
+            table.add_row(*(_cell(v) for v in row))
+        console.print(table)
+
+
+# --- the end of a night or a validation ---------------------------------------------------
+
+
+def night_lines(result: Mapping[str, Any], db_path: Path) -> list[str]:
+    """Where a finished night's results are: the warehouse, the report (and its data docs when
+    validation wrote them) and how to open it offline."""
+    report = result["report"]
+    lines = [f"database: {db_path}", f"report: {report}"]
+    docs = Path(str(report)).parent / "dq" / "data_docs" / "index.html"
+    if docs.exists():
+        lines.append(f"data docs: {docs}")
+    return [*lines, f"open it: python3 -m webbrowser file://{report} (no network needed)"]
+
+
+def night_failures(result: Mapping[str, Any]) -> list[str]:
+    """What a night that did not do its whole job ends on: each part not measured, then one
+    ``error:`` line (an incomplete night before failed data quality); none for a whole one."""
+    gaps = result.get("gaps") or []
+    lines = [f"not measured — {gap}" for gap in gaps]
+    if gaps or result.get("run_status", "complete") != "complete":
+        why = (
+            f"{len(gaps)} part(s) of the night missing (listed above and in the report)"
+            if gaps
+            else str(result["run_reason"])
+        )
+        return [*lines, f"error: run {result['run_id']} is incomplete: {why}"]
+    if result.get("dq_success") is False:
+        return [f"error: data-quality failed: {', '.join(result['dq_failed'])}"]
+    return []
+
+
+def validation_lines(result: ValidationResult) -> list[str]:
+    """A run's data quality, one line per expectation (``ok``, ``warn`` or a blocking
+    ``FAIL`` with a few offending ids), then where its pages are."""
+    lines = [f"run {result.run_id}"]
+    for o in result.outcomes:
+        mark = "ok  " if o.success else ("FAIL" if o.blocking else "warn")
+        extra = ""
+        if not o.success:
+            extra = f" — {o.unexpected_count} offending, e.g. {', '.join(o.sample_ids[:3])}"
+        lines.append(f"{mark} {o.suite}.{o.expectation}{extra}")
+    if result.summary_page is not None:
+        lines.append(f"summary: {result.summary_page}")
+    if result.data_docs_index is not None:
+        lines.append(f"data docs: {result.data_docs_index}")
+    return lines

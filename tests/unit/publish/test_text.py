@@ -1,0 +1,285 @@
+"""The words and forms sparkcap prints: a capacity worded once from the mart's verdict, the
+fleet's line, the Prefect artifact's table, and CSV and JSON that survive any text a server or
+a user put in a name or a reason."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from sparkcap.publish import text
+from sparkcap.publish.marts import (
+    CapacityRow,
+    FailedStep,
+    FleetRow,
+    LevelRow,
+    QueryResult,
+    RecordedRun,
+)
+
+
+def capacity(verdict: str, *, measured: bool = True, **kw: object) -> CapacityRow:
+    row = {
+        "deployment": "glm",
+        "workload": "code",
+        "threshold_tok_s": 20.0,
+        "capacity_streams": 4,
+        "is_lower_bound": False,
+        "is_below_lowest_level": False,
+        "first_failing_level": 8,
+        "method": "grid",
+        "level_capacity_streams": 4,
+        "search_low_streams": None,
+        "search_high_streams": None,
+        "n_straddling_levels": 0,
+        "sustain_result": "not run (grid)",
+        "is_measured": measured,
+        "capacity_verdict": verdict,
+        "capacity_interpolated_streams": 4,
+        "n_valid_trials": 6,
+    }
+    row.update(kw)
+    return CapacityRow(**row)  # type: ignore[arg-type]
+
+
+# one row per way fct_capacity words a capacity (capacity_verdict's cases, as dbt writes them)
+VERDICTS = [
+    ("4 streams (fails at 8)", True),
+    ("1 stream (fails at 2)", True),
+    ("≥ 16 streams (all tested levels pass)", True),
+    ("below 20 tok/s even at the lowest level", True),
+    ("3 streams (no valid measurement at level 4: 2 of 2 truncated)", True),
+    ("3 streams (fails at 4) · search; sustain wave: held at 3 streams", True),
+    ("2 streams · search; sustain wave: fell at 3, held at 2 streams: capacity moved down", True),
+    (
+        "3 streams (fails at 4) · search; sustain wave: held at 3 streams"
+        " · undecided between 3 and 5",
+        True,
+    ),
+    ("no valid measurement at level 1: 2 of 2 rejected (429)", False),
+    (
+        "no valid measurement at level 1: 1 of 1 trial invalid: client timing"
+        " (nor at any other level)",
+        False,
+    ),
+]
+
+
+@pytest.mark.parametrize(("verdict", "measured"), VERDICTS)
+def test_each_verdict_is_printed_as_the_mart_words_it(verdict: str, measured: bool) -> None:
+    row = capacity(verdict, measured=measured)
+    assert text.capacity_words(row) == f"glm/code: {verdict}"
+    assert text.capacity_line(row) == f"capacity at 20 tok/s — glm/code: {verdict}"
+    # only a pair that measured nothing is the reason a sweep fails, and says so first
+    failing = text.capacity_words(row, failing=True)
+    assert failing == (
+        f"glm/code: {verdict}" if measured else f"glm/code measured nothing: {verdict}"
+    )
+
+
+@pytest.mark.parametrize(("threshold", "shown"), [(20.0, "20"), (12.5, "12.5"), (0.25, "0.25")])
+def test_a_threshold_prints_as_its_number(threshold: float, shown: str) -> None:
+    row = capacity("4 streams (fails at 8)", threshold_tok_s=threshold)
+    assert text.capacity_line(row).startswith(f"capacity at {shown} tok/s — ")
+
+
+@pytest.mark.parametrize(
+    ("extrapolated", "missing", "note"),
+    [
+        (None, None, ""),
+        ("qwen", None, " (replicas extrapolated: qwen)"),
+        (None, "dead", " (partial: dead not measured)"),
+        ("qwen", "dead, r429", " (replicas extrapolated: qwen) (partial: dead, r429 not measured)"),
+    ],
+)
+def test_the_fleet_line_says_what_the_sum_rests_on(
+    extrapolated: str | None, missing: str | None, note: str
+) -> None:
+    line = text.fleet_line(FleetRow("code", 28, 20.0, extrapolated, missing))
+    assert line == f"fleet capacity at 20 tok/s — code: 28 streams{note}"
+
+
+def test_the_artifact_uses_the_fleet_line_and_keeps_each_verdict_in_its_cell() -> None:
+    hostile = "no valid measurement at level 1: a | b\nc \\ d"
+    markdown = text.capacity_markdown(
+        "r1",
+        [FleetRow("code", 4, 20.0, "m", None)],
+        [
+            capacity("≥ 2 streams (all tested levels pass)", first_failing_level=None),
+            capacity(hostile, measured=False, deployment="r429", capacity_streams=0),
+        ],
+    )
+    lines = markdown.splitlines()
+    assert lines[:3] == [
+        "# sparkcap run r1",
+        "",
+        "- fleet capacity at 20 tok/s — code: 4 streams (replicas extrapolated: m)",
+    ]
+    rows = [line for line in lines if line.startswith("| glm") or line.startswith("| r429")]
+    assert rows[0] == "| glm | code | 4 | 4 | — | no | 6 | ≥ 2 streams (all tested levels pass) |"
+    # one row, the same number of cells as the header: the reason's | and line break are text
+    assert len(rows) == 2 and rows[1].endswith(
+        "| no valid measurement at level 1: a \\| b c \\\\ d |"
+    )
+    assert rows[1].replace("\\|", "").count("|") == lines[4].count("|")
+
+
+def test_a_night_gap_names_the_step_or_the_night() -> None:
+    assert text.step_gap_words(FailedStep("dead", "sweep failed", "endpoint unreachable")) == (
+        "dead sweep failed: endpoint unreachable"
+    )
+    assert text.step_gap_words(FailedStep(None, "link-check failed", None)) == (
+        "night link-check failed: no reason recorded"
+    )
+
+
+@pytest.mark.parametrize(
+    ("recorded", "line"),
+    [
+        (None, "interrupted (Ctrl-C): run r1 stopped; the waves it staged are kept"),
+        (
+            RecordedRun("r1", None, 0),
+            "interrupted (Ctrl-C) before the run started; nothing was recorded",
+        ),
+        (
+            RecordedRun("r1", "complete", 8),
+            "interrupted (Ctrl-C) after the sweep: run r1 and its 8 wave(s) are recorded "
+            "(`sparkcap build`, then `sparkcap report`, finish it)",
+        ),
+        (
+            RecordedRun("r1", "incomplete", 3),
+            "interrupted (Ctrl-C): run r1 is marked incomplete; its 3 staged wave(s) are kept "
+            "(`sparkcap build` builds them)",
+        ),
+    ],
+)
+def test_a_ctrl_c_says_only_what_is_certain(recorded: RecordedRun | None, line: str) -> None:
+    assert text.interrupted_line("r1", recorded) == line
+
+
+@pytest.mark.parametrize(
+    ("result", "lines"),
+    [
+        ({"run_id": "r1", "gaps": [], "run_status": "complete", "dq_success": True}, []),
+        (
+            {"run_id": "r1", "gaps": ["a/code: x", "b probes failed: y"], "dq_success": False},
+            [
+                "not measured — a/code: x",
+                "not measured — b probes failed: y",
+                "error: run r1 is incomplete: 2 part(s) of the night missing (listed above and "
+                "in the report)",
+            ],
+        ),
+        (
+            {"run_id": "r1", "gaps": [], "run_status": "incomplete", "run_reason": "Ctrl-C"},
+            ["error: run r1 is incomplete: Ctrl-C"],
+        ),
+        (
+            {"run_id": "r1", "gaps": [], "dq_success": False, "dq_failed": ["a", "b"]},
+            ["error: data-quality failed: a, b"],
+        ),
+    ],
+)
+def test_a_night_ends_on_one_error_line_after_what_it_missed(
+    result: dict[str, object], lines: list[str]
+) -> None:
+    assert text.night_failures(result) == lines
+
+
+def test_the_levels_output_columns_are_the_readers_fields() -> None:
+    assert LevelRow._fields == text.LEVEL_COLUMNS
+    assert set(text.CAPACITY_COLUMNS) <= set(CapacityRow._fields)
+
+
+HOSTILE = 'dep,"quoted"\nline'
+
+
+def _levels() -> tuple[list[LevelRow], list[CapacityRow]]:
+    levels = [
+        LevelRow(HOSTILE, "code", 1, 1, 1, 120.5, 110.25, 0.01, 0, False),
+        LevelRow(HOSTILE, "code", 2, 0, 1, None, None, None, 2, None),
+    ]
+    caps = [capacity('≥ 1 stream, "odd"\nreason', deployment=HOSTILE, is_lower_bound=True)]
+    return levels, caps
+
+
+def test_levels_as_csv_read_back_to_the_same_values() -> None:
+    levels, caps = _levels()
+    stream = io.StringIO()
+    text.print_levels(Console(file=io.StringIO()), stream, "r1", levels, caps, "csv")
+    rows = list(csv.DictReader(io.StringIO(stream.getvalue(), newline="")))
+    assert len(rows) == 2
+    assert {r["deployment"] for r in rows} == {HOSTILE}
+    assert rows[0]["capacity_verdict"] == '≥ 1 stream, "odd"\nreason'
+    assert (rows[0]["median_decode_tok_s"], rows[1]["median_decode_tok_s"]) == ("120.5", "")
+    assert (rows[0]["threshold_tok_s"], rows[0]["is_lower_bound"]) == ("20.0", "True")
+    assert list(rows[0])[:2] == ["run_id", "deployment"]
+
+
+def test_levels_as_json_are_one_ascii_document_with_every_value() -> None:
+    levels, caps = _levels()
+    stream = io.StringIO()
+    text.print_levels(Console(file=io.StringIO()), stream, "r1", levels, caps, "json")
+    out = stream.getvalue()
+    assert out.endswith("\n") and out.count("\n") == 1 and out.isascii()
+    doc = json.loads(out)
+    assert doc["run_id"] == "r1"
+    assert doc["levels"][1] == dict(zip(text.LEVEL_COLUMNS, levels[1], strict=True))
+    assert doc["capacity"][0]["capacity_verdict"] == '≥ 1 stream, "odd"\nreason'
+    assert doc["capacity"][0]["threshold_tok_s"] == 20.0
+
+
+def test_levels_as_a_table_show_missing_figures_as_dashes() -> None:
+    levels, caps = _levels()
+    buf = io.StringIO()
+    text.print_levels(Console(file=buf, width=200), io.StringIO(), "r1", levels, caps)
+    printed = buf.getvalue()
+    assert "120.5" in printed and "0/1" in printed and "—" in printed
+    assert printed.rstrip().endswith('≥ 1 stream, "odd"\nreason')
+
+
+def test_sql_rows_as_csv_and_json_escape_their_cells() -> None:
+    from datetime import date
+    from decimal import Decimal
+
+    rows = QueryResult(
+        ["a", "b", "c"], [(HOSTILE, None, Decimal("1.50")), (1, date(2020, 1, 2), 2.5)]
+    )
+    csv_out, json_out = io.StringIO(), io.StringIO()
+    text.print_rows(Console(file=io.StringIO()), csv_out, rows, "csv")
+    text.print_rows(Console(file=io.StringIO()), json_out, rows, "json")
+    back = list(csv.reader(io.StringIO(csv_out.getvalue(), newline="")))
+    assert back == [["a", "b", "c"], [HOSTILE, "", "1.50"], ["1", "2020-01-02", "2.5"]]
+    assert json.loads(json_out.getvalue()) == [
+        {"a": HOSTILE, "b": None, "c": "1.50"},  # what JSON has no type for, as its text
+        {"a": 1, "b": "2020-01-02", "c": 2.5},
+    ]
+
+
+def test_sql_cells_print_as_text_never_as_markup_or_escape_sequences() -> None:
+    buf = io.StringIO()
+    console = text.text_console(file=buf, width=200)
+    rows = QueryResult(["e", "f", "g"], [("\x1b]0;pwned\x07", "[bold]z[/]", None)])
+    text.print_rows(console, io.StringIO(), rows, "table")
+    printed = buf.getvalue()
+    assert "\x1b" not in printed and "\\x1b]0;pwned\\x07" in printed
+    assert "[bold]z[/]" in printed and "NULL" in printed
+
+
+def test_night_lines_name_the_data_docs_only_when_they_were_written(tmp_path: Path) -> None:
+    report = tmp_path / "r1" / "index.html"
+    result = {"report": str(report)}
+    assert [x.split(":")[0] for x in text.night_lines(result, Path("w.duckdb"))] == [
+        "database",
+        "report",
+        "open it",
+    ]
+    docs = tmp_path / "r1" / "dq" / "data_docs" / "index.html"
+    docs.parent.mkdir(parents=True)
+    docs.write_text("")
+    assert f"data docs: {docs}" in text.night_lines(result, Path("w.duckdb"))
