@@ -4,8 +4,10 @@ The study's four-node ring ran at 12.5–13 Gb/s per link until a reboot restore
 which aggregate throughput rose 27 % and prefill throughput doubled. Fleet files may declare
 a deployment's links (node pairs, nominal Gb/s) and a command per link — ``iperf3 -J …``,
 ``ib_write_bw …`` or anything printing the documented plain format — run locally or over ssh.
-sparkcap parses the achieved Gb/s, stores it in ``raw.link_tests`` and flags links below a
-configured share of nominal.
+sparkcap parses the achieved Gb/s and stores it, with the nominal figure and the fleet's
+``link_min_share``, in ``raw.link_tests``; whether a link is healthy is dbt's judgement
+(``int_link_health``, read from ``marts.fct_link_health``), so every printer of it and every
+night already checked agree on one rule.
 
 Plain format: any line ``gbps=<number>`` (e.g. ``echo gbps=$(my-probe)``).
 """
@@ -68,20 +70,14 @@ PARSERS = {"iperf3-json": parse_iperf3_json, "ib-bw": parse_ib_bw, "plain": pars
 
 @dataclass
 class LinkResult:
+    """What one link's probe measured; ``min_share`` travels with it so the warehouse keeps
+    the bar the night was held to, but nothing here holds the link to it."""
+
     deployment: str
     spec: LinkSpec
     achieved_gbps: float | None
     error: str | None
     min_share: float
-
-    @property
-    def share(self) -> float | None:
-        return None if self.achieved_gbps is None else self.achieved_gbps / self.spec.nominal_gbps
-
-    @property
-    def healthy(self) -> bool | None:
-        s = self.share
-        return None if s is None else s >= self.min_share
 
 
 def run_link(deployment: str, spec: LinkSpec, min_share: float) -> LinkResult:

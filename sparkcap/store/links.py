@@ -23,8 +23,7 @@ def store_link_results(db_path: Path, run_id: str, results: list[LinkResult]) ->
             "node_b": [r.spec.b or None for r in results],
             "nominal_gbps": [r.spec.nominal_gbps for r in results],
             "achieved_gbps": [r.achieved_gbps for r in results],
-            "share": [r.share for r in results],
-            "healthy": [r.healthy for r in results],
+            # share and healthy stay NULL: dbt judges link health (int_link_health)
             "min_share": [r.min_share for r in results],
             "tool": [r.spec.format for r in results],
             "error": [r.error for r in results],

@@ -1,14 +1,14 @@
 -- Interconnect links checked by `sparkcap link-check` (or the nightly flow): achieved Gb/s
--- against nominal; a link below the configured share of nominal is unhealthy, and so is a
--- link whose probe failed (no achieved figure).
+-- against nominal, judged in int_link_health (below the configured share of nominal, or no
+-- achieved figure at all, is unhealthy).
 with links as (
-    select * from {{ ref('stg_link_tests') }}
+    select * from {{ ref('int_link_health') }}
 ),
 
 final as (
     select
         run_id, deployment, link, node_a, node_b, nominal_gbps, achieved_gbps,
-        share_of_nominal, coalesce(is_healthy, false) as healthy, min_share, tool,
+        share_of_nominal, is_healthy as healthy, min_share, tool,
         error, measured_at
     from links
 )

@@ -1,3 +1,5 @@
+-- The measurement only: raw's share and healthy columns (written before sparkcap 0.7) are left
+-- out; int_link_health judges every night's links by one rule.
 with source as (
     select * from {{ source('raw', 'link_tests') }}
 ),
@@ -11,8 +13,6 @@ final as (
         cast(node_b as varchar) as node_b,
         cast(nominal_gbps as double) as nominal_gbps,
         cast(achieved_gbps as double) as achieved_gbps,
-        cast(share as double) as share_of_nominal,
-        cast(healthy as boolean) as is_healthy,
         cast(min_share as double) as min_share,
         cast(tool as varchar) as tool,
         cast(error as varchar) as error,
