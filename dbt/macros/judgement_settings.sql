@@ -17,9 +17,11 @@
 {#- The version of the rules themselves, beside the vars: bumped whenever a model changes a
     judgement (0.4: queueing and concurrency derived from token times; probe waves judged by
     int_trials; 5: search levels and sustain waves; 6: a level without a valid trial is no
-    measured failure, int_capacity.unmeasured_level), so nights built by an older sparkcap
-    are rebuilt once by the new rules. -#}
-{% macro rules_version() -%}6{%- endmacro %}
+    measured failure, int_capacity.unmeasured_level; 7: one bootstrap for every level
+    interval, the search's, so int_level_bootstrap's samples and the capacity interval drawn
+    from them changed), so nights built by an older sparkcap are rebuilt once by the new
+    rules. -#}
+{% macro rules_version() -%}7{%- endmacro %}
 
 {% macro judgement_settings() -%}
     {%- set parts = ['rules=' ~ rules_version()] -%}

@@ -7,100 +7,40 @@
   `streams` is a relation with one row per counted stream:
     level_key (varchar), trial (integer), decode_tok_s (double), confidence (double)
   Returned, one row per level_key: n_trials, n_samples, median_decode_tok_s (median of trial
-  medians), ci_low_tok_s / ci_high_tok_s (a seeded bootstrap of that median: trials resampled
-  with replacement, then each picked trial's streams) and the verdict at the threshold:
+  medians), ci_low_tok_s / ci_high_tok_s (the seeded bootstrap of that median,
+  macros/level_bootstrap.sql, the one fct_levels' interval comes from) and the verdict at the
+  threshold:
   'pass' (interval above it), 'fail' (below), 'straddles' (neither, or fewer than
   var('search_min_samples') stream rates: one stream's rate is no interval), and
   passes_median, the direction a straddling level sends the search (the grid's rule).
 #}
 {% macro search_level_interval(streams) -%}
-with s_in as (
-    select
-        level_key, trial, decode_tok_s, confidence,
-        row_number() over (partition by level_key, trial order by decode_tok_s) - 1
-            as stream_slot
+with s_boot as (
+    {{ level_bootstrap(streams) }}
+),
+
+s_confidence as (
+    select level_key, any_value(confidence) as confidence
     from {{ streams }}
     where decode_tok_s is not null
-),
-
-s_trial_medians as (
-    select
-        level_key, trial,
-        count(*) as n_streams,
-        median(decode_tok_s) as trial_median,
-        any_value(confidence) as confidence,
-        dense_rank() over (partition by level_key order by trial) - 1 as trial_slot
-    from s_in
-    group by level_key, trial
-),
-
-s_levels as (
-    select
-        level_key,
-        count(*) as n_trials,
-        sum(n_streams) as n_samples,
-        median(trial_median) as median_decode_tok_s,
-        any_value(confidence) as confidence
-    from s_trial_medians
-    group by level_key
-),
-
-s_samples as (
-    select unnest(range({{ var('bootstrap_samples') }})) as sample
-),
-
-s_trial_picks as (
-    select
-        l.level_key, s.sample, k.pick,
-        hash({{ var('bootstrap_seed') }}, l.level_key, s.sample, k.pick) % l.n_trials
-            as trial_slot
-    from s_levels as l
-    cross join s_samples as s
-    cross join lateral (select unnest(range(l.n_trials)) as pick) as k
-),
-
-s_stream_picks as (
-    select
-        p.level_key, p.sample, p.pick, t.trial,
-        hash({{ var('bootstrap_seed') }}, p.level_key, p.sample, p.pick, j.slot, 'stream')
-            % t.n_streams as stream_slot
-    from s_trial_picks as p
-    inner join s_trial_medians as t
-        on t.level_key = p.level_key and t.trial_slot = p.trial_slot
-    cross join lateral (select unnest(range(t.n_streams)) as slot) as j
-),
-
-s_picked_trials as (
-    select sp.level_key, sp.sample, sp.pick, median(i.decode_tok_s) as trial_median
-    from s_stream_picks as sp
-    inner join s_in as i
-        on i.level_key = sp.level_key and i.trial = sp.trial and i.stream_slot = sp.stream_slot
-    group by sp.level_key, sp.sample, sp.pick
-),
-
-s_boot as (
-    select level_key, list_sort(list(boot_median)) as sorted, count(*) as n_boot
-    from (
-        select level_key, sample, median(trial_median) as boot_median
-        from s_picked_trials
-        group by level_key, sample
-    )
     group by level_key
 ),
 
 s_interval as (
     select
-        l.level_key,
-        l.n_trials,
-        l.n_samples,
-        l.confidence,
-        l.median_decode_tok_s,
-        b.sorted[1 + cast(floor((1 - l.confidence) / 2 * (b.n_boot - 1)) as integer)]
-            as ci_low_tok_s,
-        b.sorted[1 + cast(ceil((1 + l.confidence) / 2 * (b.n_boot - 1)) as integer)]
-            as ci_high_tok_s
-    from s_levels as l
-    inner join s_boot as b on b.level_key = l.level_key
+        b.level_key,
+        any_value(b.n_trials) as n_trials,
+        any_value(b.n_samples) as n_samples,
+        any_value(c.confidence) as confidence,
+        any_value(b.median_decode_tok_s) as median_decode_tok_s,
+        {{ bootstrap_interval(
+            'b.boot_median_tok_s',
+            '(1 - any_value(c.confidence)) / 2',
+            '(1 + any_value(c.confidence)) / 2'
+        ) }}
+    from s_boot as b
+    inner join s_confidence as c on c.level_key = b.level_key
+    group by b.level_key
 )
 
 select

@@ -6,16 +6,21 @@ import asyncio
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from sparkcap.config import SweepPlan, SweepRequest
+from sparkcap.loadgen.records import RequestRecord, SearchDecision, Status, WaveRecord
+from sparkcap.loadgen.search import level_key
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.fleet import TWIN, expected_fleet_capacity
 from sparkcap.servers.sim.server import SimServer
+from sparkcap.store.warehouse import run_end_to, run_start_to, stage_wave_to
 from sparkcap.transform.dbt_build import build
+from sparkcap.transform.live_judge import SearchJudge
 from tests.integration.helpers import TWIN_TRIALS, dep, fast_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -264,3 +269,95 @@ def test_the_cli_prints_what_the_marts_say(
             [run_id],
         )
     }  # 15 tok/s is a different answer than 20: the test can tell the two apart
+
+
+def _searched_level_waves(run_id: str) -> list[WaveRecord]:
+    """A search's counted waves at two and four streams, three trials each, with spread rates
+    (a stream decodes 101 tokens at its rate, all streams of a wave at once), the search's
+    decision on each level's last wave at confidence 0.9."""
+    rates = {
+        2: [[31.0, 24.5], [28.0, 35.5], [22.0, 30.5]],
+        4: [[21.5, 18.0, 26.0, 19.5], [23.5, 17.0, 20.5, 25.0], [18.5, 22.5, 27.5, 16.0]],
+    }
+    waves: list[WaveRecord] = []
+    for step, (concurrency, trials) in enumerate(rates.items(), start=1):
+        for trial, trial_rates in enumerate(trials, start=1):
+            wave = WaveRecord(
+                wave_id=f"{run_id}/d/code/c{concurrency}/t{trial}",
+                run_id=run_id,
+                deployment="d",
+                model="m",
+                endpoint="http://127.0.0.1:9/v1",
+                workload="code",
+                concurrency=concurrency,
+                trial=trial,
+                started_at_ns=1_700_000_000_000_000_000 + step * 10**11 + trial * 10**10,
+                anchor_perf_ns=0,
+                method="search",
+                search_step=step,
+            )
+            for i, rate in enumerate(trial_rates):
+                req = RequestRecord(
+                    request_id=f"{wave.wave_id}/s{i}",
+                    stream_index=i,
+                    prompt_id="p",
+                    requested_tokens=101,
+                    required_tokens=101,
+                    temperature=0.0,
+                    sent_ns=0,
+                )
+                req.status, req.completion_tokens, req.saw_done = Status.OK, 101, True
+                req.first_token_ns = 100_000_000
+                req.last_token_ns = req.first_token_ns + int(100 / rate * 1e9)
+                wave.requests.append(req)
+            if trial == len(trials):
+                wave.search_decision = SearchDecision(
+                    kind="level",
+                    search_step=step,
+                    concurrency=concurrency,
+                    n_trials=len(trials),
+                    n_valid_trials=len(trials),
+                    confidence=0.9,
+                    trials_max=len(trials),
+                    median_tok_s=None,
+                    ci_low_tok_s=None,
+                    ci_high_tok_s=None,
+                    verdict="straddles",
+                    stop_reason="trials-max",
+                    next_action="stop",
+                )
+            waves.append(wave)
+    return waves
+
+
+def test_a_searched_levels_interval_is_one_bootstrap_everywhere(db_path: Path) -> None:
+    """fct_levels' 90 % interval of a searched level is the interval int_search_levels and the
+    live judge give the same trials: one bootstrap (macros/level_bootstrap.sql), not a second
+    implementation that hashes, orders or picks its bounds its own way."""
+    run_id = "20260101T000000Z-search"
+    run_start_to(db_path, run_id, {}, time.time_ns())
+    waves = _searched_level_waves(run_id)
+    for wave in waves:
+        stage_wave_to(db_path, wave)
+    run_end_to(db_path, run_id, "complete")
+    build(db_path)
+    rows = q(
+        db_path,
+        "select l.concurrency, l.n_valid_trials, l.ci_low_tok_s, l.ci_high_tok_s, "
+        "s.ci_low_tok_s, s.ci_high_tok_s, l.median_decode_tok_s, s.median_decode_tok_s "
+        "from marts.fct_levels as l join intermediate.int_search_levels as s "
+        "using (run_id, deployment, workload, concurrency) "
+        "where l.run_id = ? and s.kind = 'level' order by l.concurrency",
+        [run_id],
+    )
+    assert [(r[0], r[1]) for r in rows] == [(2, 3), (4, 3)]  # every trial counted
+    judge = SearchJudge.compile(20.0)
+    for concurrency, _, low, high, search_low, search_high, median, search_median in rows:
+        assert low < median < high  # a real interval, not a degenerate one
+        assert (low, high, median) == (search_low, search_high, search_median), concurrency
+        live = judge.judge(
+            level_key(run_id, "d", "code", int(str(concurrency)), "level"),
+            [w for w in waves if w.concurrency == concurrency],
+            0.9,
+        )
+        assert (live.ci_low_tok_s, live.ci_high_tok_s) == (low, high), concurrency

@@ -18,8 +18,7 @@ keyed as (
     -- the key the live judge hashed (loadgen/search.level_key): same waves, same interval
     select
         *,
-        run_id || '/' || deployment || '/' || workload || '/' || kind || '/c' || concurrency
-            as level_key
+        {{ level_key('run_id', 'deployment', 'workload', 'kind', 'concurrency') }} as level_key
     from trials
 ),
 

@@ -3,12 +3,15 @@ with levels as (
 ),
 
 boot as (
+    -- the interval's bounds as the search picks them (macros/level_bootstrap.sql), at the
+    -- ci_low_pct / ci_high_pct of a 90 % interval
     select
         run_id, deployment, workload, concurrency,
-        quantile_cont(boot_median_tok_s, {{ var('ci_low_pct') }}) as ci_low_tok_s,
-        quantile_cont(boot_median_tok_s, {{ var('ci_high_pct') }}) as ci_high_tok_s
+        {{ bootstrap_interval(
+            'boot_median_tok_s', var('ci_low_pct'), var('ci_high_pct')
+        ) }}
     from {{ ref('int_level_bootstrap') }}
-    group by all
+    group by run_id, deployment, workload, concurrency
 ),
 
 final as (
