@@ -36,9 +36,21 @@
     that measured it;
   - fleet_capacity_of(runs): the fleet formula above over those rows, with the deployments
     the runs tried but none measured (and why), as in fct_fleet_capacity.
+  A run that built only some models (validation's frames, a link check's health) into a
+  warehouse whose marts were never built has nothing for them to read: they wait for a build.
 #}
 {% macro create_report_macros() %}
+    {% set missing = [] %}
     {% if execute %}
+        {% for name in ['fct_capacity', 'dim_deployments', 'fct_step_outcomes'] %}
+            {% if adapter.get_relation(
+                database=target.database, schema='marts', identifier=name
+            ) is none %}
+                {% do missing.append(name) %}
+            {% endif %}
+        {% endfor %}
+    {% endif %}
+    {% if execute and not missing %}
         {% do run_query("create schema if not exists marts") %}
         {% do run_query(
             "create or replace macro marts.capacity_of(runs) as table "

@@ -183,9 +183,20 @@ def build(
         extra += ["--select", select]
     if not unit_tests:
         extra += ["--exclude", "test_type:unit"]
-    result = run_dbt("build", db_path, extra, dbt_vars)
+    return _succeeded(run_dbt("build", db_path, extra, dbt_vars), "dbt build")
+
+
+def run_models(
+    db_path: Path, select: list[str], dbt_vars: dict[str, Any] | None = None
+) -> BuildResult:
+    """``dbt run --select …``: only these models, no tests, for a step that reads a few models
+    before the night's build (validation reads its frames from views)."""
+    return _succeeded(run_dbt("run", db_path, ["--select", *select], dbt_vars), "dbt run")
+
+
+def _succeeded(result: BuildResult, what: str) -> BuildResult:
     if not result.success:
         shown = "; ".join(result.failures[:3]) or "see the dbt log"
         more = f" (+{len(result.failures) - 3} more)" if len(result.failures) > 3 else ""
-        raise BuildError(f"dbt build failed: {shown}{more}")
+        raise BuildError(f"{what} failed: {shown}{more}")
     return result

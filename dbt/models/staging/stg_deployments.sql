@@ -13,6 +13,7 @@ final as (
         cast(replicas as integer) as replicas,
         cast(parallel_slots as integer) as parallel_slots,
         cast(reports_usage as boolean) as reports_usage,
+        cast(timeout_total_s as double) as timeout_total_s,
         extra_body_json
     from source
 )

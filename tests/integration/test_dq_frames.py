@@ -1,0 +1,119 @@
+"""Data quality reads its frames from dbt's models: the TTFT and failure rate it judges are the
+ones the marts hold, and nothing that depends on data-quality results feeds them."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from sparkcap.dq.validate import DQ_MODELS, build_frames, run_validation
+from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
+from sparkcap.settings import get_settings
+from sparkcap.store.warehouse import run_end_to, run_start_to, stage_wave_to
+
+pytestmark = pytest.mark.integration
+
+RUN_ID = "20260101T000000Z-dqview"
+
+
+def stage_night(db_path: Path) -> list[str]:
+    """One run, one level of two streams in a warm-up and one trial; the request ids."""
+    run_start_to(db_path, RUN_ID, {}, time.time_ns())
+    ids = []
+    for trial in (0, 1):
+        wave = WaveRecord(
+            wave_id=f"{RUN_ID}/d/code/c2/t{trial}",
+            run_id=RUN_ID,
+            deployment="d",
+            model="m",
+            endpoint="http://127.0.0.1:9/v1",
+            workload="code",
+            concurrency=2,
+            trial=trial,
+            started_at_ns=1_700_000_000_000_000_000 + trial * 10**10,
+            anchor_perf_ns=0,
+        )
+        for i in range(2):
+            req = RequestRecord(
+                request_id=f"{wave.wave_id}/s{i}",
+                stream_index=i,
+                prompt_id="p",
+                requested_tokens=16,
+                required_tokens=16,
+                temperature=0.0,
+                sent_ns=0,
+            )
+            req.status, req.completion_tokens, req.saw_done = Status.OK, 16, True
+            req.first_token_ns, req.last_token_ns = 200_000_000, 1_000_000_000
+            wave.requests.append(req)
+            ids.append(req.request_id)
+        stage_wave_to(db_path, wave)
+    run_end_to(db_path, RUN_ID, "complete")
+    return ids
+
+
+def test_validation_judges_the_ttft_the_stream_rates_model_holds(
+    db_path: Path, tmp_path: Path
+) -> None:
+    """A TTFT beyond the timeout and a failed stream in int_stream_rates (written there by
+    hand, as a changed formula would put them) fail ttft_within_timeout for exactly that
+    request and failure_rate_under_ceiling for exactly that wave: validation has no formula of
+    its own to disagree with the models (raw says every stream was fine)."""
+    ids = stage_night(db_path)
+    build_frames(db_path)
+    with duckdb.connect(str(db_path)) as con:
+        con.execute(
+            "update intermediate.int_stream_rates set ttft_s = 4000 where request_id = ?", [ids[3]]
+        )
+        con.execute(
+            "update intermediate.int_stream_rates set status = 'rejected' where request_id = ?",
+            [ids[2]],
+        )
+    result = run_validation(db_path, RUN_ID, docs_dir=tmp_path / "dq")
+    (ttft,) = [o for o in result.outcomes if o.expectation == "ttft_within_timeout"]
+    assert not ttft.success and ttft.sample_ids == [ids[3]]
+    (rate,) = [o for o in result.outcomes if o.expectation == "failure_rate_under_ceiling"]
+    assert not rate.success and rate.sample_ids == [f"{RUN_ID}/d/code/c2/t1"]
+
+
+def test_the_frames_read_no_data_quality_result(db_path: Path) -> None:
+    """Validation builds its views before the night's build and the trials' verdict reads its
+    results: the views' parents may reach raw.dq_results only through int_run_watermarks (which
+    picks the runs to rebuild, never a value), never through the trials' verdict."""
+    stage_night(db_path)
+    build_frames(db_path)
+    manifest = json.loads(
+        (get_settings().work_dir / "dbt-target" / "manifest.json").read_text(encoding="utf-8")
+    )
+    parents: dict[str, list[str]] = manifest["parent_map"]
+    seen: set[str] = set()
+    todo = [f"model.sparkcap.{name}" for name in DQ_MODELS]
+    while todo:
+        node = todo.pop()
+        if node not in seen:
+            seen.add(node)
+            todo += parents.get(node, [])
+    models = {n.rsplit(".", 1)[1] for n in seen if n.startswith("model.")}
+    assert models == {
+        "int_dq_requests",
+        "int_dq_waves",
+        "int_stream_rates",
+        "int_run_watermarks",
+        "stg_requests",
+        "stg_waves",
+        "stg_deployments",
+        "stg_chunks",
+        "stg_dq_results",
+    }
+    readers = {n for n in seen if "model.sparkcap.stg_dq_results" in parents.get(n, [])}
+    assert readers == {"model.sparkcap.int_run_watermarks"}
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        built = con.execute(
+            "select table_name, table_type from information_schema.tables "
+            "where table_name in ('int_dq_requests', 'int_dq_waves', 'int_trials') order by 1"
+        ).fetchall()
+    assert built == [("int_dq_requests", "VIEW"), ("int_dq_waves", "VIEW")]  # nothing more
