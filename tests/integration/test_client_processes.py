@@ -54,6 +54,7 @@ def workers() -> list[psutil.Process]:
     ]
 
 
+@pytest.mark.client_timing
 def test_two_processes_time_their_streams_against_one_anchor(tmp_path: Path) -> None:
     db = tmp_path / "procs.duckdb"
     with SimProcess({"profiles": [CONSTANT_RATE]}) as sim:

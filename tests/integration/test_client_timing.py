@@ -25,7 +25,12 @@ from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimProcess
 from sparkcap.transform.dbt_build import build
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.reliability]
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.reliability,
+    pytest.mark.client_timing,
+]
 
 STALL_S = 0.15
 

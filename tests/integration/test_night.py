@@ -30,7 +30,7 @@ def test_a_night_launches_its_servers_once(tmp_path: Path, monkeypatch: pytest.M
             starts.append(dict(endpoints))
             yield endpoints
 
-    monkeypatch.setattr(localserver, "launched", counted)
+    monkeypatch.setattr(night_plan, "launched", counted)  # where a night looks it up
     # 12-token streams: about launching servers once, not the client's timing
     monkeypatch.setenv("SPARKCAP_DBT_VARS", RELAXED_TIMING["SPARKCAP_DBT_VARS"])
     fleet_file = tmp_path / "once.yaml"

@@ -501,6 +501,7 @@ def test_server_dying_mid_sweep_leaves_an_incomplete_but_usable_run(
     assert new_run_id() != result.run_id
 
 
+@pytest.mark.client_timing
 @pytest.mark.parametrize("k", [1, 2, 3, 4, 5, 6, 7, 8])
 def test_multi_token_chunks_counted_by_usage_and_rate_matches_server_log(
     k: int, db_path: Path

@@ -150,7 +150,9 @@ def test_any_warehouse_file_name_works_for_sweep_and_build(
             "join marts.fct_capacity c using (run_id) where run_id = ?",
             [run_id],
         ).fetchall()
-    assert rows == [("complete", "code", 1)]
+    # the file's name is the point: the run, staged and built into the marts under it (its
+    # capacity depends on how fast a loaded machine ran the simulator, so it is not asserted)
+    assert [(status, workload) for status, workload, _ in rows] == [("complete", "code")]
     assert [p.name for p in db.parent.iterdir()] == [name]  # no stray .tmp or .wal
 
 
