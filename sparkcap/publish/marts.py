@@ -78,6 +78,17 @@ class FailedStep(NamedTuple):
     reason: str | None
 
 
+class LinkRow(NamedTuple):
+    """``marts.fct_link_health``: one link's check, judged by dbt (``int_link_health``)."""
+
+    deployment: str
+    link: str
+    nominal_gbps: float
+    achieved_gbps: float | None  # None: the probe measured nothing (its error says why)
+    healthy: bool
+    error: str | None
+
+
 class RecordedRun(NamedTuple):
     """What ``raw`` holds of a run right now (the marts may not be built yet)."""
 
@@ -153,6 +164,16 @@ def failed_steps(db_path: Path, run_id: str) -> list[FailedStep]:
             [run_id],
         ).fetchall()
     return [FailedStep(*r) for r in rows]
+
+
+def link_health(db_path: Path, run_id: str) -> list[LinkRow]:
+    with warehouse.open_warehouse(db_path, read_only=True) as con:
+        rows = con.execute(
+            f"select {', '.join(LinkRow._fields)} from marts.fct_link_health where run_id = ? "
+            "order by deployment, link",
+            [run_id],
+        ).fetchall()
+    return [LinkRow(*r) for r in rows]
 
 
 def recorded_run(db_path: Path, run_id: str) -> RecordedRun | None:

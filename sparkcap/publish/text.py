@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         FailedStep,
         FleetRow,
         LevelRow,
+        LinkRow,
         QueryResult,
         RecordedRun,
     )
@@ -93,6 +94,15 @@ def fleet_line(f: FleetRow) -> str:
 
 def step_gap_words(s: FailedStep) -> str:
     return f"{s.deployment or 'night'} {s.outcome}: {s.reason or 'no reason recorded'}"
+
+
+def link_line(k: LinkRow) -> str:
+    """A link's achieved against nominal Gb/s and dbt's verdict: ``ok``, ``UNHEALTHY`` (below
+    the fleet's share of nominal) or ``FAILED`` (nothing measured, with the probe's error)."""
+    got = "—" if k.achieved_gbps is None else f"{k.achieved_gbps:.2f} Gb/s"
+    state = "ok" if k.healthy else ("FAILED" if k.achieved_gbps is None else "UNHEALTHY")
+    why = f" ({k.error})" if k.error else ""
+    return f"{k.deployment}/{k.link}: {got} of {k.nominal_gbps:g} nominal — {state}{why}"
 
 
 def markdown_cell(text: str) -> str:

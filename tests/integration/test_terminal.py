@@ -218,3 +218,39 @@ def test_a_prefect_night_shows_progress_live_and_keeps_it_in_the_run_logs(
         rows = con.execute("select level, message from log where message like '%c=2 trial 1%'")
         logged = rows.fetchall()
     assert logged and all(level == 20 for level, _ in logged)  # INFO
+
+
+def test_link_check_prints_dbts_verdict_for_each_link(tmp_path: Path) -> None:
+    """`sparkcap link-check` words each link as the marts judge it (int_link_health): a link
+    at its nominal rate is ok, one below the fleet's share is UNHEALTHY, one whose probe
+    measured nothing FAILED with the probe's error; any but ok exits 1."""
+    import yaml
+
+    links = [
+        {"name": "fast", "nominal_gbps": 12.5, "command": "echo gbps=12.5", "format": "plain"},
+        {"name": "slow", "nominal_gbps": 100, "command": "echo gbps=40", "format": "plain"},
+        {"name": "gone", "nominal_gbps": 100, "command": "echo nothing", "format": "plain"},
+    ]
+    fleet = tmp_path / "links.yaml"
+    fleet.write_text(
+        yaml.safe_dump(
+            {
+                "name": "links",
+                "workloads": {"code": {"levels": [1]}},
+                "link_min_share": 0.8,
+                "deployments": [
+                    {"name": "ring", "model": "m", "endpoint": "http://127.0.0.1:9/v1"}
+                    | {"links": links}
+                ],
+            }
+        )
+    )
+    env = {**os.environ, "SPARKCAP_HOME": str(tmp_path / "home")}
+    p = run_cli("link-check", "--fleet", str(fleet), "--db", str(tmp_path / "l.duckdb"), env=env)
+    assert p.returncode == 1, p.stderr
+    assert "Traceback" not in p.stderr
+    assert p.stdout.splitlines()[1:] == [
+        "ring/fast: 12.50 Gb/s of 12.5 nominal — ok",
+        "ring/gone: — of 100 nominal — FAILED (no 'gbps=<number>' line)",
+        "ring/slow: 40.00 Gb/s of 100 nominal — UNHEALTHY",
+    ]

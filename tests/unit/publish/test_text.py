@@ -18,6 +18,7 @@ from sparkcap.publish.marts import (
     FailedStep,
     FleetRow,
     LevelRow,
+    LinkRow,
     QueryResult,
     RecordedRun,
 )
@@ -283,3 +284,21 @@ def test_night_lines_name_the_data_docs_only_when_they_were_written(tmp_path: Pa
     docs.parent.mkdir(parents=True)
     docs.write_text("")
     assert f"data docs: {docs}" in text.night_lines(result, Path("w.duckdb"))
+
+
+@pytest.mark.parametrize(
+    ("link", "line"),
+    [
+        (LinkRow("ring", "lo", 12.5, 12.5, True, None), "ring/lo: 12.50 Gb/s of 12.5 nominal — ok"),
+        (
+            LinkRow("ring", "lo", 100.0, 40.0, False, None),
+            "ring/lo: 40.00 Gb/s of 100 nominal — UNHEALTHY",
+        ),
+        (
+            LinkRow("ring", "lo", 100.0, None, False, "timed out after 60 s"),
+            "ring/lo: — of 100 nominal — FAILED (timed out after 60 s)",
+        ),
+    ],
+)
+def test_a_link_is_worded_from_dbts_verdict(link: LinkRow, line: str) -> None:
+    assert text.link_line(link) == line
