@@ -12,6 +12,8 @@ from __future__ import annotations
 import importlib.resources
 from pathlib import Path
 
+from sparkcap.errors import MissingFile
+
 PARTS = ("dbt", "expectations", "flows", "fleets")
 
 
@@ -22,7 +24,7 @@ def part_dir(name: str) -> Path:
     for candidate in (package / "_project" / name, package.parent / name):
         if candidate.is_dir():
             return candidate
-    raise FileNotFoundError(
+    raise MissingFile(
         f"sparkcap's {name}/ folder is missing from {package} (broken install: reinstall sparkcap)"
     )
 

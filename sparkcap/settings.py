@@ -14,7 +14,9 @@ import socket
 from pathlib import Path
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
+from sparkcap.errors import SparkcapError
 
 DEFAULT_DB = Path("warehouse") / "sparkcap.duckdb"
 
@@ -55,8 +57,17 @@ class Settings(BaseSettings):
         return value.upper()
 
 
+class BadEnvironment(SparkcapError, SettingsError):
+    """A variable pydantic-settings cannot even parse (``SPARKCAP_DBT_VARS`` that is not
+    JSON): the person's environment, worded in one line like any other input, where
+    pydantic-settings' own ``SettingsError`` would escape the CLI as sparkcap's defect."""
+
+
 def get_settings() -> Settings:
-    return Settings()
+    try:
+        return Settings()
+    except SettingsError as exc:
+        raise BadEnvironment(str(exc)) from None
 
 
 def prepare_prefect_env() -> None:

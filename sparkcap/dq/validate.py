@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sparkcap import resources
 from sparkcap.dq.offline import make_offline
 from sparkcap.dq.summary import render_summary_html
+from sparkcap.errors import NotFound
 from sparkcap.settings import get_settings
 from sparkcap.store.schema import RAW_TABLES, raw_table
 from sparkcap.store.warehouse import open_warehouse, replace_run_rows
@@ -190,11 +191,11 @@ def latest_run_id(db_path: Path) -> str:
         (n_runs,) = con.execute("select count(*) from raw.runs").fetchone() or (0,)
     if not rows:
         if n_runs:
-            raise LookupError(
+            raise NotFound(
                 f"none of the {n_runs} run(s) in {db_path} has sweep waves to validate "
                 "(probe-only and link-check runs are skipped)"
             )
-        raise LookupError(f"no runs in {db_path}")
+        raise NotFound(f"no runs in {db_path}")
     return str(rows[0][0])
 
 
@@ -231,7 +232,7 @@ def run_validation(
     build_frames(db_path, dbt_vars)
     data = frames(db_path, run_id)
     if data["waves"].empty:
-        raise LookupError(
+        raise NotFound(
             f"run {run_id} has no sweep waves in {db_path} (a probe-only run: its probe "
             "requests are checked with the sweep run they belong to)"
         )

@@ -20,13 +20,14 @@ from typing import Any
 import httpx
 
 from sparkcap.config import Deployment
+from sparkcap.errors import MissingFile
 from sparkcap.loadgen.arrivals import for_running_loop
 
 
 def tls_verify(deployment: Deployment) -> ssl.SSLContext:
     if deployment.ca_bundle is not None:
         if not os.path.exists(deployment.ca_bundle):
-            raise FileNotFoundError(f"CA bundle not found: {deployment.ca_bundle}")
+            raise MissingFile(f"CA bundle not found: {deployment.ca_bundle}")
         return ssl.create_default_context(cafile=str(deployment.ca_bundle))
     return httpx.create_ssl_context()
 

@@ -31,9 +31,9 @@ from sparkcap.config import (
     probe_options,
 )
 from sparkcap.config.fleet import Fleet
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import NotFound, SparkcapError
 from sparkcap.loadgen.connections import FetchFailed, fetch_bounded, make_client
-from sparkcap.loadgen.links import run_links
+from sparkcap.loadgen.links import LinkResult, run_links
 from sparkcap.loadgen.metrics import scrape_into
 from sparkcap.loadgen.probes import PROBES
 from sparkcap.loadgen.records import WaveRecord
@@ -209,17 +209,17 @@ def open_run_for(db_path: Path, run: str, deployment: str, workloads: Sequence[s
                 "select run_id from raw.runs order by started_at desc limit 1"
             ).fetchone()
             if row is None:
-                raise LookupError(f"no runs in {db_path} to add to (leave out --run)")
+                raise NotFound(f"no runs in {db_path} to add to (leave out --run)")
             run = str(row[0])
         elif con.execute("select 1 from raw.runs where run_id = ?", [run]).fetchone() is None:
-            raise LookupError(f"no run {run} in {db_path}")
+            raise NotFound(f"no run {run} in {db_path}")
         taken = con.execute(
             "select distinct workload from raw.waves where run_id = ? and deployment = ? "
             "and probe is null and list_contains(?, workload)",
             [run, deployment, list(workloads)],
         ).fetchall()
     if taken:
-        raise LookupError(
+        raise NotFound(
             f"run {run} already holds {deployment}/{taken[0][0]}: sweep it under another "
             "deployment name or into a new run"
         )
@@ -481,7 +481,9 @@ async def run_fleet_probes(
     return failed
 
 
-def run_link_check(fleet: Fleet, db_path: Path, run_id: str | None = None) -> tuple[str, list[Any]]:
+def run_link_check(
+    fleet: Fleet, db_path: Path, run_id: str | None = None
+) -> tuple[str, list[LinkResult]]:
     """Check every declared link; inside a night's run, or as a run of its own."""
 
     links = {d.name: (list(d.links), fleet.link_min_share) for d in fleet.deployments if d.links}

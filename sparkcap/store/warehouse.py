@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from sparkcap import __version__
 from sparkcap.config import Deployment, url_without_credentials
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import MissingFile, SparkcapError
 from sparkcap.loadgen.metrics import labels_text
 from sparkcap.loadgen.records import MAX_COUNT, WaveRecord, stored_counts
 from sparkcap.settings import get_settings
@@ -151,7 +151,7 @@ def connect(
         busy_wait_s = get_settings().busy_wait_s
     path = Path(db_path)
     if read_only and not path.exists():
-        raise FileNotFoundError(f"no warehouse at {path} (run a sweep first)")
+        raise MissingFile(f"no warehouse at {path} (run a sweep first)")
     try:
         if not read_only:
             path.parent.mkdir(parents=True, exist_ok=True)
