@@ -16,31 +16,17 @@ import json
 import sys
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from pydantic import ValidationError
-from pydantic_settings import SettingsError
 
-from sparkcap import __version__
-from sparkcap.config import (
-    Deployment,
-    ProbeName,
-    Profile,
-    SweepPlan,
-    SweepRequest,
-    WorkloadName,
-    deployment_name,
-    parse_extra_body,
-    parse_header_options,
-    probe_flags,
-    search_plan,
-)
+from sparkcap import cli_options as opt
+from sparkcap import config
 from sparkcap.config.fleet import load_fleet
 from sparkcap.errors import SparkcapError
 from sparkcap.night.progress import probe_lines
 from sparkcap.publish import text
-from sparkcap.publish.text import OutputFormat, capacity_words, fleet_line, text_console
 from sparkcap.resources import bundled_fleet
 from sparkcap.settings import get_settings
 
@@ -50,32 +36,18 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Measure how many concurrent streams an LLM fleet sustains at an interactive rate.",
 )
-err = text_console(stderr=True, soft_wrap=True)
-
-
-def _print_version(value: bool) -> None:
-    if value:
-        print(f"sparkcap {__version__}")
-        raise typer.Exit()
+err = text.text_console(stderr=True, soft_wrap=True)
 
 
 @app.callback()
-def _root(
-    version: Annotated[
-        bool,
-        typer.Option(
-            "--version", callback=_print_version, is_eager=True, help="print the version and exit"
-        ),
-    ] = False,
-) -> None:
+def _root(version: opt.VersionOption = False) -> None:
     """Measure how many concurrent streams an LLM fleet sustains at an interactive rate."""
-    try:
-        get_settings()  # the environment, checked once before a command reads it anywhere
-    except SettingsError as exc:  # pydantic-settings' own (SPARKCAP_DBT_VARS not JSON)
-        raise CLIError(str(exc)) from None
+    get_settings()  # the environment, said wrong first, before any of the command's options
 
 
-out = text_console(width=None if sys.stdout.isatty() else 120, soft_wrap=not sys.stdout.isatty())
+out = text.text_console(
+    width=None if sys.stdout.isatty() else 120, soft_wrap=not sys.stdout.isatty()
+)
 
 
 class CLIError(SparkcapError):
@@ -90,53 +62,13 @@ def _db(db: Path | None) -> Path:
     return db if db is not None else get_settings().db_path
 
 
-def _validation_line(exc: ValidationError) -> str:
-    e = exc.errors()[0]
-    loc = ".".join(str(x) for x in e["loc"]) or "input"
-    more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-    return f"invalid {loc}: {e['msg']}{more}"
-
-
 def _interrupted(db: Path, run_id: str) -> Interrupted:
     from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
 
     return Interrupted(text.interrupted_line(run_id, marts.recorded_run(db, run_id)))
 
 
-SearchFlag = Annotated[
-    bool,
-    typer.Option(
-        "--search",
-        help="search for the largest passing concurrency (doubling, then bisection; trials "
-        "until the level's interval clears the threshold) instead of the grid of levels",
-    ),
-]
-MaxLevel = Annotated[
-    int | None, typer.Option(help="--search: highest concurrency tried (default 32)")
-]
-TrialsMax = Annotated[
-    int | None, typer.Option(help="--search: counted trials a level may take (default 3)")
-]
-Confidence = Annotated[
-    float | None,
-    typer.Option(help="--search: confidence of a level's interval (default 0.9)"),
-]
-SustainFactor = Annotated[
-    float | None,
-    typer.Option(
-        help="--search: the sustain wave's length as a multiple of the output (default 1; 0: none)"
-    ),
-]
-TrialTokens = Annotated[
-    int | None,
-    typer.Option(
-        help="--search: output tokens of a trial (default: a quarter of each stream's length, "
-        "at least 32; the sustain wave runs the full length x the sustain factor)"
-    ),
-]
-
-
-def print_levels(db: Path, run_id: str, fmt: OutputFormat = "table") -> None:
+def print_levels(db: Path, run_id: str, fmt: text.OutputFormat = "table") -> None:
     """The run's levels and capacities as the marts have them (build the run first): the CLI
     applies no rule of its own, so what it prints is what the report and SQL users see."""
     from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
@@ -150,80 +82,55 @@ def print_fleet(db: Path, run_id: str, console: Any = None) -> None:
     from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
 
     for f in marts.fleet_capacities(db, run_id):
-        (console or out).print(fleet_line(f), highlight=False)
+        (console or out).print(text.fleet_line(f), highlight=False)
 
 
 @app.command()
 def sweep(
-    endpoint: Annotated[
-        str, typer.Option(help="OpenAI-compatible base URL, e.g. http://h:8000/v1")
-    ],
-    model: Annotated[str, typer.Option(help="model name the server serves")],
-    workload: Annotated[WorkloadName, typer.Option(help="which prompts")],
-    deployment: Annotated[str | None, typer.Option(help="deployment name (default: model)")] = None,
-    levels: Annotated[str, typer.Option(help="concurrency levels")] = "1,2,4,8,16",
-    trials: Annotated[int, typer.Option(help="counted trials per level (1..5)")] = 3,
-    no_warmup: Annotated[bool, typer.Option("--no-warmup", help="skip warm-up waves")] = False,
-    max_tokens: Annotated[int | None, typer.Option(help="override the required length")] = None,
-    max_remeasures: Annotated[
-        int, typer.Option(help="extra attempts for a wave the client's own timing spoiled (0..5)")
-    ] = 2,
-    client_processes: Annotated[
-        int | None,
-        typer.Option(
-            help="load-generating processes per wave (default: one per core; 1 runs every "
-            "stream in this process)",
-            min=1,
-            max=256,
-        ),
-    ] = None,
-    api_key_env: Annotated[str, typer.Option(help="variable holding the API key")] = (
-        "OPENAI_API_KEY"
-    ),
-    extra_body: Annotated[str | None, typer.Option(help="JSON merged into each request")] = None,
-    header: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="extra request header NAME:VALUE, or NAME:env:VAR to read the value from VAR "
-            "(repeatable; values are secrets: never stored, only names)"
-        ),
-    ] = None,
-    ca_bundle: Annotated[Path | None, typer.Option(help="CA bundle for TLS verification")] = None,
-    continuous_usage: Annotated[
-        bool, typer.Option(help="ask for per-chunk usage (vLLM continuous_usage_stats)")
-    ] = False,
-    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    fmt: Annotated[
-        OutputFormat, typer.Option("--format", help="levels as a table, csv or json (stdout)")
-    ] = "table",
-    run: Annotated[
-        str | None,
-        typer.Option(help="add this sweep to run ID (or 'latest') instead of starting a new one"),
-    ] = None,
-    search: SearchFlag = False,
-    max_level: MaxLevel = None,
-    trials_max: TrialsMax = None,
-    confidence: Confidence = None,
-    sustain_factor: SustainFactor = None,
-    trial_tokens: TrialTokens = None,
+    endpoint: opt.SweepEndpointOption,
+    model: opt.ModelOption,
+    workload: opt.SweepWorkloadOption,
+    deployment: opt.DeploymentOption = None,
+    levels: opt.LevelsOption = "1,2,4,8,16",
+    trials: opt.SweepTrialsOption = 3,
+    no_warmup: opt.NoWarmupOption = False,
+    max_tokens: opt.SweepMaxTokensOption = None,
+    max_remeasures: opt.MaxRemeasuresOption = 2,
+    client_processes: opt.ClientProcessesOption = None,
+    api_key_env: opt.ApiKeyEnvOption = "OPENAI_API_KEY",
+    extra_body: opt.ExtraBodyOption = None,
+    header: opt.HeaderOption = None,
+    ca_bundle: opt.CaBundleOption = None,
+    continuous_usage: opt.ContinuousUsageOption = False,
+    db: opt.DbOption = None,
+    fmt: opt.LevelsFormatOption = "table",
+    run: opt.JoinRunOption = None,
+    search: opt.SearchFlag = False,
+    max_level: opt.MaxLevel = None,
+    trials_max: opt.TrialsMax = None,
+    confidence: opt.Confidence = None,
+    sustain_factor: opt.SustainFactor = None,
+    trial_tokens: opt.TrialTokens = None,
 ) -> None:
     """Sweep one deployment with synchronized waves and record every token timestamp."""
-    searching = search_plan(search, max_level, trials_max, confidence, sustain_factor, trial_tokens)
-    headers, header_env = parse_header_options(header)  # a message never echoes a value
-    req = SweepRequest(
-        deployment=Deployment(
-            name=deployment or deployment_name(model),
+    searching = config.search_plan(
+        search, max_level, trials_max, confidence, sustain_factor, trial_tokens
+    )
+    headers, header_env = config.parse_header_options(header)  # a message never echoes a value
+    req = config.SweepRequest(
+        deployment=config.Deployment(
+            name=deployment or config.deployment_name(model),
             endpoint=endpoint,
             model=model,
             api_key_env=api_key_env,
-            extra_body=parse_extra_body(extra_body),
+            extra_body=config.parse_extra_body(extra_body),
             headers=headers,  # pydantic wraps the values in SecretStr
             header_env=header_env,
             ca_bundle=ca_bundle,
             continuous_usage=continuous_usage,
         ),
         workload=workload,
-        plan=SweepPlan(
+        plan=config.SweepPlan(
             levels=levels,
             trials=trials,
             warmup=not no_warmup,
@@ -260,45 +167,41 @@ def sweep(
         raise typer.Exit(1)
     for c in marts.unmeasured_pairs(path, result.run_id):
         if (c.deployment, c.workload) == (req.deployment.name, req.workload):
-            raise CLIError(f"run {result.run_id}: {capacity_words(c, failing=True)}")
+            raise CLIError(f"run {result.run_id}: {text.capacity_words(c, failing=True)}")
 
 
 @app.command()
 def probe(
-    name: Annotated[ProbeName, typer.Argument(help="which probe")],
-    endpoint: Annotated[str, typer.Option(help="OpenAI-compatible base URL")],
-    model: Annotated[str, typer.Option(help="model name the server serves")],
-    deployment: Annotated[str | None, typer.Option(help="deployment name (default: model)")] = None,
-    prompt_tokens: Annotated[
-        int, typer.Option(help="long prompt / document length in tokens")
-    ] = 4000,
-    background_streams: Annotated[int, typer.Option(help="decode streams held")] = 4,
-    background_tokens: Annotated[int, typer.Option(help="their output length")] = 400,
-    probe_interval: Annotated[float, typer.Option(help="seconds between probe requests")] = 0.5,
-    warm_requests: Annotated[int, typer.Option(help="warm repeats (prompt-cache)")] = 3,
-    concurrency: Annotated[int, typer.Option(help="streams (output-length, mixed)")] = 8,
-    lengths: Annotated[str, typer.Option(help="output lengths (output-length)")] = "400,1000",
-    workload: Annotated[WorkloadName, typer.Option(help="prompts (output-length)")] = "prose",
-    code_share: Annotated[float, typer.Option(help="share of code streams (mixed)")] = 0.5,
-    trials: Annotated[int, typer.Option(help="counted waves (output-length, mixed)")] = 2,
-    max_tokens: Annotated[int | None, typer.Option(help="output length (mixed)")] = None,
-    api_key_env: Annotated[str, typer.Option(help="variable holding the API key")] = (
-        "OPENAI_API_KEY"
-    ),
-    extra_body: Annotated[str | None, typer.Option(help="JSON merged into each request")] = None,
-    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
+    name: opt.ProbeNameArgument,
+    endpoint: opt.ProbeEndpointOption,
+    model: opt.ModelOption,
+    deployment: opt.DeploymentOption = None,
+    prompt_tokens: opt.PromptTokensOption = 4000,
+    background_streams: opt.BackgroundStreamsOption = 4,
+    background_tokens: opt.BackgroundTokensOption = 400,
+    probe_interval: opt.ProbeIntervalOption = 0.5,
+    warm_requests: opt.WarmRequestsOption = 3,
+    concurrency: opt.ConcurrencyOption = 8,
+    lengths: opt.LengthsOption = "400,1000",
+    workload: opt.ProbeWorkloadOption = "prose",
+    code_share: opt.CodeShareOption = 0.5,
+    trials: opt.ProbeTrialsOption = 2,
+    max_tokens: opt.ProbeMaxTokensOption = None,
+    api_key_env: opt.ApiKeyEnvOption = "OPENAI_API_KEY",
+    extra_body: opt.ExtraBodyOption = None,
+    db: opt.DbOption = None,
 ) -> None:
     """Measure what long prefills and prompt caches do to responsiveness."""
     from sparkcap.night import sweeps  # +0.27 s (the warehouse, the live judge)
 
-    dep = Deployment(
-        name=deployment or deployment_name(model),
+    dep = config.Deployment(
+        name=deployment or config.deployment_name(model),
         endpoint=endpoint,
         model=model,
         api_key_env=api_key_env,
-        extra_body=parse_extra_body(extra_body),
+        extra_body=config.parse_extra_body(extra_body),
     )
-    options = probe_flags(
+    options = config.probe_flags(
         name,
         prompt_tokens=prompt_tokens,
         background_streams=background_streams,
@@ -324,10 +227,7 @@ def probe(
 
 
 @app.command("link-check")
-def link_check(
-    fleet: Annotated[Path, typer.Option(help="fleet file with deployments' links")],
-    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-) -> None:
+def link_check(fleet: opt.LinksFleetOption, db: opt.DbOption = None) -> None:
     """Run each declared link's probe command and record achieved vs nominal Gb/s."""
     from sparkcap.night.sweeps import run_link_check  # +0.27 s (the warehouse)
     from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
@@ -346,12 +246,10 @@ def link_check(
 
 @app.command("compare")
 def compare_cmd(
-    run_a: Annotated[str, typer.Argument(help="the earlier run")],
-    run_b: Annotated[str, typer.Argument(help="the later run")],
-    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    fmt: Annotated[
-        OutputFormat, typer.Option("--format", help="tables, csv (one block each) or json")
-    ] = "table",
+    run_a: opt.RunAArgument,
+    run_b: opt.RunBArgument,
+    db: opt.DbOption = None,
+    fmt: opt.CompareFormatOption = "table",
 ) -> None:
     """Before/after: change in median rate, aggregate throughput, prefill, capacity, links."""
     from sparkcap.publish.compare import compare  # +0.40 s (pandas, DuckDB)
@@ -361,9 +259,7 @@ def compare_cmd(
 
 @app.command()
 def sql(
-    query: Annotated[str, typer.Argument(help="SQL to run read-only")],
-    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    format: Annotated[OutputFormat, typer.Option(help="how rows are printed")] = "table",
+    query: opt.QueryArgument, db: opt.DbOption = None, format: opt.RowsFormatOption = "table"
 ) -> None:
     """Run ad-hoc SQL against the warehouse, read-only."""
     from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
@@ -374,9 +270,7 @@ def sql(
 
 
 @app.command()
-def sim(
-    port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0 = any free port)")] = 8000,
-) -> None:
+def sim(port: opt.PortOption = 8000) -> None:
     """Serve the simulated twin of the study's fleet (models: qwen, glm, deepseek)."""
     from sparkcap.servers.sim.fleet import twin_profiles  # +0.08 s (asyncio, httpx)
     from sparkcap.servers.sim.server import SimServer
@@ -390,46 +284,28 @@ def sim(
 
 @app.command()
 def run(
-    fleet: Annotated[Path, typer.Option(help="fleet file (YAML)")],
-    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    profile: Annotated[Profile, typer.Option(help="how much of the fleet file's plan to run")] = (
-        "full"
-    ),
-    reports: Annotated[Path | None, typer.Option(help="report folder")] = None,
-    no_prefect: Annotated[
-        bool, typer.Option("--no-prefect", help="run the same steps without Prefect")
-    ] = False,
-    fmt: Annotated[
-        OutputFormat, typer.Option("--format", help="levels as a table, csv or json (stdout)")
-    ] = "table",
-    search: SearchFlag = False,
-    max_level: MaxLevel = None,
-    trials_max: TrialsMax = None,
-    confidence: Confidence = None,
-    sustain_factor: SustainFactor = None,
-    trial_tokens: TrialTokens = None,
-    distributed: Annotated[
-        bool | None,
-        typer.Option(
-            "--distributed/--embedded",
-            help="sweep on the fleet's Prefect work pool, one child flow run per deployment x "
-            "workload, landing in the lake (default: the fleet file's distributed.enabled)",
-        ),
-    ] = None,
-    finish: Annotated[
-        str | None,
-        typer.Option(
-            help="finish the distributed night RUN_ID whose parent stopped: stage what its "
-            "children landed in the lake, name what is missing, validate, build, report",
-            metavar="RUN_ID",
-        ),
-    ] = None,
+    fleet: opt.NightFleetOption,
+    db: opt.DbOption = None,
+    profile: opt.ProfileOption = "full",
+    reports: opt.ReportsOption = None,
+    no_prefect: opt.NoPrefectOption = False,
+    fmt: opt.LevelsFormatOption = "table",
+    search: opt.SearchFlag = False,
+    max_level: opt.MaxLevel = None,
+    trials_max: opt.TrialsMax = None,
+    confidence: opt.Confidence = None,
+    sustain_factor: opt.SustainFactor = None,
+    trial_tokens: opt.TrialTokens = None,
+    distributed: opt.DistributedOption = None,
+    finish: opt.FinishOption = None,
 ) -> None:
     """Run the nightly pipeline once: sweep, stage, validate, build, report."""
     from sparkcap.loadgen.sweep import new_run_id  # +0.07 s (httpx, psutil)
     from sparkcap.night import plan, steps  # +0.69 s (dbt, Great Expectations, the report)
 
-    searching = search_plan(search, max_level, trials_max, confidence, sustain_factor, trial_tokens)
+    searching = config.search_plan(
+        search, max_level, trials_max, confidence, sustain_factor, trial_tokens
+    )
     search_opts = searching.model_dump() if searching is not None else None
     # validates the fleet file before anything starts
     fl = plan.fleet_for(fleet, profile, search=search_opts)
@@ -493,13 +369,9 @@ def run(
 
 @app.command("prefect-yaml")
 def prefect_yaml_cmd(
-    fleets: Annotated[
-        list[Path] | None, typer.Argument(help="fleet files (default: fleets/*.yaml)")
-    ] = None,
-    target: Annotated[Path, typer.Option("--out", help="file to write")] = Path("prefect.yaml"),
-    check: Annotated[
-        bool, typer.Option("--check", help="only say whether the file is up to date (exit 1)")
-    ] = False,
+    fleets: opt.FleetsArgument = None,
+    target: opt.PrefectYamlOutOption = Path("prefect.yaml"),
+    check: opt.CheckOption = False,
 ) -> None:
     """Write prefect.yaml's deployments from the fleet files' schedules (the one source)."""
     from sparkcap.night.schedule import sync_prefect_yaml  # +0.30 s (the night's plan)
@@ -509,20 +381,11 @@ def prefect_yaml_cmd(
 
 @app.command()
 def build(
-    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    full_refresh: Annotated[bool, typer.Option(help="rebuild every night from scratch")] = False,
-    threshold: Annotated[float | None, typer.Option(help="tok/s threshold (default 20)")] = None,
-    var: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--var",
-            help="override a dbt var, NAME=NUMBER (repeatable; e.g. probe_window_s=2, "
-            "dip_share=0.3, bootstrap_samples=500)",
-        ),
-    ] = None,
-    unit_tests: Annotated[
-        bool, typer.Option(help="also run dbt's unit tests of the formulas (left out nightly)")
-    ] = False,
+    db: opt.DbOption = None,
+    full_refresh: opt.FullRefreshOption = False,
+    threshold: opt.ThresholdOption = None,
+    var: opt.VarOption = None,
+    unit_tests: opt.UnitTestsOption = False,
 ) -> None:
     """Run dbt: stream rates, trial medians, levels, capacities and fleet capacity."""
     # +0.20 s (DuckDB, Arrow)
@@ -540,19 +403,10 @@ def build(
 
 @app.command()
 def report(
-    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    run: Annotated[
-        list[str] | None,
-        typer.Option(
-            help="run id (default: the latest built run); repeat it to report several runs "
-            "as one (each deployment x workload from the newest run that measured it)"
-        ),
-    ] = None,
-    night: Annotated[
-        str | None,
-        typer.Option(help="report every built run that started on this UTC date (YYYY-MM-DD)"),
-    ] = None,
-    out_dir: Annotated[Path | None, typer.Option("--out", help="report folder")] = None,
+    db: opt.DbOption = None,
+    run: opt.ReportRunsOption = None,
+    night: opt.NightDateOption = None,
+    out_dir: opt.OutDirReportOption = None,
 ) -> None:
     """Render the HTML report (and PNG/SVG charts) of a run, several runs or a night."""
     from sparkcap.publish.report import render_report  # +0.53 s (pandas, Altair)
@@ -575,12 +429,7 @@ def report(
 
 @app.command()
 def stage(
-    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    lake: Annotated[
-        str | None,
-        typer.Option(help="a distributed night's lake (path or fsspec URL): stage its run"),
-    ] = None,
-    run: Annotated[str | None, typer.Option(help="the run to stage from --lake")] = None,
+    db: opt.DbOption = None, lake: opt.LakeOption = None, run: opt.LakeRunOption = None
 ) -> None:
     """Stage waves left in the spool by an interrupted or blocked run, or (``--lake``,
     ``--run``) a distributed night's lake whose parent stopped before staging it."""
@@ -606,19 +455,11 @@ def stage(
 
 @app.command()
 def validate(
-    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    run: Annotated[
-        str | None, typer.Option(help="run id (default: the newest run with sweep waves)")
-    ] = None,
-    out_dir: Annotated[
-        Path | None, typer.Option("--out", help="folder for the data-quality pages")
-    ] = None,
-    prose_tolerance: Annotated[
-        float, typer.Option(help="prose may be this share shorter than requested")
-    ] = 0.05,
-    max_failure_rate: Annotated[
-        float, typer.Option(help="ceiling on failed streams per counted trial")
-    ] = 0.1,
+    db: opt.DbOption = None,
+    run: opt.ValidateRunOption = None,
+    out_dir: opt.DqOutDirOption = None,
+    prose_tolerance: opt.ProseToleranceOption = 0.05,
+    max_failure_rate: opt.MaxFailureRateOption = 0.1,
 ) -> None:
     """Run the data-quality suites on a run; exit 1 if a blocking expectation fails."""
     from sparkcap.dq.validate import DQConfig, run_validation  # +0.42 s (Great Expectations)
@@ -637,11 +478,7 @@ def validate(
 
 @app.command()
 def demo(
-    db: Annotated[Path | None, typer.Option(help="DuckDB file")] = None,
-    fleet: Annotated[
-        Path | None, typer.Option(help="fleet file (default: the twin fleet shipped with sparkcap)")
-    ] = None,
-    reports: Annotated[Path | None, typer.Option(help="report folder")] = None,
+    db: opt.DbOption = None, fleet: opt.DemoFleetOption = None, reports: opt.ReportsOption = None
 ) -> None:
     """The nightly flow on the simulated twin fleet with the demo profile; prints the report."""
     fleet = fleet or bundled_fleet("twin")
@@ -650,14 +487,12 @@ def demo(
 
 @app.command("local-server")
 def local_server_cmd(
-    port: Annotated[int, typer.Option(help="port on 127.0.0.1 (0 = any free port)")] = 8080,
-    slots: Annotated[int, typer.Option(help="parallel slots (-np)")] = 4,
-    context: Annotated[int, typer.Option(help="total context (-c), shared by the slots")] = 8192,
-    threads: Annotated[int | None, typer.Option(help="CPU threads")] = None,
-    spec_type: Annotated[str | None, typer.Option(help="e.g. ngram-simple")] = None,
-    build_only: Annotated[bool, typer.Option(help="build and fetch the model, then exit")] = (
-        False
-    ),
+    port: opt.PortOption = 8080,
+    slots: opt.SlotsOption = 4,
+    context: opt.ContextOption = 8192,
+    threads: opt.ThreadsOption = None,
+    spec_type: opt.SpecTypeOption = None,
+    build_only: opt.BuildOnlyOption = False,
 ) -> None:
     """Build (once) and run llama.cpp's llama-server with Gemma 3 270M on loopback."""
     from sparkcap.night.sweeps import serve_until_stopped  # +0.27 s (the warehouse)
@@ -695,27 +530,15 @@ def main(argv: list[str] | None = None) -> None:
         err.print("error: aborted", highlight=False)
         raise SystemExit(130) from None
     except typer.TyperException as exc:  # usage errors (typer vendors click's exceptions)
-        msg = exc.format_message() if hasattr(exc, "format_message") else str(exc)
-        msg = msg.replace(": Value error, ", ": ")  # typer's wording for a Literal choice
-        param = getattr(exc, "param", None)
-        opts = getattr(param, "opts", None) or [getattr(param, "name", "")]
-        hint = getattr(exc, "param_hint", None) or opts[0]
-        prefix = f"invalid {hint}: " if hint and isinstance(hint, str) and hint not in msg else ""
-        err.print(f"error: {prefix}{msg}", highlight=False, soft_wrap=True)
+        err.print(f"error: {opt.usage_line(exc)}", highlight=False, soft_wrap=True)
         raise SystemExit(getattr(exc, "exit_code", 2)) from None
     except ValidationError as exc:
-        err.print(f"error: {_validation_line(exc)}", highlight=False, soft_wrap=True)
+        err.print(f"error: {opt.validation_line(exc)}", highlight=False, soft_wrap=True)
         raise SystemExit(2) from None
     except Interrupted as exc:
         err.print(f"error: {exc}", highlight=False, soft_wrap=True)
         raise SystemExit(130) from None
     except SparkcapError as exc:  # every error sparkcap words for a person (sparkcap/errors.py)
-        err.print(f"error: {exc}", highlight=False, soft_wrap=True)
-        raise SystemExit(1) from None
-    except (LookupError, FileNotFoundError) as exc:
-        # still raised as built-ins for a person by store.warehouse.connect (no warehouse),
-        # dq.validate (no run to validate), loadgen.connections (no CA bundle), resources and
-        # night.sweeps.open_run_for: worded here until they raise errors.NotFound / MissingFile
         err.print(f"error: {exc}", highlight=False, soft_wrap=True)
         raise SystemExit(1) from None
     except KeyboardInterrupt:

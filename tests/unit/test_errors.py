@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from pydantic_settings import SettingsError
 
 from sparkcap import cli
 from sparkcap.config import OptionError, parse_extra_body, parse_header_options, search_plan
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import MissingFile, SparkcapError
 
 WORDED = {
     "sparkcap.transform.dbt_build:BuildError": RuntimeError,
@@ -35,6 +37,7 @@ WORDED = {
     "sparkcap.config:OptionError": ValueError,
     "sparkcap.publish.marts:QueryFailed": RuntimeError,
     "sparkcap.night.schedule:StaleSchedule": RuntimeError,
+    "sparkcap.settings:BadEnvironment": SettingsError,
 }
 
 
@@ -97,3 +100,57 @@ def test_an_option_that_cannot_be_taken_is_a_sparkcap_error_where_it_is_parsed(
         parse()
     assert isinstance(exc.value, SparkcapError) and isinstance(exc.value, ValueError)
     assert str(exc.value).startswith(line)
+
+
+def test_a_part_missing_from_the_install_is_a_missing_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """resources sits below every stage: it raises the person-facing class itself."""
+    from sparkcap import resources
+
+    monkeypatch.setattr(resources.importlib.resources, "files", lambda _: tmp_path / "sparkcap")
+    with pytest.raises(MissingFile, match="sparkcap's dbt/ folder is missing"):
+        resources.dbt_project_dir()
+
+
+def test_a_missing_ca_bundle_is_a_missing_file(tmp_path: Path) -> None:
+    from sparkcap.config import Deployment
+    from sparkcap.loadgen.connections import tls_verify
+
+    dep = Deployment(
+        name="m", endpoint="http://127.0.0.1:9/v1", model="m", ca_bundle=tmp_path / "ca.pem"
+    )
+    with pytest.raises(MissingFile, match="CA bundle not found"):
+        tls_verify(dep)
+
+
+SWEEP = ["sweep", "--endpoint", "http://127.0.0.1:9/v1", "--model", "m", "--workload", "code"]
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["sql", "select 1"], "error: no warehouse at {db} (run a sweep first)"),
+        (["validate"], "error: no runs in {db}"),
+        ([*SWEEP, "--run", "latest"], "error: no runs in {db} to add to (leave out --run)"),
+        ([*SWEEP, "--run", "r9"], "error: no run r9 in {db}"),
+    ],
+)
+def test_what_a_person_named_and_is_not_there_is_one_line_through_the_one_catch(
+    args: list[str],
+    line: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """cli.main catches SparkcapError only: a missing warehouse or run must be raised as
+    errors.MissingFile / NotFound where it is found, or it would escape as a traceback."""
+    from sparkcap.store.warehouse import open_warehouse
+
+    db = tmp_path / "w.duckdb"
+    if args[0] != "sql":  # an empty warehouse: its schema and no runs
+        with open_warehouse(db):
+            pass
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([*args, "--db", str(db)])
+    assert exit_.value.code == 1
+    assert capsys.readouterr().err.strip().splitlines() == [line.format(db=db)]
