@@ -79,7 +79,12 @@ def validate(
     threshold: float | None = None,
 ) -> DQOutcome:
 
-    result = run_validation(db_path, run_id, docs_dir=reports_dir / run_id / "dq")
+    # the night's build vars: validation's dbt run builds int_stream_rates with them, so the
+    # night's build after it finds them built with the same threshold and rebuilds nothing
+    dbt_vars = {"threshold_tok_s": threshold} if threshold is not None else None
+    result = run_validation(
+        db_path, run_id, docs_dir=reports_dir / run_id / "dq", dbt_vars=dbt_vars
+    )
     return DQOutcome(
         success=result.success,
         failed=sorted({o.expectation for o in result.blocking_failures}),
@@ -161,7 +166,9 @@ def _stage_step(night: Night) -> StepResult:
 
 
 def _validate_step(night: Night) -> StepResult:
-    night.dq = validate(night.db_path, night.require_run_id(), night.reports_dir)
+    night.dq = validate(
+        night.db_path, night.require_run_id(), night.reports_dir, night.fleet.threshold_tok_s
+    )
     if not night.dq.success:
         raise DataQualityFailed(f"blocking expectations failed: {', '.join(night.dq.failed)}")
     return StepResult("validate", "every blocking expectation met")
