@@ -5,6 +5,7 @@ process errors once escaped as tracebacks that way)."""
 from __future__ import annotations
 
 import importlib
+import importlib.resources
 from collections.abc import Callable
 from pathlib import Path
 
@@ -108,7 +109,7 @@ def test_a_part_missing_from_the_install_is_a_missing_file(
     """resources sits below every stage: it raises the person-facing class itself."""
     from sparkcap import resources
 
-    monkeypatch.setattr(resources.importlib.resources, "files", lambda _: tmp_path / "sparkcap")
+    monkeypatch.setattr(importlib.resources, "files", lambda _: tmp_path / "sparkcap")
     with pytest.raises(MissingFile, match="sparkcap's dbt/ folder is missing"):
         resources.dbt_project_dir()
 
