@@ -47,7 +47,8 @@ test: $(STAMP)
 	  [ $$rc -eq 0 ] && exit $$rc2; exit $$rc
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -q -p no:cacheprovider -m "unit or (integration and not slow)"
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup \
+	  -m "not slow and not e2e and not client_timing"
 
 fmt: $(STAMP)
 	$(VENV)/bin/ruff format sparkcap flows tests benchmarks

@@ -16,6 +16,7 @@ from sparkcap.publish.report import ReportError, render_report
 from sparkcap.servers.sim.engine import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
+from tests.integration.helpers import RELAXED_TIMING
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -116,7 +117,10 @@ def test_probes_against_the_simulator(db_path: Path) -> None:
     )
 
 
-def test_output_length_and_mixed_probes(db_path: Path) -> None:
+def test_output_length_and_mixed_probes(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # about the probes' figures, not the client's timing: in a parallel suite one 60-token trial
+    # read an error bound past the 0.5 % tolerance and the level had 1 valid trial of 2
+    monkeypatch.setenv("SPARKCAP_DBT_VARS", RELAXED_TIMING["SPARKCAP_DBT_VARS"])
     # context slows decode here, so longer outputs must be slower (the study's GLM comparison)
     prof = SimProfile(
         model="m",
