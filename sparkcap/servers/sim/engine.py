@@ -21,6 +21,15 @@ It is a test double, not a performance oracle. What it models, and why each part
   leading blocks were prefilled before skips them (``cached_tokens`` in usage).
 - **Slots.** At most ``max_slots`` requests are admitted; the rest queue (TTFT grows, decode
   rate does not), like llama.cpp's ``-np``.
+- **Stream interval.** With ``stream_interval_tokens`` k > 1 a stream's generated tokens are
+  held and sent as one chunk once at least k are unsent, or at the finish (vLLM's
+  ``--stream-interval``, buffering proxies): the first chunk too carries k tokens, so a
+  stream's first k − 1 tokens are timed by no interval, and the study's rate reads higher
+  the shorter the stream (issue 25: +3 % at 50 tokens with k = 3).
+- **Padded batches.** With ``batch_buckets`` a decode step of n streams costs what a step of
+  the smallest bucket ≥ n costs, and a padded one ``bucket_pad_slowdown`` more (vLLM's
+  CUDA-graph capture sizes): the per-stream rate is not monotone in n, and a level just past
+  a bucket edge can fail while larger levels pass.
 
 Tokens are counted by the engine and reported in ``usage``; "text" is synthetic.
 Faults (short outputs, cut streams, in-band errors, rejections, stalls, missing usage) are
@@ -31,14 +40,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import math
 import random
 import time
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 CHARS_PER_TOKEN = 4
 MAX_CATCH_UP_S = 1.0  # how far behind its schedule the engine may fall and still catch up
@@ -141,8 +152,49 @@ class SimProfile(BaseModel):
     prefix_cache: bool = True
     cache_block_tokens: int = Field(64, ge=1)
     cache_capacity_tokens: int = Field(1_000_000, ge=0)
+    stream_interval_tokens: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="tokens held until at least this many are unsent, then sent as one chunk "
+        "(and the rest at the finish), the first chunk included: vLLM's --stream-interval and "
+        "buffering proxies, whose first k - 1 tokens no chunk interval times",
+    )
+    batch_buckets: list[int] | None = Field(
+        None,
+        description="batch sizes a decode step runs at (ascending): n streams cost a step of "
+        "the smallest bucket >= n (n itself past the largest), like vLLM's CUDA-graph capture "
+        "sizes, which pad 5 streams to 8 and 10 to 16; None: every n runs at n",
+    )
+    bucket_pad_slowdown: float = Field(
+        0.0,
+        ge=0,
+        description="a padded step (n below its bucket) costs (1 + this) times the bucket's "
+        "step: the 17-25 % dips reported on DGX Spark at padded sizes, so that a level just "
+        "past a bucket edge is slower than the bucket itself",
+    )
     seed: int = 0
     faults: SimFaults = Field(default_factory=lambda: SimFaults())
+
+    @field_validator("batch_buckets")
+    @classmethod
+    def _ascending_buckets(cls, v: list[int] | None) -> list[int] | None:
+        if v is None:
+            return v
+        if not v:
+            raise ValueError("batch_buckets must name at least one size (or be left out)")
+        if any(b < 1 for b in v):
+            raise ValueError(f"batch_buckets must be positive, got {v}")
+        if any(a >= b for a, b in itertools.pairwise(v)):
+            raise ValueError(f"batch_buckets must be strictly ascending, got {v}")
+        return v
+
+    def padded_batch(self, n_streams: int) -> int:
+        """The batch a step of ``n_streams`` runs at: its bucket, or itself past the last."""
+        for bucket in self.batch_buckets or ():
+            if bucket >= n_streams:
+                return bucket
+        return n_streams
 
 
 def count_prompt_tokens(text: str) -> int:
@@ -177,6 +229,7 @@ class SimRequest:
     cached_tokens: int = 0
     prefill_left: int = 0
     generated: int = 0
+    unsent: int = 0  # generated tokens held back by the stream interval
     acceptance: float = 0.0
     is_code: bool = False
     stop_at: int = 0
@@ -278,6 +331,11 @@ class Engine:
         return o
 
     def submit(self, req: SimRequest) -> None:
+        self._accept(req)
+        self._ensure_running()
+        self._wake.set()
+
+    def _accept(self, req: SimRequest) -> None:
         p = self.p
         req.prompt_tokens = count_prompt_tokens(req.prompt_text)
         req.is_code = looks_like_code(req.prompt_text)
@@ -298,8 +356,6 @@ class Engine:
         self.prompt_tokens_total += req.prompt_tokens
         self.log[req.request_id] = LogEntry(req.request_id, p.model, req.prompt_tokens, 0)
         self.waiting.append(req)
-        self._ensure_running()
-        self._wake.set()
 
     def _ensure_running(self) -> None:
         if self._task is None or self._task.done():
@@ -331,7 +387,13 @@ class Engine:
         p = self.p
         n = len(self.running)
         ctx = sum(r.prompt_tokens + r.generated for r in self.running) / n
-        return p.step_s1 * (1 + p.batch_slowdown * (n - 1)) * (1 + p.context_slowdown * ctx / 1000)
+        batch = p.padded_batch(n)
+        step_s = (
+            p.step_s1 * (1 + p.batch_slowdown * (batch - 1)) * (1 + p.context_slowdown * ctx / 1000)
+        )
+        if batch > n:
+            step_s *= 1 + p.bucket_pad_slowdown
+        return step_s
 
     def _tokens_this_step(self, req: SimRequest) -> int:
         p = self.p
@@ -359,10 +421,14 @@ class Engine:
         words = CODE_WORDS if req.is_code else PROSE_WORDS
         return "".join(words[req.rng.randrange(len(words))] for _ in range(n))
 
-    def _emit_tokens(self, req: SimRequest, n: int) -> None:
+    def _generate(self, req: SimRequest, n: int) -> None:
+        """``n`` tokens generated for ``req``: sent at once, or held until the stream interval
+        has ``stream_interval_tokens`` unsent (whatever the steps produced: a step of 4 tokens
+        against an interval of 3 goes out as a chunk of 4). A finish or a fault sends what is
+        held first, so every chunk's count is the tokens it carries."""
         req.generated += n
+        req.unsent += n
         self.generated_tokens_total += n
-        req.out.put_nowait(Emit("tokens", self._text(req, n), n))
         f = req.fault
         if f is not None:
             for attr, kind in (
@@ -373,13 +439,22 @@ class Engine:
             ):
                 limit = getattr(f, attr)
                 if limit is not None and req.generated >= limit:
+                    self._send(req)
                     req.out.put_nowait(Emit(kind))  # type: ignore[arg-type]
                     self._retire(req)
                     return
         if req.generated >= req.stop_at:
+            self._send(req)
             reason = "length" if req.generated >= req.max_tokens else "stop"
             req.out.put_nowait(Emit("finish", finish_reason=reason, n_tokens=req.generated))
             self._retire(req)
+        elif req.unsent >= self.p.stream_interval_tokens:
+            self._send(req)
+
+    def _send(self, req: SimRequest) -> None:
+        n, req.unsent = req.unsent, 0
+        if n > 0:
+            req.out.put_nowait(Emit("tokens", self._text(req, n), n))
 
     def _retire(self, req: SimRequest) -> None:
         req.done = True
@@ -412,23 +487,7 @@ class Engine:
                     await self._wake.wait()
                 loop_deadline = time.perf_counter()
                 continue
-            p = self.p
-            # prefill budget for this iteration, first come first served
-            budget = p.prefill_chunk
-            finished_prefill: list[SimRequest] = []
-            prefilled = 0
-            for req in list(self.prefilling):
-                if budget <= 0:
-                    break
-                take = min(budget, req.prefill_left)
-                req.prefill_left -= take
-                budget -= take
-                prefilled += take
-                if req.prefill_left == 0:
-                    finished_prefill.append(req)
-            t_iter = prefilled / p.prefill_tok_s
-            if self.running:
-                t_iter += self._decode_step_s()
+            t_iter, finished_prefill = self._begin_iteration()
             loop_deadline += t_iter
             delay = loop_deadline - time.perf_counter()
             if delay > 0:
@@ -442,19 +501,75 @@ class Engine:
                 if -delay > MAX_CATCH_UP_S:
                     loop_deadline = time.perf_counter()
                 await asyncio.sleep(0)
-            self.iterations_total += 1
-            for req in list(self.running):
-                if req.done:
-                    continue
-                n = self._tokens_this_step(req)
-                if n > 0:
-                    self._emit_tokens(req, n)
-            for req in finished_prefill:
-                if req in self.prefilling:
-                    self.prefilling.remove(req)
-                if req.done:
-                    continue
-                if p.prefix_cache:
-                    self.cache.insert(req.prompt_text)
-                self.running.append(req)
-                self._emit_tokens(req, 1)  # prefill produces the first token
+            self._end_iteration(finished_prefill)
+
+    def _begin_iteration(self) -> tuple[float, list[SimRequest]]:
+        """This iteration's prefill, first come first served within its budget: how long the
+        iteration takes (prefill plus one decode step of the running streams) and whose
+        prefill it completes."""
+        p = self.p
+        budget = p.prefill_chunk
+        finished_prefill: list[SimRequest] = []
+        prefilled = 0
+        for req in list(self.prefilling):
+            if budget <= 0:
+                break
+            take = min(budget, req.prefill_left)
+            req.prefill_left -= take
+            budget -= take
+            prefilled += take
+            if req.prefill_left == 0:
+                finished_prefill.append(req)
+        t_iter = prefilled / p.prefill_tok_s
+        if self.running:
+            t_iter += self._decode_step_s()
+        return t_iter, finished_prefill
+
+    def _end_iteration(self, finished_prefill: list[SimRequest]) -> None:
+        """What the iteration produced, at its end: a step for every running stream, the
+        first token of every stream whose prefill it completed."""
+        self.iterations_total += 1
+        for req in list(self.running):
+            if req.done:
+                continue
+            n = self._tokens_this_step(req)
+            if n > 0:
+                self._generate(req, n)
+        for req in finished_prefill:
+            if req in self.prefilling:
+                self.prefilling.remove(req)
+            if req.done:
+                continue
+            if self.p.prefix_cache:
+                self.cache.insert(req.prompt_text)
+            self.running.append(req)
+            self._generate(req, 1)  # prefill produces the first token
+
+    def schedule(self, requests: Sequence[SimRequest]) -> list[Sent]:
+        """Every chunk the engine would send ``requests``, all arriving at once, in model time
+        and without waiting for it: the model's own answer (chunk sizes, send times, so the
+        study's rate of each stream), which tests and benchmarks compare with what a served
+        run measured. Only for an engine that serves nothing else."""
+        for req in requests:
+            self._accept(req)
+        sent: list[Sent] = []
+        t_s = 0.0
+        while True:
+            self._admit()
+            if not self.prefilling and not self.running:
+                return sent
+            t_iter, finished_prefill = self._begin_iteration()
+            t_s += t_iter
+            self._end_iteration(finished_prefill)
+            for req in requests:
+                while not req.out.empty():
+                    sent.append(Sent(t_s, req.request_id, req.out.get_nowait()))
+
+
+@dataclass(frozen=True, slots=True)
+class Sent:
+    """One message of :meth:`Engine.schedule`: when (seconds of model time) and to whom."""
+
+    t_s: float
+    request_id: str
+    emit: Emit

@@ -11,6 +11,8 @@ import asyncio
 import itertools
 import time
 
+import pytest
+
 from sparkcap.servers.sim.engine import MAX_CATCH_UP_S, Engine, SimProfile, SimRequest
 
 STEP_S = 0.02  # one token per 20 ms: 50 tok/s by design
@@ -71,3 +73,31 @@ def test_a_long_pause_is_not_replayed_as_a_burst() -> None:
     assert len(after) > 20
     # what a burst would do: the ~65 missed steps in a few ms
     assert (after[20] - after[0]) / 1e9 >= 20 * STEP_S * 0.8
+
+
+def test_defaults_keep_one_chunk_per_step_and_the_unpadded_step() -> None:
+    # stream_interval_tokens 1 and no batch buckets are today's engine: every step's tokens go
+    # out as one chunk (these drafts, drawn from the prompt-seeded generator, recorded from
+    # the engine before the stream interval existed) and a step costs its own batch
+    profile = SimProfile(model="m", step_s1=0.01, prefill_tok_s=1e9)
+    assert profile.stream_interval_tokens == 1 and profile.batch_buckets is None
+    reqs = [
+        SimRequest(f"r{i}", prompt, 30, 0.0, 0, True, i)
+        for i, prompt in enumerate(("write code: a", "write code: b", "a poem"))
+    ]
+    sent = Engine(profile).schedule(reqs)
+    chunks = {
+        r.request_id: [s.emit.n_tokens for s in sent if s.request_id == r.request_id] for r in reqs
+    }
+    assert chunks == {
+        "r0": [1, 4, 4, 4, 3, 3, 4, 1, 2, 2, 2, 30],
+        "r1": [1, 2, 4, 4, 4, 4, 4, 3, 1, 3, 30],
+        "r2": [1, 1, 4, 1, 4, 1, 1, 4, 3, 4, 2, 1, 2, 1, 30],
+    }
+    engine = Engine(profile)
+    for n in range(1, 40):
+        engine.running = [
+            SimRequest(f"s{i}", "x", 10, 0.0, 0, True, i, prompt_tokens=500) for i in range(n)
+        ]
+        ctx = 1 + 0.03 * 500 / 1000
+        assert engine._decode_step_s() == pytest.approx(0.01 * (1 + 0.2 * (n - 1)) * ctx)
