@@ -19,9 +19,10 @@
     int_trials; 5: search levels and sustain waves; 6: a level without a valid trial is no
     measured failure, int_capacity.unmeasured_level; 7: one bootstrap for every level
     interval, the search's, so int_level_bootstrap's samples and the capacity interval drawn
-    from them changed), so nights built by an older sparkcap are rebuilt once by the new
-    rules. -#}
-{% macro rules_version() -%}7{%- endmacro %}
+    from them changed; 8: a search's shortened trial judged as its full-length stream
+    (level_decode_tok_s), a sustain wave that fell clearly decides the high end), so nights
+    built by an older sparkcap are rebuilt once by the new rules. -#}
+{% macro rules_version() -%}8{%- endmacro %}
 
 {% macro judgement_settings() -%}
     {%- set parts = ['rules=' ~ rules_version()] -%}

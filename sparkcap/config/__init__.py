@@ -212,6 +212,11 @@ class DeploymentBase(Strict):
         default_factory=dict, description="header name -> variable holding its value"
     )
     parallel_slots: int | None = Field(None, ge=1)
+    # the batch sizes the engine captured (vLLM's CUDA-graph capture sizes): a batch between
+    # two is padded to the larger, and a padded batch can decode slower than a larger full one
+    # (17-25 % dips at exactly those levels are reported on DGX Spark); a search checks the
+    # first padded level after each size below its answer, where such a dip hides
+    batch_buckets: tuple[int, ...] | None = Field(None, min_length=1, max_length=256)
     continuous_usage: bool = Field(
         False, description="ask for per-chunk usage (vLLM's continuous_usage_stats)"
     )
@@ -231,6 +236,24 @@ class DeploymentBase(Strict):
             problem = header_problem(name, text)
             if problem is not None:
                 raise ValueError(problem)
+        return v
+
+    @field_validator("batch_buckets", mode="before")
+    @classmethod
+    def _buckets_are_ints(cls, v: Any) -> Any:
+        # YAML's `true` would otherwise pass as the batch size 1
+        if isinstance(v, list | tuple) and any(type(b) is not int for b in v):
+            raise ValueError("batch_buckets must be whole batch sizes")
+        return v
+
+    @field_validator("batch_buckets")
+    @classmethod
+    def _buckets_ascend(cls, v: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if v is not None and (
+            any(not 1 <= b <= 4096 for b in v)
+            or any(a >= b for a, b in zip(v, v[1:], strict=False))
+        ):
+            raise ValueError("batch_buckets must be ascending batch sizes from 1 to 4096")
         return v
 
     @field_validator("extra_body")
@@ -334,6 +357,13 @@ class SearchPlan(Strict):
     sustain_factor: float = Field(1.0, ge=0, le=20)
     # a failed sustain wave moves the answer down one level and sustains again, this often
     sustain_retries: int = Field(2, ge=0, le=8)
+    # Bisection trusts a monotone curve; padded batches can dip below it. After bisection the
+    # search tests levels below its answer that it skipped: the first padded level after each
+    # declared batch bucket (a deployment's ``batch_buckets``), else this many levels, each the
+    # middle of the widest untested gap below the answer (0: no check). A level that fails
+    # makes the curve non-monotone; the capacity is then the largest level every tested level
+    # up to which passes, and the report flags it.
+    dip_check_levels: int = Field(2, ge=0, le=16)
 
 
 def search_plan(

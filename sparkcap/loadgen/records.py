@@ -184,6 +184,9 @@ class WaveRecord:
     probe: str | None = None  # the probe that made this wave; None for sweep waves
     method: str = "grid"  # grid | search: how the sweep chose its levels
     search_step: int | None = None  # the level's place in a search (sustain waves too)
+    # each stream's length as a share of its full output length (a search's shortened trial:
+    # dbt judges it by the rate its full-length stream would read)
+    length_factor: float = 1.0
     search_decision: SearchDecision | None = None  # on the wave after which it was made
     # why the capture-time rule (sweep.client_spoiled) distrusts this wave, for live decisions
     # only; never stored: dbt's int_trials judges the stored measurements

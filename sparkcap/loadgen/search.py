@@ -14,6 +14,7 @@ after (``SearchDecision``) and judges nothing itself. The capacity of record is 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -93,11 +94,20 @@ def level_key(run_id: str, deployment: str, workload: str, concurrency: int, kin
 class _LevelDecider:
     """Decides a level after each of its counted waves; ``decision`` is set once it stops."""
 
-    def __init__(self, judge: Judge, key: str, search: SearchPlan, step: int, level: int):
+    def __init__(
+        self,
+        judge: Judge,
+        key: str,
+        search: SearchPlan,
+        step: int,
+        level: int,
+        dip_check: bool = False,
+    ):
         self.judge, self.key, self.search = judge, key, search
-        self.step, self.level = step, level
+        self.step, self.level, self.dip_check = step, level, dip_check
         self.counted: list[WaveRecord] = []
         self.decision: SearchDecision | None = None
+        self.passes = False
 
     async def __call__(self, wave: WaveRecord) -> None:
         self.counted.append(wave)
@@ -128,8 +138,13 @@ class _LevelDecider:
             ci_high_tok_s=j.ci_high_tok_s,
             verdict=j.verdict,
             stop_reason=why,
-            next_action="go up" if passes else "go down",
+            next_action=(
+                ("holds below the answer" if passes else "dips: the curve is not monotone")
+                if self.dip_check
+                else ("go up" if passes else "go down")
+            ),
         )
+        self.passes = passes
 
 
 class _SustainDecider:
@@ -171,15 +186,48 @@ class _SustainDecider:
         )
 
 
+def dip_check_levels(
+    capacity: int,
+    tested: set[int],
+    buckets: Sequence[int] | None,
+    n_sample: int,
+) -> list[int]:
+    """The skipped levels below ``capacity`` where a dip can hide, in the order to test them.
+
+    With the engine's batch buckets declared, the first padded level after each bucket (the
+    most padding, hence the deepest dip, of its range); else ``n_sample`` levels, each the
+    middle of the widest gap between tested levels below the answer (widest first, lowest
+    first on a tie). Levels already tested are never repeated; an empty list: nothing to check.
+    """
+    if capacity < 2 or (n_sample <= 0 and not buckets):
+        return []
+    if buckets:
+        return sorted({b + 1 for b in buckets if b + 1 < capacity and b + 1 not in tested})
+    known = sorted({0, capacity} | {t for t in tested if t < capacity})
+    chosen: list[int] = []
+    for _ in range(n_sample):
+        gaps = [(b - a, a, b) for a, b in itertools.pairwise(known) if b - a > 1]
+        if not gaps:
+            break
+        _, a, b = max(gaps, key=lambda g: (g[0], -g[1]))
+        mid = (a + b) // 2
+        chosen.append(mid)
+        known = sorted([*known, mid])
+    return sorted(chosen)
+
+
 async def run_search(runner: WaveRunner, search: SearchPlan, judge: Judge) -> int:
-    """Search, then sustain; returns the live capacity (the marts hold the one of record)."""
+    """Search, check below the answer for dips, then sustain; returns the live capacity (the
+    marts hold the one of record)."""
 
     def key(level: int, kind: str) -> str:
         return level_key(runner.run_id, runner.deployment.name, runner.workload, level, kind)
 
-    bisect = Bisection(search.max_level)
     step = 0
-    while (level := bisect.next_level()) is not None:
+
+    async def measure_level(level: int, dip_check: bool = False) -> bool:
+        """A level's warm-up and counted trials until it is decided; True: it passes."""
+        nonlocal step
         step += 1
         if runner.plan.warmup:
             await runner.measure(
@@ -187,7 +235,7 @@ async def run_search(runner: WaveRunner, search: SearchPlan, judge: Judge) -> in
                     level, 0, max_tokens=search.warmup_tokens, method="search", search_step=step
                 )
             )
-        decider = _LevelDecider(judge, key(level, "level"), search, step, level)
+        decider = _LevelDecider(judge, key(level, "level"), search, step, level, dip_check)
         for trial in range(1, search.trials_max + 1):
             item = WavePlanItem(
                 level,
@@ -202,8 +250,25 @@ async def run_search(runner: WaveRunner, search: SearchPlan, judge: Judge) -> in
             if decider.decision is not None:
                 break
         assert decider.decision is not None  # the last trial always decides
-        bisect.record(level, decider.decision.next_action == "go up")
-    capacity = bisect.capacity
+        return decider.passes
+
+    bisect = Bisection(search.max_level)
+    outcome: dict[int, bool] = {}
+    while (level := bisect.next_level()) is not None:
+        outcome[level] = await measure_level(level)
+        bisect.record(level, outcome[level])
+    # bisection trusts a monotone curve: test the skipped levels below its answer where a
+    # padded batch can dip; the answer becomes the largest level every tested level up to
+    # which passes (dbt's capacity rule, which flags the curve non-monotone)
+    for level in dip_check_levels(
+        bisect.capacity, set(outcome), runner.deployment.batch_buckets, search.dip_check_levels
+    ):
+        outcome[level] = await measure_level(level, dip_check=True)
+    capacity = 0
+    for level in sorted(outcome):
+        if not outcome[level]:
+            break
+        capacity = level
     if search.sustain_factor <= 0:
         return capacity
     # one longer wave at the found capacity; a fall moves the answer down one level and

@@ -194,6 +194,7 @@ async def _one_wave(
         probe=item.probe,
         method=item.method,
         search_step=item.search_step,
+        length_factor=item.length_factor,
     )
     if before_wave is not None:
         await before_wave(wave)

@@ -102,6 +102,11 @@ RAW_TABLES: dict[str, pa.Schema] = {
         _c("client_process_count", I32, doc="load-generating processes that ran the wave"),
         _c("method", STR, doc="grid | search (NULL before 0.5: grid)"),
         _c("search_step", I32, doc="a search's level (or sustain wave) order, from 1"),
+        _c(
+            "length_factor",
+            F64,
+            doc="stream length as a share of the full output length (NULL in older warehouses: 1)",
+        ),
     ),
     "search_levels": _table(
         "What a live search decided after a level's last wave, and why (live figures; the "

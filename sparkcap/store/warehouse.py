@@ -335,6 +335,7 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "probe": [wave.probe],
             "method": [wave.method],
             "search_step": [wave.search_step],
+            "length_factor": [wave.length_factor],
         },
     )
     requests = raw_table(

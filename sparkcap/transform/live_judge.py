@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkcap.errors import SparkcapError
-from sparkcap.loadgen.records import Status, WaveRecord
+from sparkcap.loadgen.records import MAX_COUNT, RequestRecord, Status, WaveRecord
 from sparkcap.loadgen.search import LevelJudgement
 from sparkcap.transform.dbt_build import _release_dbt_logs, dbt_args, environment_vars
 
@@ -42,8 +42,10 @@ _INLINE = "\n".join(
         _SPLIT,
         "{{ decode_overlap('live_requests') }}",
         _SPLIT,
-        "select level_key, trial, confidence, {{ stream_decode_tok_s('status',"
-        " 'completion_tokens', 'first_token_ns', 'last_token_ns') }} as decode_tok_s"
+        "select level_key, trial, confidence, {{ level_decode_tok_s('status',"
+        " 'completion_tokens', 'first_token_ns', 'last_token_ns', 'requested_tokens',"
+        " 'length_factor', first_chunk_tokens('completion_tokens', 'first_chunk_counted',"
+        " 'first_chunk_chars', 'total_chars')) }} as decode_tok_s"
         " from live_stream_times",
     ]
 )
@@ -51,7 +53,8 @@ _INLINE = "\n".join(
 
 def compile_search_rule(dbt_vars: dict[str, Any] | None = None) -> tuple[str, str, str]:
     """The SQL of ``search_level_interval('live_streams')``, of
-    ``decode_overlap('live_requests')`` and of the stream rate (``stream_decode_tok_s``) under
+    ``decode_overlap('live_requests')`` and of the level's stream rate (``level_decode_tok_s``,
+    a shortened trial judged as the full-length stream it stands in for) under
     these vars (cached): the live search decides with dbt's own rules, never a copy."""
     import json
 
@@ -106,6 +109,15 @@ def live_valid(wave: WaveRecord) -> bool:
         and wave.client_spoiled_live is None
         and all(r.status is Status.OK for r in reqs)
     )
+
+
+def first_chunk_counted(rec: RequestRecord) -> int | None:
+    """The server's own count of the first content chunk's tokens, as staging stores it
+    (raw.chunks.n_tokens: NULL where the server gave no per-chunk count or an impossible one)."""
+    if not len(rec.chunks):
+        return None
+    n = rec.chunks.n_tokens[0]
+    return n if 0 <= n <= MAX_COUNT else None
 
 
 class SearchJudge:
@@ -168,6 +180,16 @@ class SearchJudge:
                 ),
                 "first_token_ns": pa.array([r.first_token_ns for _, r in streams], pa.int64()),
                 "last_token_ns": pa.array([r.last_token_ns for _, r in streams], pa.int64()),
+                "requested_tokens": pa.array([r.requested_tokens for _, r in streams], pa.int64()),
+                "length_factor": pa.array([w.length_factor for w, _ in streams], pa.float64()),
+                "first_chunk_counted": pa.array(
+                    [first_chunk_counted(r) for _, r in streams], pa.int64()
+                ),
+                "first_chunk_chars": pa.array(
+                    [r.chunks.n_chars[0] if len(r.chunks) else None for _, r in streams],
+                    pa.int64(),
+                ),
+                "total_chars": pa.array([sum(r.chunks.n_chars) for _, r in streams], pa.int64()),
             }
         )
         with duckdb.connect(":memory:") as con:

@@ -92,6 +92,7 @@ def test_search_path_live_equals_record_and_a_fallen_sustain(db_path: Path) -> N
         ("level", 8),
         ("level", 6),
         ("level", 5),
+        ("level", 3),  # the check below the answer for a dip (the one untested gap)
         ("sustain", 4),
         ("sustain", 3),
     ], path
@@ -112,9 +113,11 @@ def test_search_path_live_equals_record_and_a_fallen_sustain(db_path: Path) -> N
         "select method, capacity_streams, level_capacity_streams, search_low_streams, "
         "search_high_streams, sustain_result from marts.fct_capacity",
     )
-    # levels: 4 cleared the threshold, 5 clearly failed -> [4, 4]; the fallen sustain wave
-    # moves the capacity and the low end to 3
-    assert cap == ("search", 3, 4, 3, 4, "fell at 4, held at 3 streams: capacity moved down")
+    # levels: 4 cleared the threshold, 5 clearly failed -> [4, 4]; the sustain wave at 4 fell
+    # clearly (its whole interval below) -> decided at 3, not "undecided between 3 and 4"
+    assert cap == ("search", 3, 4, 3, 3, "fell at 4, held at 3 streams: capacity moved down")
+    (verdict,) = q(db_path, "select capacity_verdict from marts.fct_capacity")
+    assert "undecided" not in verdict[0], verdict
     (fleet,) = q(db_path, "select capacity_streams from marts.fct_fleet_capacity")
     assert fleet == (3,)
     # warm-ups are short; the sustain waves ask 5 x 60 tokens

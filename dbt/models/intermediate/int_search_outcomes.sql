@@ -3,7 +3,8 @@
 
 -- One row per searched deployment and workload: the interval the search's decided levels
 -- give (all tested levels up to `search_low_streams` cleared the threshold; the level after
--- `search_high_streams` was clearly below it) and what the sustain waves said.
+-- `search_high_streams` was clearly below it, in its trials or in a sustain wave whose whole
+-- interval fell) and what the sustain waves said.
 with levels as (
     select * from {{ ref('int_search_levels') }}
     where {{ changed_runs_filter('run_id') }}
@@ -49,6 +50,9 @@ sustain as (
         count(*) as n_sustain_waves,
         max(concurrency) filter (where passes_threshold) as sustained_streams,
         min(concurrency) filter (where not passes_threshold) as first_unsustained_streams,
+        -- a sustain wave whose whole interval fell below the threshold is a clear failure,
+        -- like a level's: it decides the high end (one that straddles only moves the answer)
+        min(concurrency) filter (where verdict = 'fail') as first_clearly_fallen_streams,
         string_agg(
             concurrency || ' streams: ' || case when passes_threshold then 'held' else 'fell' end
             || coalesce(' (' || round(median_decode_tok_s, 1) || ' tok/s)', ''),
@@ -73,7 +77,8 @@ final as (
         b.n_straddling_levels,
         b.top_tested_level,
         l.search_low_streams,
-        b.first_clear_fail_level - 1 as search_high_streams,
+        least(b.first_clear_fail_level, s.first_clearly_fallen_streams) - 1
+            as search_high_streams,
         coalesce(s.n_sustain_waves, 0) as n_sustain_waves,
         s.sustained_streams,
         s.first_unsustained_streams,

@@ -1,6 +1,10 @@
 {{ config(materialized='incremental', unique_key='run_id', incremental_strategy='delete+insert') }}
 
--- The study's per-stream formulas. Only `ok` streams carry a decode rate.
+-- The study's per-stream formulas. Only `ok` streams carry a decode rate. `decode_tok_s` is
+-- the rate a level is judged by (macros/stream_rate.sql, level_decode_tok_s): the study's
+-- formula for every full-length stream, and for a stream a search shortened, the study's
+-- rate of the full-length stream it stands in for; `measured_decode_tok_s` is the study's
+-- formula on the stream as delivered.
 with requests as (
     select * from {{ ref('stg_requests') }}
     where {{ changed_runs_filter('run_id') }}
@@ -12,6 +16,38 @@ waves as (
 
 watermarks as (
     select * from {{ ref('int_run_watermarks') }}
+),
+
+shortened as (
+    -- only a shortened stream needs its first chunk (k1): the chunks of the rest are not read
+    select r.request_id
+    from requests as r
+    inner join waves as w on w.wave_id = r.wave_id
+    where w.length_factor < 1
+),
+
+first_chunks as (
+    select
+        c.request_id,
+        arg_min(c.n_tokens, c.seq) as first_chunk_counted_tokens,
+        arg_min(c.n_chars, c.seq) as first_chunk_chars,
+        sum(c.n_chars) as total_chars
+    from {{ ref('stg_chunks') }} as c
+    inner join shortened as s on s.request_id = c.request_id
+    group by c.request_id
+),
+
+with_k1 as (
+    select
+        r.*,
+        w.length_factor,
+        case when w.length_factor < 1 and r.completion_tokens >= 2 then {{ first_chunk_tokens(
+            'r.completion_tokens', 'f.first_chunk_counted_tokens', 'f.first_chunk_chars',
+            'f.total_chars'
+        ) }} end as first_chunk_tokens
+    from requests as r
+    inner join waves as w on w.wave_id = r.wave_id
+    left join first_chunks as f on f.request_id = r.request_id
 ),
 
 final as (
@@ -41,14 +77,20 @@ final as (
         r.first_token_ns,
         r.last_token_ns,
         r.n_chunks,
+        r.length_factor,
+        r.first_chunk_tokens,
+        {{ level_decode_tok_s(
+            'r.status', 'r.completion_tokens', 'r.first_token_ns', 'r.last_token_ns',
+            'r.requested_tokens', 'r.length_factor', 'r.first_chunk_tokens'
+        ) }} as decode_tok_s,
         {{ stream_decode_tok_s(
             'r.status', 'r.completion_tokens', 'r.first_token_ns', 'r.last_token_ns'
-        ) }} as decode_tok_s,
+        ) }} as measured_decode_tok_s,
         (r.first_token_ns - r.sent_ns) / 1e9 as ttft_s,
         (r.last_token_ns - r.first_token_ns) / 1e9 as decode_span_s,
         m.run_watermark,
         {{ judgement_settings() }} as judgement_settings
-    from requests as r
+    from with_k1 as r
     inner join waves as w on w.wave_id = r.wave_id
     inner join watermarks as m on m.run_id = r.run_id
 )

@@ -65,9 +65,10 @@ final as (
         {{ capped_below_fallen_sustain('ci_low_streams') }} as ci_low_streams,
         {{ capped_below_fallen_sustain('ci_high_streams') }} as ci_high_streams,
         -- a search's own interval: every tested level up to the low end cleared the threshold,
-        -- the level above the high end clearly failed (NULL: none did). A sustain wave that
-        -- fell moves the capacity, and the low end with it, but one wave is no clear failure:
-        -- the high end stays the levels' (a knife-edge level may hold or fall by chance)
+        -- the level above the high end clearly failed (NULL: none did), in its trials or in
+        -- a sustain wave whose whole interval fell. A sustain wave that fell only by its
+        -- median moves the capacity, and the low end with it, not the high end (a
+        -- knife-edge level may hold or fall by chance)
         {{ capped_below_fallen_sustain('search_low_streams') }} as search_low_streams,
         search_high_streams,
         coalesce(n_straddling_levels, 0) as n_straddling_levels,

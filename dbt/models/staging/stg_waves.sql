@@ -29,7 +29,8 @@ final as (
         cast(metrics_error as varchar) as metrics_error,
         cast(client_process_count as integer) as client_process_count,
         coalesce(cast(method as varchar), 'grid') as method,
-        cast(search_step as integer) as search_step
+        cast(search_step as integer) as search_step,
+        coalesce(cast(length_factor as double), 1.0) as length_factor
     from source
 )
 

@@ -129,3 +129,25 @@ def test_a_value_its_type_cannot_hold_is_one_error_line(
     with pytest.raises(FleetError) as err:
         load_fleet(path)
     assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)[:300]
+
+
+@pytest.mark.parametrize(
+    ("buckets", "needle"),
+    [("[1, 8, 4]", "ascending"), ("[true, 2]", "whole batch sizes"), ("[0, 2]", "ascending")],
+)
+def test_batch_buckets_are_ascending_whole_batch_sizes(
+    tmp_path: Path, buckets: str, needle: str
+) -> None:
+    """A deployment's declared capture sizes steer the search's dip check: a bucket list out
+    of order, a YAML `true` (it would pass as 1) or a zero is refused in one line."""
+    path = tmp_path / "fleet.yaml"
+    body = (
+        "name: f\nworkloads: {code: {levels: [1, 2]}}\ndeployments:\n"
+        "  - {name: a, model: m, endpoint: 'http://127.0.0.1:9/v1', batch_buckets: %s}\n"
+    )
+    path.write_text(body % buckets)
+    with pytest.raises(FleetError, match=needle):
+        load_fleet(path)
+    path.write_text(body % "[1, 2, 4, 8]")
+    (dep,) = load_fleet(path).deployments
+    assert dep.batch_buckets == (1, 2, 4, 8)

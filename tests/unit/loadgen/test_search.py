@@ -11,7 +11,7 @@ import pytest
 
 from sparkcap.config import OptionError, SearchPlan, SweepPlan, search_plan
 from sparkcap.loadgen.records import WaveRecord
-from sparkcap.loadgen.search import Bisection, LevelJudgement, run_search
+from sparkcap.loadgen.search import Bisection, LevelJudgement, dip_check_levels, run_search
 
 
 def _tested(capacity: int, max_level: int = 32) -> tuple[list[int], int]:
@@ -46,9 +46,13 @@ class FakeRunner:
     plan: SweepPlan
     run_id: str = "r"
     workload: str = "code"
-    deployment: Any = field(default_factory=lambda: type("D", (), {"name": "d"})())
+    buckets: tuple[int, ...] | None = None
+    deployment: Any = None
     items: list[Any] = field(default_factory=list)
     waves: list[WaveRecord] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.deployment = type("D", (), {"name": "d", "batch_buckets": self.buckets})()
 
     async def measure(self, item: Any, decide: Any = None) -> WaveRecord:
         self.items.append(item)
@@ -159,3 +163,31 @@ def test_a_fleet_file_can_search_a_workload(tmp_path: Any) -> None:
     path.write_text(path.read_text().replace("confidence: 0.95", "confidence: 1.5"))
     with pytest.raises(FleetError, match="confidence"):
         load_fleet(path)
+
+
+def test_dip_check_levels_are_the_first_padded_level_after_each_bucket_or_gap_middles() -> None:
+    searched = {1, 2, 4, 8, 16, 32, 24, 28, 26, 25}
+    # declared capture sizes: the first padded level of each range below the answer
+    assert dip_check_levels(25, searched, (1, 2, 4, 8, 16, 24, 32), 2) == [3, 5, 9, 17]
+    # none declared: the middle of the widest untested gap, twice (lowest first on a tie)
+    assert dip_check_levels(11, {1, 2, 4, 8, 16, 12, 10, 11}, None, 2) == [3, 6]
+    assert dip_check_levels(11, {1, 2, 4, 8, 16, 12, 10, 11}, None, 0) == []
+    assert dip_check_levels(2, {1, 2, 4, 3}, None, 2) == []  # nothing skipped below 2
+    assert dip_check_levels(1, {1, 2}, (1, 2, 4), 2) == []
+
+
+def test_a_dip_below_the_bisected_answer_is_caught_and_the_answer_is_the_monotone_one() -> None:
+    """Every level to 14 passes but 5 (a padded batch, buckets 1, 2, 4, 8, 16): bisection
+    alone answers 14; the check below it finds 5 failing, so the search answers 4 (every
+    tested level up to 4 passes), sustains there and says the curve is not monotone."""
+    runner = FakeRunner(SweepPlan(warmup=False), buckets=(1, 2, 4, 8, 16))
+    search = SearchPlan(max_level=32, sustain_factor=1)
+    judge = scripted_judge({("level", 5): ["fail"]}, capacity=14)
+    found = asyncio.run(run_search(runner, search, judge))  # type: ignore[arg-type]
+    assert found == 4
+    levels = [i.concurrency for i in runner.items if i.probe is None and i.trial == 1]
+    assert levels == [1, 2, 4, 8, 16, 12, 14, 15, 3, 5, 9]
+    said = {w.concurrency: w.search_decision for w in runner.waves if w.search_decision}
+    assert said[5] is not None and said[5].next_action == "dips: the curve is not monotone"
+    assert said[9] is not None and said[9].next_action == "holds below the answer"
+    assert [i.concurrency for i in runner.items if i.probe == "sustain"] == [4]
