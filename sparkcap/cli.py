@@ -161,6 +161,8 @@ def sweep(
     except KeyboardInterrupt:
         raise _interrupted(path, run_id) from None
     print_levels(path, result.run_id, fmt)
+    for d in marts.search_disagreements(path, result.run_id):
+        err.print(text.search_disagreement_words(d), highlight=False)
     say.print(f"database: {path}", highlight=False)
     if result.status != "complete":
         err.print(f"error: run {result.run_id} is incomplete: {result.reason}", highlight=False)

@@ -8,6 +8,7 @@ API keys are never part of a config: a config names the environment variable tha
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import math
 import re
@@ -250,8 +251,7 @@ class DeploymentBase(Strict):
     @classmethod
     def _buckets_ascend(cls, v: tuple[int, ...] | None) -> tuple[int, ...] | None:
         if v is not None and (
-            any(not 1 <= b <= 4096 for b in v)
-            or any(a >= b for a, b in zip(v, v[1:], strict=False))
+            any(not 1 <= b <= 4096 for b in v) or any(a >= b for a, b in itertools.pairwise(v))
         ):
             raise ValueError("batch_buckets must be ascending batch sizes from 1 to 4096")
         return v

@@ -78,6 +78,21 @@ class FailedStep(NamedTuple):
     reason: str | None
 
 
+class SearchDisagreement(NamedTuple):
+    """A ``marts.fct_search_path`` step whose live verdict (what the search acted on) is not
+    the verdict of record (dbt's, which also weighs data quality and queueing from token
+    overlap): the path the search took is not the one the record would have taken."""
+
+    deployment: str
+    workload: str
+    kind: str
+    concurrency: int
+    live_verdict: str | None
+    verdict: str
+    verdict_reason: str | None
+    invalid_reasons: str | None
+
+
 class LinkRow(NamedTuple):
     """``marts.fct_link_health``: one link's check, judged by dbt (``int_link_health``)."""
 
@@ -154,6 +169,16 @@ def unmeasured_pairs(db_path: Path, run_id: str) -> list[CapacityRow]:
     every stream broken, every trial spoiled): their capacity 0 is no measurement, so a sweep
     or night that holds one has not done its job."""
     return [c for c in capacities(db_path, run_id) if not c.is_measured]
+
+
+def search_disagreements(db_path: Path, run_id: str) -> list[SearchDisagreement]:
+    with warehouse.open_warehouse(db_path, read_only=True) as con:
+        rows = con.execute(
+            f"select {', '.join(SearchDisagreement._fields)} from marts.fct_search_path "
+            "where run_id = ? and not live_agrees order by deployment, workload, search_step",
+            [run_id],
+        ).fetchall()
+    return [SearchDisagreement(*r) for r in rows]
 
 
 def failed_steps(db_path: Path, run_id: str) -> list[FailedStep]:

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         LinkRow,
         QueryResult,
         RecordedRun,
+        SearchDisagreement,
     )
 
 OutputFormat = Literal["table", "csv", "json"]
@@ -61,6 +62,17 @@ def text_console(**options: Any) -> Console:
 
 
 # --- the words for a capacity ------------------------------------------------------------------
+
+
+def search_disagreement_words(d: SearchDisagreement) -> str:
+    """The line a sweep prints at once where its live search decided a step otherwise than
+    the record: the user learns that the path taken is not the one of record, and why."""
+    why = "; ".join(x for x in (d.verdict_reason, d.invalid_reasons) if x)
+    return (
+        f"note: {d.deployment}/{d.workload} search {d.kind} at {d.concurrency} streams was "
+        f"decided live as {d.live_verdict or 'undecided'}; the record says {d.verdict}"
+        + (f" ({why})" if why else "")
+    )
 
 
 def capacity_words(c: CapacityRow, *, failing: bool = False) -> str:

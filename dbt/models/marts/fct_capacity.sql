@@ -115,6 +115,11 @@ select
         else capacity_streams || ' stream' || if(capacity_streams = 1, '', 's')
             || ' (fails at ' || first_failing_level || ')'
     end
+    || if(
+        is_non_monotonic and first_failing_level is not null,
+        ' · not monotone: a level above ' || first_failing_level || ' passes again',
+        ''
+    )
     || if(method = 'search', ' · search; sustain wave: ' || sustain_result, '')
     || if(
         method = 'search' and search_high_streams > search_low_streams,

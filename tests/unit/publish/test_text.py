@@ -302,3 +302,18 @@ def test_night_lines_name_the_data_docs_only_when_they_were_written(tmp_path: Pa
 )
 def test_a_link_is_worded_from_dbts_verdict(link: LinkRow, line: str) -> None:
     assert text.link_line(link) == line
+
+
+def test_a_search_step_decided_otherwise_live_is_named_with_the_records_reason() -> None:
+    from sparkcap.publish.marts import SearchDisagreement
+    from sparkcap.publish.text import search_disagreement_words
+
+    d = SearchDisagreement(
+        "glm", "code", "level", 12, "pass", "fail", "a counted trial queued streams", None
+    )
+    assert search_disagreement_words(d) == (
+        "note: glm/code search level at 12 streams was decided live as pass; the record says "
+        "fail (a counted trial queued streams)"
+    )
+    bare = d._replace(live_verdict=None, verdict_reason=None, invalid_reasons="dq: lengths")
+    assert search_disagreement_words(bare).endswith("undecided; the record says fail (dq: lengths)")
