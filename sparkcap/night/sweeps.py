@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import threading
 import time
@@ -43,6 +44,7 @@ from sparkcap.loadgen.sweep import (
     request_headers,
     run_sweep,
 )
+from sparkcap.night.calibrate import HostBudget, plan_within_budget, read_budget
 from sparkcap.night.progress import NightProgress, planned_waves
 from sparkcap.servers.llama import LocalServer, LocalServerError, launched
 from sparkcap.store import spool
@@ -59,6 +61,7 @@ from sparkcap.transform.live_judge import SearchJudge
 
 ProgressFn = Callable[[WaveRecord, int, int], None]
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # set by run_interruptibly's SIGINT handler while a sweep runs: the CancelledError a Ctrl-C
 # becomes inside the sweep has no text of its own
@@ -279,6 +282,9 @@ async def run_sweeps(
         )
         for r in requests
     ]
+    # a search never plans waves this host cannot time: capped at its calibrated budget
+    # (sparkcap calibrate), each change said once; no calibration file, no change
+    requests = within_host_budget(requests, await asyncio.to_thread(read_budget))
     # a search decides with dbt's own rule: compiled before anything is recorded
     judge = None
     if any(r.plan.search is not None for r in requests):
@@ -372,6 +378,23 @@ async def run_sweeps(
         )[:1000]
     run_end_to(db_path, run_id, result.status, result.reason)
     return result
+
+
+def within_host_budget(
+    requests: Sequence[SweepRequest], budget: HostBudget | None
+) -> list[SweepRequest]:
+    """Every request's plan as this host can time it (``night.calibrate``); each line saying
+    what changed is logged once, however many workloads it applies to."""
+    said: dict[str, None] = {}
+    out: list[SweepRequest] = []
+    for r in requests:
+        plan, line = plan_within_budget(r.plan, budget)
+        if line is not None:
+            said[line] = None
+        out.append(r if plan is r.plan else r.model_copy(update={"plan": plan}))
+    for line in said:
+        log.warning(line)
+    return out
 
 
 DEMO_PROFILE: dict[str, object] = {"trials": 1, "max_tokens": 64}
