@@ -487,6 +487,22 @@ def demo(
     run(fleet=fleet, db=db, profile="demo", reports=reports, no_prefect=False, fmt="table")
 
 
+@app.command()
+def calibrate(
+    max_streams: opt.MaxStreamsOption = 1024, trials: opt.CalibrateTrialsOption = 1
+) -> None:
+    """Measure this client host's stream budget: waves of growing size against a pinned
+    simulator, judged by dbt's client-timing tolerances; a search on this host is capped at
+    the largest clean size (about 15 s on 2 cores)."""
+    # +0.27 s (the capture path, the simulator, the dbt vars)
+    from sparkcap.night.calibrate import budget_lines, budget_path
+    from sparkcap.night.calibrate import calibrate as self_test
+
+    budget = self_test(max_streams=max_streams, trials=trials)
+    for line in budget_lines(budget, budget_path()):
+        out.print(line, highlight=False)
+
+
 @app.command("local-server")
 def local_server_cmd(
     port: opt.PortOption = 8080,

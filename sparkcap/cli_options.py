@@ -248,6 +248,20 @@ DemoFleetOption = Annotated[
     Path | None, typer.Option(help="fleet file (default: the twin fleet shipped with sparkcap)")
 ]
 
+# calibrate
+MaxStreamsOption = Annotated[
+    int,
+    typer.Option(
+        help="largest wave tried (sizes double from 16 up to it; the first spoiled size ends "
+        "the test)",
+        min=1,
+        max=4096,
+    ),
+]
+CalibrateTrialsOption = Annotated[
+    int, typer.Option(help="counted waves per size, each to be clean (1..5)", min=1, max=5)
+]
+
 # local-server
 SlotsOption = Annotated[int, typer.Option(help="parallel slots (-np)")]
 ContextOption = Annotated[int, typer.Option(help="total context (-c), shared by the slots")]
