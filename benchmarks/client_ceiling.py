@@ -2,7 +2,11 @@
 
 Starts the simulator in its own process (fixed 3-token chunks, a constant 60 tok/s per stream
 whatever the batch, so every stream's true rate is known) and sweeps each stream count with
-one warm-up and ``--trials`` counted waves. The simulator logs, per request, the monotonic
+one warm-up and ``--trials`` counted waves. The simulator is pinned to CPUs of its own and the
+client (this process, and the worker processes it starts, which inherit its CPUs) to the
+others, so the server's work never takes the client's cores: by default the machine's CPUs
+are split in two (the upper half the server's), or ``--server-cpus``/``--client-cpus`` name
+them as ``taskset -c`` does. The simulator logs, per request, the monotonic
 instants it handed its first and last content chunk to the socket; on Linux
 ``perf_counter_ns`` is CLOCK_MONOTONIC, shared by every process of the host, so client and
 server instants are directly comparable. Printed per stream count, from one run:
@@ -11,15 +15,17 @@ server instants are directly comparable. Printed per stream count, from one run:
   and the signed median (a bias shows there, not in |err|);
 - how late the client stamped first and last tokens (median, ms): the cause of any bias;
 - start skew, loop lag p99 (worst process), CPU per process, and whether the wave would be
-  re-measured as client-spoiled;
-- the ceiling: the largest stream count at which every process's loop lag p99 stays < 5 ms.
+  re-measured as client-spoiled (``loadgen.sweep.client_spoiled`` with dbt's tolerances);
+- the ceilings, in streams and per client core: the largest stream count none of whose waves
+  was client-spoiled, and the largest at which every process's loop lag p99 stays < 5 ms.
 
     .venv/bin/python benchmarks/client_ceiling.py [--levels 16,64,256,512] [--procs auto|N]
-        [--tokens 300] [--trials 2] [--guidellm /path/to/venv/bin/guidellm]
+        [--tokens 300] [--trials 2] [--server-cpus 1 --client-cpus 0]
+        [--guidellm /path/to/venv/bin/guidellm]
 
 With ``--guidellm`` the same simulator is measured by GuideLLM in the same run (a separate
-venv: ``python -m venv /tmp/gl && /tmp/gl/bin/pip install guidellm==0.8.1``) and its
-per-request errors are printed beside sparkcap's.
+venv: ``python -m venv /tmp/gl && /tmp/gl/bin/pip install guidellm==0.8.1``), on the client's
+CPUs, and its per-request errors are printed beside sparkcap's.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import httpx
 
 from sparkcap.config import Deployment, SweepPlan
 from sparkcap.loadgen.sweep import client_spoiled, new_run_id, run_sweep
+from sparkcap.night.calibrate import host_cpus, judged_plan, parse_cpus, pinned, split_cpus
 from sparkcap.night.progress import live_decode_tok_s
 from sparkcap.servers.sim.server import SimProcess
 
@@ -77,16 +84,19 @@ def server_log(base_url: str) -> dict[str, dict[str, Any]]:
 
 
 def sparkcap_level(sim: SimProcess, level: int, args: argparse.Namespace) -> dict[str, Any]:
-    dep = Deployment(name="bench", endpoint=sim.endpoint, model="bench")  # type: ignore[arg-type]
+    dep = Deployment(name="bench", endpoint=sim.endpoint, model="bench")
     plan_kw: dict[str, Any] = {}
     if args.procs != "auto":
         plan_kw["client_processes"] = int(args.procs)
+    judged = judged_plan((level,))  # dbt's tolerances, as this environment sets them
     plan = SweepPlan(
         levels=(level,),
         trials=args.trials,
         warmup=True,
         max_tokens=args.tokens,
         max_remeasures=0,
+        timing_tolerance=judged.timing_tolerance,
+        skew_tolerance=judged.skew_tolerance,
         **plan_kw,
     )
     server_log(sim.base_url)  # clear
@@ -185,6 +195,21 @@ def guidellm_level(sim: SimProcess, level: int, args: argparse.Namespace) -> dic
     return {"level": level, "err": summarize(errs), "n": len(errs)}
 
 
+def cpu_sides(args: argparse.Namespace) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(server CPUs, client CPUs): as given, or the machine's split in two."""
+    cpus = host_cpus()
+    if args.server_cpus is None and args.client_cpus is None:
+        return split_cpus(cpus, len(cpus) // 2)
+    if args.server_cpus is None or args.client_cpus is None:
+        raise SystemExit("error: give --server-cpus and --client-cpus together")
+    server, client = parse_cpus(args.server_cpus), parse_cpus(args.client_cpus)
+    if set(server) & set(client):
+        raise SystemExit("error: --server-cpus and --client-cpus must not share a CPU")
+    if not set(server + client) <= set(cpus):
+        raise SystemExit(f"error: this process may use CPUs {cpus} only")
+    return server, client
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--levels", default="16,64,256,512")
@@ -192,35 +217,61 @@ def main() -> int:
     ap.add_argument("--tokens", type=int, default=300)
     ap.add_argument("--trials", type=int, default=2)
     ap.add_argument("--worst", type=int, default=0, help="print the N worst streams per level")
+    ap.add_argument("--server-cpus", help="the simulator's CPUs, e.g. 1 or 2-3")
+    ap.add_argument("--client-cpus", help="the client's CPUs, e.g. 0 or 0-1")
     ap.add_argument("--guidellm", help="path to a guidellm executable to compare against")
     args = ap.parse_args()
     levels = [int(x) for x in args.levels.split(",")]
+    server_cpus, client_cpus = cpu_sides(args)
     rows = []
-    with SimProcess({"profiles": [PROFILE]}) as sim:
+    with (
+        SimProcess({"profiles": [PROFILE]}) as sim,
+        pinned(sim.proc.pid, server_cpus, client_cpus) as is_pinned,
+    ):
         for level in levels:
             rows.append(sparkcap_level(sim, level, args))
         gl = [guidellm_level(sim, lv, args) for lv in levels] if args.guidellm else []
+    if is_pinned:
+        print(
+            f"simulator on CPU {','.join(map(str, server_cpus))}; client (this process and its "
+            f"workers) on CPU {','.join(map(str, client_cpus))}"
+        )
+    else:
+        client_cpus = host_cpus()
+        print(f"not pinned: simulator and client share CPU {','.join(map(str, client_cpus))}")
     print(f"client processes: {args.procs}; {args.tokens} tokens at {TOK_S:.0f} tok/s per stream")
     print(
         f"{'streams':>7} {'|err| med %':>11} {'p95 %':>6} {'max %':>6} {'signed %':>8} "
         f"{'late 1st/last ms':>16} {'skew ms':>8} {'lag p99 ms':>10} {'CPU % / proc':>14} spoiled"
     )
-    ceiling = 0
+    lag_ceiling = clean_ceiling = 0
+    still_clean = True
     for row in rows:
         e = row["err"]
         skew = max(w["start_skew_ms"] or 0 for w in row["waves"])
         lag = max(w["lag_p99_ms"] for w in row["waves"])
         cpus = [c for w in row["waves"] for c in w["cpu_pct"] if c is not None]
-        spoiled = sum(1 for w in row["waves"] if w["spoiled"])
+        spoiled = [w["spoiled"] for w in row["waves"] if w["spoiled"]]
         if lag < LAG_CEILING_MS:
-            ceiling = max(ceiling, row["level"])
+            lag_ceiling = max(lag_ceiling, row["level"])
+        still_clean = still_clean and not spoiled
+        if still_clean:
+            clean_ceiling = row["level"]
         print(
             f"{row['level']:>7} {e['median']:>11.3f} {e['p95']:>6.3f} {e['max']:>6.3f} "
             f"{e['signed']:>+8.3f} {row['late_first_ms']:>7.2f}/{row['late_last_ms']:<8.2f} "
             f"{skew:>8.2f} {lag:>10.2f} {max(cpus, default=0):>14.0f} "
-            f"{spoiled}/{len(row['waves'])}"
+            f"{len(spoiled)}/{len(row['waves'])}" + (f" ({spoiled[0]})" if spoiled else "")
         )
-    print(f"ceiling (loop lag p99 < {LAG_CEILING_MS:.0f} ms in every process): {ceiling} streams")
+    n_cores = len(client_cpus)
+    print(
+        f"ceiling (no wave client-spoiled, dbt's tolerances): {clean_ceiling} streams on "
+        f"{n_cores} client core{'s' if n_cores > 1 else ''} = {clean_ceiling / n_cores:g} per core"
+    )
+    print(
+        f"ceiling (loop lag p99 < {LAG_CEILING_MS:.0f} ms in every process): {lag_ceiling} "
+        f"streams = {lag_ceiling / n_cores:g} per client core"
+    )
     for g in gl:
         if "error" in g:
             print(f"GuideLLM {g['level']:>4} streams: failed: {g['error']}")
