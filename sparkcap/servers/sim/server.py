@@ -45,6 +45,14 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return JSONResponse(body, status_code=status, headers=headers)
 
 
+def prompt_text(messages: list[Any]) -> str:
+    """What the engine prefills for a chat: one string, so its token count (and the prefill
+    time) is what a benchmark replaying the model (``Engine.schedule``) must give it too."""
+    return "".join(
+        f"<{m.get('role', '')}>{m.get('content', '')}" for m in messages if isinstance(m, dict)
+    )
+
+
 def create_app(
     profiles: Iterable[SimProfile],
     required_api_key: str | None = None,
@@ -80,9 +88,7 @@ def create_app(
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return _error(400, "messages must be a non-empty list")
-        prompt = "".join(
-            f"<{m.get('role', '')}>{m.get('content', '')}" for m in messages if isinstance(m, dict)
-        )
+        prompt = prompt_text(messages)
         try:
             max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 256)
             temperature = float(body.get("temperature", 1.0))
