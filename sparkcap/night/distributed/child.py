@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -24,12 +25,15 @@ from sparkcap.errors import SparkcapError
 from sparkcap.loadgen.metrics import scrape_into
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import EndpointDown, run_sweep
+from sparkcap.night.calibrate import plan_within_budget, read_budget
 from sparkcap.night.plan import fleet_for
 from sparkcap.night.schedule import ensure_limit
 from sparkcap.night.sweeps import PreflightError, ProgressFn, preflight
 from sparkcap.settings import get_settings
 from sparkcap.store.lake import ChildKey, Lake
 from sparkcap.transform.live_judge import SearchJudge
+
+log = logging.getLogger(__name__)
 
 CHILD_FLOW = "sparkcap-sweep-target"
 CHILD_ENTRYPOINT = "flows/distributed.py:sweep_target"
@@ -139,6 +143,11 @@ def sweep_child(spec: ChildSpec, progress: ProgressFn | None = None) -> ChildOut
     plan = fd.plans.get(spec.workload, fleet.workloads[spec.workload])
     dep = fd.resolve(spec.endpoint)
     host = get_settings().client_host
+    # as a local night does (sweeps.within_host_budget): a search never plans waves this
+    # host's own self-test could not time; capped before the limits reserve the plan's peak
+    plan, capped = plan_within_budget(plan, read_budget(host=host))
+    if capped is not None:
+        log.warning("%s/%s: %s", spec.deployment, spec.workload, capped)
     lake, key = Lake(spec.lake), spec.key
     settings = fleet.distributed
     outcome = ChildOutcome("ok")

@@ -111,3 +111,47 @@ def test_a_plan_over_a_hosts_budget_is_refused_before_anything_starts(tmp_path: 
     assert "a: the plan reaches 8 streams, more than a client host's budget of 4" in over.stderr
     assert "Traceback" not in over.stderr
     assert not (tmp_path / "warehouse").exists()
+
+
+def test_a_distributed_child_caps_its_search_at_this_hosts_calibrated_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker host calibrated to 4 streams: the child's search plans no level above 4 (as a
+    local night's does), and the limits it holds reserve the capped peak, not max_level 32."""
+    from sparkcap.night import calibrate as cal
+    from sparkcap.night.distributed import child
+    from sparkcap.settings import get_settings
+    from tests.unit.night.test_calibrate import budget
+
+    monkeypatch.setenv("SPARKCAP_HOME", str(tmp_path / "home"))
+    here = get_settings().client_host
+    cal.write_budget(budget(streams=4, host=here, cpus=os.cpu_count() or 1), cal.budget_path())
+
+    async def reachable(dep: object) -> None:
+        return None
+
+    class Planned(Exception):
+        pass
+
+    seen: list[SweepPlan] = []
+
+    def limits(fd: object, plan: SweepPlan, settings: object, host: str) -> object:
+        seen.append(plan)
+        raise Planned
+
+    monkeypatch.setattr(child, "preflight", reachable)
+    monkeypatch.setattr(child.SearchJudge, "compile", classmethod(lambda cls, t: None))
+    monkeypatch.setattr(child, "child_limits", limits)
+    spec = ChildSpec(
+        fleet_path=str(_fleet(tmp_path)),
+        search={"max_level": 32},
+        deployment="a",
+        workload="code",
+        run_id="r",
+        night="n",
+        lake=str(tmp_path / "lake"),
+    )
+    with pytest.raises(Planned):
+        child.sweep_child(spec)
+    (plan,) = seen
+    assert plan.search is not None and plan.search.max_level == 4
