@@ -25,8 +25,11 @@ gives ±2 sampling errors of its difference (bootstrap over streams). Beside eac
 a ``model`` row gives the simulator's own expectation: the same server's schedule in model
 time (``Engine.schedule``: exact chunk sizes and send times, thousands of streams where the
 streams differ), staged and built by the same dbt models, so an estimator is judged on its
-bias rather than on noise. Only rows whose ±2 sampling errors fit inside the tolerance are
-judged; exit 0 when the estimator's worst |difference| over them is within TOLERANCE (1 %).
+bias rather than on noise. A model row of single streams has no step-time jitter: its
+streams' rates sit on the lattice a whole number of decode steps makes, its median on one
+point of it, and its ±2se reads 0 (the difference is then that lattice point's, still the
+model's own). Only rows whose ±2 sampling errors fit inside the tolerance are judged; exit 0
+when the estimator's worst |difference| over them is within TOLERANCE (1 %).
 
 Rates are scaled as in search_vs_grid.py: threshold 40 tok/s (a night: 20 tok/s, 1000-token
 outputs). Every server decodes at r(c) = 100 / (1 + 0.1043 (c - 1)) tokens a second per stream
