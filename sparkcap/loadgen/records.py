@@ -87,6 +87,8 @@ class RequestRecord:
     # the most tokens the request as sent allowed (its body's max_tokens, extra_body included):
     # a completion count above it cannot be true (never stored: requested_tokens is)
     token_ceiling: int | None = None
+    # the output length a shortened (or lengthened) stream stands in for; None: its own
+    full_tokens: int | None = None
     chunks: ChunkColumns = field(default_factory=ChunkColumns)
 
     @property

@@ -186,6 +186,7 @@ def prepare_streams(
             requested_tokens=s.max_tokens,
             required_tokens=required_tokens_for(s, extra_body),
             temperature=s.temperature,
+            full_tokens=s.full_tokens,
         )
         for i, s in enumerate(specs)
     ]

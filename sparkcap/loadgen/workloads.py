@@ -25,6 +25,9 @@ class StreamSpec:
     messages: tuple[dict[str, str], ...]
     max_tokens: int
     temperature: float
+    # the output length this stream stands in for when a search shortens (or a sustain wave
+    # lengthens) it: dbt judges a shortened stream as that full-length one (None: its own)
+    full_tokens: int | None = None
 
 
 @cache
@@ -73,6 +76,7 @@ def build_streams(
         if variant:
             body += f" (Variant {variant + 1}: choose a different approach than usual.)"
         content = f"[{wave_tag}/{i}] {body}"
+        full = max_tokens or required_length(workload, base)
         out.append(
             StreamSpec(
                 prompt_id=prompt_id,
@@ -80,11 +84,9 @@ def build_streams(
                     {"role": "system", "content": cat["system"]},
                     {"role": "user", "content": content},
                 ),
-                max_tokens=max(
-                    min_tokens,
-                    round(length_factor * (max_tokens or required_length(workload, base))),
-                ),
+                max_tokens=max(min_tokens, round(length_factor * full)),
                 temperature=float(cat["temperature"]),
+                full_tokens=None if length_factor == 1.0 else full,
             )
         )
     return out

@@ -173,6 +173,7 @@ RAW_TABLES: dict[str, pa.Schema] = {
         _c("role", STR, doc="probes: what the request was for"),
         _c("first_token_exact", BOOL, doc="stamp = kernel arrival of that event alone (0.3+)"),
         _c("last_token_exact", BOOL),
+        _c("full_tokens", I32, doc="the full output length a search's stream stands in for"),
     ),
     "chunks": _table(
         None,

@@ -347,6 +347,7 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "stream_index": [r.stream_index for r in reqs],
             "prompt_id": [r.prompt_id for r in reqs],
             "requested_tokens": [r.requested_tokens for r in reqs],
+            "full_tokens": [r.full_tokens for r in reqs],
             "required_tokens": [r.required_tokens for r in reqs],
             "temperature": [r.temperature for r in reqs],
             "sent_ns": [r.sent_ns for r in reqs],

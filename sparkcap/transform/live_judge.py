@@ -28,7 +28,7 @@ from sparkcap.loadgen.search import LevelJudgement
 from sparkcap.transform.dbt_build import _release_dbt_logs, dbt_args, environment_vars
 
 _COMPILE_LOCK = threading.Lock()
-_COMPILED: dict[str, tuple[str, str, str]] = {}
+_COMPILED: dict[str, tuple[str, str, str, str]] = {}
 
 
 class JudgeError(SparkcapError, RuntimeError):
@@ -43,15 +43,21 @@ _INLINE = "\n".join(
         "{{ decode_overlap('live_requests') }}",
         _SPLIT,
         "select level_key, trial, confidence, {{ level_decode_tok_s('status',"
-        " 'completion_tokens', 'first_token_ns', 'last_token_ns', 'requested_tokens',"
+        " 'completion_tokens', 'first_token_ns', 'last_token_ns', full_length_tokens("
+        "'full_tokens', 'requested_tokens', 'length_factor'),"
         " 'length_factor', first_chunk_tokens('completion_tokens', 'first_chunk_counted',"
-        " 'first_chunk_chars', 'total_chars')) }} as decode_tok_s"
-        " from live_stream_times",
+        " 'first_chunk_chars', 'total_chars'), 'window_decode_tok_s') }} as decode_tok_s"
+        " from live_stream_windows",
+        _SPLIT,
+        "{{ window_decode_tok_s('live_stream_times', 'live_chunks') }}",
     ]
 )
+_PARTS = 4
 
 
-def compile_search_rule(dbt_vars: dict[str, Any] | None = None) -> tuple[str, str, str]:
+def compile_search_rule(
+    dbt_vars: dict[str, Any] | None = None,
+) -> tuple[str, str, str, str]:
     """The SQL of ``search_level_interval('live_streams')``, of
     ``decode_overlap('live_requests')`` and of the level's stream rate (``level_decode_tok_s``,
     a shortened trial judged as the full-length stream it stands in for) under
@@ -90,9 +96,9 @@ def compile_search_rule(dbt_vars: dict[str, Any] | None = None) -> tuple[str, st
             why = str(res.exception or "no compiled node").strip().splitlines()[0]
             raise JudgeError(f"could not compile dbt's search rule: {why}")
         parts = str(results[0].node.compiled_code).split(_SPLIT)
-        if len(parts) != 3:
+        if len(parts) != _PARTS:
             raise JudgeError("could not compile dbt's search rule: a rule is missing")
-        _COMPILED[key] = (parts[0], parts[1], parts[2])
+        _COMPILED[key] = (parts[0], parts[1], parts[2], parts[3])
         return _COMPILED[key]
 
 
@@ -120,12 +126,40 @@ def first_chunk_counted(rec: RequestRecord) -> int | None:
     return n if 0 <= n <= MAX_COUNT else None
 
 
+def live_chunks(streams: Sequence[tuple[WaveRecord, RequestRecord]]) -> Any:
+    """The streams' content chunks as staging stores them (raw.chunks: a per-chunk count
+    outside 0..2^31-1, or none, is NULL), for the window rule."""
+    import pyarrow as pa
+
+    ids: list[str] = []
+    seq: list[int] = []
+    t_ns: list[int] = []
+    n_tokens: list[int | None] = []
+    n_chars: list[int] = []
+    for _, r in streams:
+        c = r.chunks
+        ids.extend([r.request_id] * len(c))
+        seq.extend(range(len(c)))
+        t_ns.extend(c.t_ns)
+        n_tokens.extend(n if 0 <= n <= MAX_COUNT else None for n in c.n_tokens)
+        n_chars.extend(c.n_chars)
+    return pa.table(
+        {
+            "request_id": ids,
+            "seq": pa.array(seq, pa.int32()),
+            "t_ns": pa.array(t_ns, pa.int64()),
+            "n_tokens": pa.array(n_tokens, pa.int64()),
+            "n_chars": pa.array(n_chars, pa.int64()),
+        }
+    )
+
+
 class SearchJudge:
     """Callable judge for ``loadgen.search.run_search``."""
 
-    def __init__(self, threshold_tok_s: float, sql: tuple[str, str, str]) -> None:
+    def __init__(self, threshold_tok_s: float, sql: tuple[str, str, str, str]) -> None:
         self.threshold_tok_s = threshold_tok_s
-        self.interval_sql, self.overlap_sql, self.rate_sql = sql
+        self.interval_sql, self.overlap_sql, self.rate_sql, self.window_sql = sql
 
     @classmethod
     def compile(cls, threshold_tok_s: float) -> SearchJudge:
@@ -171,6 +205,8 @@ class SearchJudge:
             return LevelJudgement(len(valid), None, None, None, "straddles", False)
         live_stream_times = pa.table(
             {
+                "request_id": [r.request_id for _, r in streams],
+                "wave_id": [w.wave_id for w, _ in streams],
                 "level_key": [key] * len(streams),
                 "trial": pa.array([w.trial for w, _ in streams], pa.int32()),
                 "confidence": pa.array([confidence] * len(streams), pa.float64()),
@@ -181,6 +217,7 @@ class SearchJudge:
                 "first_token_ns": pa.array([r.first_token_ns for _, r in streams], pa.int64()),
                 "last_token_ns": pa.array([r.last_token_ns for _, r in streams], pa.int64()),
                 "requested_tokens": pa.array([r.requested_tokens for _, r in streams], pa.int64()),
+                "full_tokens": pa.array([r.full_tokens for _, r in streams], pa.int64()),
                 "length_factor": pa.array([w.length_factor for w, _ in streams], pa.float64()),
                 "first_chunk_counted": pa.array(
                     [first_chunk_counted(r) for _, r in streams], pa.int64()
@@ -194,6 +231,12 @@ class SearchJudge:
         )
         with duckdb.connect(":memory:") as con:
             con.register("live_stream_times", live_stream_times)
+            con.register("live_chunks", live_chunks(streams))
+            con.execute(f"create temp view live_windows as {self.window_sql}")
+            con.execute(
+                "create temp view live_stream_windows as select s.*, w.window_decode_tok_s "
+                "from live_stream_times as s left join live_windows as w using (request_id)"
+            )
             con.execute(f"create temp view live_streams as {self.rate_sql}")
             counted = con.execute("select count(decode_tok_s) from live_streams").fetchone()
             if not counted or not counted[0]:

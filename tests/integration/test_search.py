@@ -265,3 +265,46 @@ def test_cli_sweep_search_prints_what_the_marts_say(tmp_path: Path) -> None:
     )
     assert bad.returncode == 1
     assert bad.stderr.strip().splitlines() == ["error: --confidence applies only with --search"]
+
+
+def test_short_trials_on_a_server_sending_three_tokens_a_chunk_are_judged_at_full_length(
+    db_path: Path,
+) -> None:
+    """A server that sends 3 tokens in every chunk, the first included (a stream interval):
+    250 / (1 + 0.6 (c - 1)) tok/s, 54 at 7 streams and 48 at 8. The study's formula on a
+    32-token trial reads (3 - 1) / 31 = 6.5 % fast (51 at 8: a pass the full-length streams
+    fail); judged as the 128-token streams they stand in for, the trials put the answer at 7,
+    and the live judge's figures are the record's to the last digit."""
+    prof = SimProfile(
+        model="m",
+        step_s1=0.004,
+        batch_slowdown=0.6,
+        context_slowdown=0.0,
+        draft_tokens=0,
+        stream_interval_tokens=3,
+        prefill_tok_s=100_000,
+    )
+    search = SearchPlan(max_level=16, trials_max=2, warmup_tokens=4, sustain_factor=0)
+    searched_night(db_path, prof, search, max_tokens=128)
+    path = q(
+        db_path,
+        "select kind, concurrency, live_agrees, median_decode_tok_s, ci_low_tok_s, "
+        "ci_high_tok_s, live_median_tok_s, live_ci_low_tok_s, live_ci_high_tok_s "
+        "from marts.fct_search_path order by search_step",
+    )
+    assert [r[1] for r in path][:5] == [1, 2, 4, 8, 6], path
+    for kind, conc, agrees, *figures in path:
+        assert agrees, (kind, conc)
+        assert figures[:3] == pytest.approx(figures[3:], rel=1e-9), (kind, conc)
+    (cap,) = q(db_path, "select capacity_streams from marts.fct_capacity")
+    assert cap == (7,)
+    rates = q(
+        db_path,
+        "select min(full_tokens), max(full_tokens), count(window_decode_tok_s), count(*), "
+        "median(decode_tok_s / measured_decode_tok_s) from intermediate.int_stream_rates "
+        "where length_factor < 1 and status = 'ok'",
+    )
+    (low, high, windowed, n, ratio) = rates[0]
+    assert (low, high) == (128, 128) and windowed == n and n > 0, rates
+    # the first chunk's two untimed tokens: (29 / 31) x (127 / 125) ~ 0.95 of the short formula
+    assert 0.93 < float(ratio) < 0.97, rates  # type: ignore[arg-type]

@@ -26,15 +26,33 @@ shortened as (
     where w.length_factor < 1
 ),
 
+shortened_streams as (
+    select
+        r.request_id, r.wave_id, r.status, r.completion_tokens, r.first_token_ns,
+        r.full_tokens, r.requested_tokens, w.length_factor
+    from requests as r
+    inner join waves as w on w.wave_id = r.wave_id
+    where w.length_factor < 1
+),
+
+shortened_chunks as (
+    select c.*
+    from {{ ref('stg_chunks') }} as c
+    inner join shortened as s on s.request_id = c.request_id
+),
+
 first_chunks as (
     select
         c.request_id,
         arg_min(c.n_tokens, c.seq) as first_chunk_counted_tokens,
         arg_min(c.n_chars, c.seq) as first_chunk_chars,
         sum(c.n_chars) as total_chars
-    from {{ ref('stg_chunks') }} as c
-    inner join shortened as s on s.request_id = c.request_id
+    from shortened_chunks as c
     group by c.request_id
+),
+
+window_rates as (
+    {{ window_decode_tok_s('shortened_streams', 'shortened_chunks') }}
 ),
 
 with_k1 as (
@@ -44,10 +62,12 @@ with_k1 as (
         case when w.length_factor < 1 and r.completion_tokens >= 2 then {{ first_chunk_tokens(
             'r.completion_tokens', 'f.first_chunk_counted_tokens', 'f.first_chunk_chars',
             'f.total_chars'
-        ) }} end as first_chunk_tokens
+        ) }} end as first_chunk_tokens,
+        wr.window_decode_tok_s
     from requests as r
     inner join waves as w on w.wave_id = r.wave_id
     left join first_chunks as f on f.request_id = r.request_id
+    left join window_rates as wr on wr.request_id = r.request_id
 ),
 
 final as (
@@ -67,6 +87,7 @@ final as (
         r.status,
         r.http_status,
         r.requested_tokens,
+        r.full_tokens,
         r.required_tokens,
         r.completion_tokens,
         r.count_source,
@@ -79,9 +100,12 @@ final as (
         r.n_chunks,
         r.length_factor,
         r.first_chunk_tokens,
+        r.window_decode_tok_s,
         {{ level_decode_tok_s(
             'r.status', 'r.completion_tokens', 'r.first_token_ns', 'r.last_token_ns',
-            'r.requested_tokens', 'r.length_factor', 'r.first_chunk_tokens'
+            full_length_tokens('r.full_tokens', 'r.requested_tokens', 'r.length_factor'),
+            'r.length_factor', 'r.first_chunk_tokens',
+            'r.window_decode_tok_s'
         ) }} as decode_tok_s,
         {{ stream_decode_tok_s(
             'r.status', 'r.completion_tokens', 'r.first_token_ns', 'r.last_token_ns'

@@ -10,6 +10,7 @@ final as (
         cast(stream_index as integer) as stream_index,
         cast(prompt_id as varchar) as prompt_id,
         cast(requested_tokens as integer) as requested_tokens,
+        cast(full_tokens as integer) as full_tokens,
         cast(required_tokens as integer) as required_tokens,
         cast(temperature as double) as temperature,
         cast(sent_ns as bigint) as sent_ns,

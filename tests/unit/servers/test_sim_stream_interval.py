@@ -106,8 +106,10 @@ def test_served_chunks_count_their_own_tokens_and_the_log_is_of_the_chunks_sent(
     assert entry.n_chunks == 4 and entry.completion_tokens == 10
     # the server's own first and last token times are its first and last *sent* chunks':
     # step 2 (the third token) and step 9, 7 steps apart where one-token chunks are 9 apart
-    # (lateness on a busy machine delays a chunk, never advances it: half a step allowed)
+    # (lateness on a busy machine delays a chunk, never advances it; the engine catches up,
+    # so up to two steps of one late last chunk are allowed: still short of one-token
+    # chunks' 9 steps, which are never early. Half a step flaked in a parallel test run)
     assert entry.first_token_ns is not None and entry.last_token_ns is not None
     span_s = (entry.last_token_ns - entry.first_token_ns) / 1e9
-    assert 7 * STEP_S * 0.999 <= span_s < 7.5 * STEP_S
+    assert 7 * STEP_S * 0.999 <= span_s < 9 * STEP_S * 0.999
     assert entry.decode_tok_s == pytest.approx(9 / span_s)
