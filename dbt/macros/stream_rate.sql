@@ -78,22 +78,24 @@
 
 
 {#
-  The rate of record for streams a search shortened, judged on the window in which the wave's
-  streams decode together. A short stream's life has more of its wave's ragged edges in it
-  than a full one's: streams that start while others still prefill decode in prefill-stretched
-  steps, and a last chunk cut short by the length limit brings fewer tokens than a step does.
-  So per wave the window opens at the last stream's first token and closes at the first
-  stream's second-to-last chunk; per stream, its own chunks bound it: a (its last chunk at or
-  before the opening) and b (its last chunk before the close and before its own last chunk).
+  The rate of record for streams a search shortened, judged from the moment every stream of
+  the wave decodes. A short stream's life has more of its wave's ragged start in it than a
+  full one's: streams that start while others still prefill decode in prefill-stretched
+  steps; and a last chunk cut short by the length limit brings fewer tokens than a step
+  does. So per wave the window opens at the last stream's first token, and per stream it
+  runs from a (its last chunk at or before the opening) to b (its second-to-last chunk).
+  (Closing it at the wave's first second-to-last chunk instead also cut the speed-up of the
+  wave's spread ends, which full-length streams have too: 1.4 % slow at 16 speculative
+  streams in benchmarks/short_vs_full.py.)
   The stream's steady rate is rho = tokens in (a, b] / (b - a); the full-length stream of N
-  tokens takes what this one took to a, then the rest at rho:
-      T_N = (a - first) + (N - tokens by a) / rho,   rate = (N - 1) / T_N.
-  With one stream, one token a chunk and no stagger this is (n - 2) / (b - first) ~ the study's
-  formula. A chunk's tokens are the server's per-chunk count where every chunk had one, else
+  tokens has the same start (to a) and the same last chunk (after b), and the rest at rho:
+      T_N = (a - first) + (N - tokens by a - tokens after b) / rho + (last - b),
+      rate = (N - 1) / T_N.
+  With n = N this is the study's formula exactly. A chunk's tokens are the server's per-chunk count where every chunk had one, else
   the completion shared out by the chunk's share of the characters.
 
-  `streams`: request_id, wave_id, status, completion_tokens, first_token_ns, full_tokens,
-  requested_tokens, length_factor (shortened streams); `chunks`: request_id, seq, t_ns, n_tokens, n_chars.
+  `streams`: request_id, wave_id, status, completion_tokens, first_token_ns, last_token_ns,
+  full_tokens, requested_tokens, length_factor (shortened streams); `chunks`: request_id, seq, t_ns, n_tokens, n_chars.
   One row per stream whose window holds an interval: request_id, window_decode_tok_s.
 #}
 {% macro window_decode_tok_s(streams, chunks) -%}
@@ -135,10 +137,7 @@ w_chunks as (
 ),
 
 w_window as (
-    select
-        wave_id,
-        max(t_ns) filter (where seq = 0) as opens_ns,
-        min(t_ns) filter (where seq = last_seq - 1) as closes_ns
+    select wave_id, max(t_ns) filter (where seq = 0) as opens_ns
     from w_chunks
     group by wave_id
 ),
@@ -148,11 +147,8 @@ w_bounds as (
         c.request_id,
         max_by(c.t_ns, c.seq) filter (where c.t_ns <= w.opens_ns) as a_ns,
         max_by(c.tokens_so_far, c.seq) filter (where c.t_ns <= w.opens_ns) as a_tokens,
-        max_by(c.t_ns, c.seq) filter (where c.t_ns <= w.closes_ns and c.seq < c.last_seq)
-            as b_ns,
-        max_by(c.tokens_so_far, c.seq) filter (
-            where c.t_ns <= w.closes_ns and c.seq < c.last_seq
-        ) as b_tokens
+        max(c.t_ns) filter (where c.seq = c.last_seq - 1) as b_ns,
+        max(c.tokens_so_far) filter (where c.seq = c.last_seq - 1) as b_tokens
     from w_chunks as c
     inner join w_window as w on w.wave_id = c.wave_id
     group by c.request_id
@@ -162,6 +158,10 @@ w_rates as (
     select
         s.request_id,
         s.first_token_ns,
+        s.last_token_ns,
+        s.completion_tokens,
+        b.b_ns,
+        b.b_tokens,
         greatest(
             {{ full_length_tokens('s.full_tokens', 's.requested_tokens', 's.length_factor') }},
             s.completion_tokens
@@ -177,7 +177,9 @@ w_rates as (
 select
     request_id,
     (full_tokens - 1) / (
-        (a_ns - first_token_ns) / 1e9 + (full_tokens - a_tokens) / steady_tok_s
+        (a_ns - first_token_ns) / 1e9
+        + (full_tokens - a_tokens - (completion_tokens - b_tokens)) / steady_tok_s
+        + (last_token_ns - b_ns) / 1e9
     ) as window_decode_tok_s
 from w_rates
 {%- endmacro %}

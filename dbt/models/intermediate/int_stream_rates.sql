@@ -29,7 +29,7 @@ shortened as (
 shortened_streams as (
     select
         r.request_id, r.wave_id, r.status, r.completion_tokens, r.first_token_ns,
-        r.full_tokens, r.requested_tokens, w.length_factor
+        r.last_token_ns, r.full_tokens, r.requested_tokens, w.length_factor
     from requests as r
     inner join waves as w on w.wave_id = r.wave_id
     where w.length_factor < 1
