@@ -211,6 +211,10 @@ join (
 """
 
 
+def _num(value: float, spec: str) -> str:
+    return "-" if math.isnan(value) else format(value, spec)
+
+
 def planned_grid(case: Case) -> tuple[object, ...]:
     """The grid's row without measuring it: every stream asks TOKENS tokens with ignore_eos,
     so its tokens are its plan's (a re-measured wave would only add to them: the search's
@@ -243,14 +247,14 @@ where w.probe is null or w.probe = 'sustain'
 """
 
 
-def twin(max_tokens: int | None) -> int:
+def twin(max_tokens: int | None, methods: tuple[str, ...] = ("grid", "search")) -> int:
     from sparkcap.night import plan as night_plan
     from sparkcap.night import steps as pipeline
     from sparkcap.resources import bundled_fleet
 
     nights: dict[str, dict[str, object]] = {}
     with tempfile.TemporaryDirectory(prefix="sparkcap-twin-bench-") as tmp:
-        for method in ("grid", "search"):
+        for method in methods:
             db = Path(tmp) / f"{method}.duckdb"
             fleet = night_plan.fleet_for(
                 bundled_fleet("twin"),
@@ -277,6 +281,10 @@ def twin(max_tokens: int | None) -> int:
                 "sweep_s": float(sweep_s),
                 "fleet": fleet_caps,
             }
+    if len(nights) == 1:
+        ((method, night),) = nights.items()
+        print(f"twin fleet night ({method} only): {night}")
+        return 0
     g, s = nights["grid"], nights["search"]
     print(
         f"twin fleet night, outputs {'each workload' if max_tokens is None else max_tokens}"
@@ -306,6 +314,9 @@ def main() -> int:
     ap.add_argument("--twin", action="store_true", help="the twin fleet's night, grid vs search")
     ap.add_argument("--max-tokens", type=int, help="--twin: every output's length")
     ap.add_argument(
+        "--twin-methods", default="grid,search", help="--twin: the nights to run (grid,search)"
+    )
+    ap.add_argument(
         "--search-only",
         action="store_true",
         help="measure the search only; the grid's tokens are its plan's (every stream asks "
@@ -313,7 +324,7 @@ def main() -> int:
     )
     args = ap.parse_args()
     if args.twin:
-        return twin(args.max_tokens)
+        return twin(args.max_tokens, tuple(args.twin_methods.split(",")))
     names = args.only.split(",") if args.only else (QUICK if args.quick else None)
     cases = [c for c in CASES if names is None or c.name in names]
     if not cases:
@@ -364,7 +375,7 @@ def main() -> int:
         print(
             f"{case.name:<7}{case.r1:>5.0f}{case.alpha:>7.3f}{truth:>6}{grid_text:>10}"
             f"{s_cap:>8}{interval:>10}{'yes' if ok else 'NO':>4}{tg:>13,.0f}{ts:>8,.0f}"
-            f"{ts / tg:>7.2f}{wg:>13.0f}{ws:>8.0f}{ws / wg:>7.2f}  {s[6]}"
+            f"{ts / tg:>7.2f}{_num(wg, '.0f'):>13}{ws:>8.0f}{_num(ws / wg, '.2f'):>7}  {s[6]}"
         )
     for case in cases:
         if case.what:
@@ -378,7 +389,7 @@ def main() -> int:
     print(
         f"all answers exact or bracketed: {'yes' if all_ok else 'NO'}; tokens search/grid: "
         f"total {tok_s / tok_g:.2f}, worst {worst_tokens:.2f} (goal <= 0.50); wall time "
-        f"search/grid: total {wall_s / wall_g:.2f}"
+        f"search/grid: total {_num(wall_s / wall_g, '.2f')}"
     )
     return 0 if all_ok and worst_tokens <= 0.5 else 1
 
