@@ -14,6 +14,20 @@
 {%- endmacro %}
 
 
+{#- What k1 is read from, per stream: the first content chunk's per-chunk count (NULL unless
+    the server gave them) and characters, and all its chunks' characters. `chunks`:
+    request_id, seq, n_tokens, n_chars. int_stream_rates and the live judge both use it. -#}
+{% macro first_chunk_figures(chunks) -%}
+    select
+        request_id,
+        arg_min(n_tokens, seq) as first_chunk_counted_tokens,
+        arg_min(n_chars, seq) as first_chunk_chars,
+        sum(n_chars) as total_chars
+    from {{ chunks }}
+    group by request_id
+{%- endmacro %}
+
+
 {#
   The first content chunk's tokens, k1: the server's own per-chunk count where it streamed
   one, else the completion's tokens shared out by the first chunk's share of the text, else 1.

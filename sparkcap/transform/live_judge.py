@@ -28,7 +28,7 @@ from sparkcap.loadgen.search import LevelJudgement
 from sparkcap.transform.dbt_build import _release_dbt_logs, dbt_args, environment_vars
 
 _COMPILE_LOCK = threading.Lock()
-_COMPILED: dict[str, tuple[str, str, str, str]] = {}
+_COMPILED: dict[str, tuple[str, str, str, str, str]] = {}
 
 
 class JudgeError(SparkcapError, RuntimeError):
@@ -45,19 +45,21 @@ _INLINE = "\n".join(
         "select level_key, trial, confidence, {{ level_decode_tok_s('status',"
         " 'completion_tokens', 'first_token_ns', 'last_token_ns', full_length_tokens("
         "'full_tokens', 'requested_tokens', 'length_factor'),"
-        " 'length_factor', first_chunk_tokens('completion_tokens', 'first_chunk_counted',"
-        " 'first_chunk_chars', 'total_chars'), 'window_decode_tok_s') }} as decode_tok_s"
-        " from live_stream_windows",
+        " 'length_factor', first_chunk_tokens('completion_tokens',"
+        " 'first_chunk_counted_tokens', 'first_chunk_chars', 'total_chars'),"
+        " 'window_decode_tok_s') }} as decode_tok_s from live_stream_windows",
         _SPLIT,
         "{{ window_decode_tok_s('live_stream_times', 'live_chunks') }}",
+        _SPLIT,
+        "{{ first_chunk_figures('live_chunks') }}",
     ]
 )
-_PARTS = 4
+_PARTS = 5
 
 
 def compile_search_rule(
     dbt_vars: dict[str, Any] | None = None,
-) -> tuple[str, str, str, str]:
+) -> tuple[str, str, str, str, str]:
     """The SQL of ``search_level_interval('live_streams')``, of
     ``decode_overlap('live_requests')`` and of the level's stream rate (``level_decode_tok_s``,
     a shortened trial judged as the full-length stream it stands in for) under
@@ -98,7 +100,7 @@ def compile_search_rule(
         parts = str(results[0].node.compiled_code).split(_SPLIT)
         if len(parts) != _PARTS:
             raise JudgeError("could not compile dbt's search rule: a rule is missing")
-        _COMPILED[key] = (parts[0], parts[1], parts[2], parts[3])
+        _COMPILED[key] = (parts[0], parts[1], parts[2], parts[3], parts[4])
         return _COMPILED[key]
 
 
@@ -115,15 +117,6 @@ def live_valid(wave: WaveRecord) -> bool:
         and wave.client_spoiled_live is None
         and all(r.status is Status.OK for r in reqs)
     )
-
-
-def first_chunk_counted(rec: RequestRecord) -> int | None:
-    """The server's own count of the first content chunk's tokens, as staging stores it
-    (raw.chunks.n_tokens: NULL where the server gave no per-chunk count or an impossible one)."""
-    if not len(rec.chunks):
-        return None
-    n = rec.chunks.n_tokens[0]
-    return n if 0 <= n <= MAX_COUNT else None
 
 
 def live_chunks(streams: Sequence[tuple[WaveRecord, RequestRecord]]) -> Any:
@@ -157,9 +150,9 @@ def live_chunks(streams: Sequence[tuple[WaveRecord, RequestRecord]]) -> Any:
 class SearchJudge:
     """Callable judge for ``loadgen.search.run_search``."""
 
-    def __init__(self, threshold_tok_s: float, sql: tuple[str, str, str, str]) -> None:
+    def __init__(self, threshold_tok_s: float, sql: tuple[str, str, str, str, str]) -> None:
         self.threshold_tok_s = threshold_tok_s
-        self.interval_sql, self.overlap_sql, self.rate_sql, self.window_sql = sql
+        self.interval_sql, self.overlap_sql, self.rate_sql, self.window_sql, self.k1_sql = sql
 
     @classmethod
     def compile(cls, threshold_tok_s: float) -> SearchJudge:
@@ -219,23 +212,18 @@ class SearchJudge:
                 "requested_tokens": pa.array([r.requested_tokens for _, r in streams], pa.int64()),
                 "full_tokens": pa.array([r.full_tokens for _, r in streams], pa.int64()),
                 "length_factor": pa.array([w.length_factor for w, _ in streams], pa.float64()),
-                "first_chunk_counted": pa.array(
-                    [first_chunk_counted(r) for _, r in streams], pa.int64()
-                ),
-                "first_chunk_chars": pa.array(
-                    [r.chunks.n_chars[0] if len(r.chunks) else None for _, r in streams],
-                    pa.int64(),
-                ),
-                "total_chars": pa.array([sum(r.chunks.n_chars) for _, r in streams], pa.int64()),
             }
         )
         with duckdb.connect(":memory:") as con:
             con.register("live_stream_times", live_stream_times)
             con.register("live_chunks", live_chunks(streams))
             con.execute(f"create temp view live_windows as {self.window_sql}")
+            con.execute(f"create temp view live_first_chunks as {self.k1_sql}")
             con.execute(
-                "create temp view live_stream_windows as select s.*, w.window_decode_tok_s "
-                "from live_stream_times as s left join live_windows as w using (request_id)"
+                "create temp view live_stream_windows as select s.*, w.window_decode_tok_s, "
+                "f.first_chunk_counted_tokens, f.first_chunk_chars, f.total_chars "
+                "from live_stream_times as s left join live_windows as w using (request_id) "
+                "left join live_first_chunks as f using (request_id)"
             )
             con.execute(f"create temp view live_streams as {self.rate_sql}")
             counted = con.execute("select count(decode_tok_s) from live_streams").fetchone()

@@ -42,13 +42,7 @@ shortened_chunks as (
 ),
 
 first_chunks as (
-    select
-        c.request_id,
-        arg_min(c.n_tokens, c.seq) as first_chunk_counted_tokens,
-        arg_min(c.n_chars, c.seq) as first_chunk_chars,
-        sum(c.n_chars) as total_chars
-    from shortened_chunks as c
-    group by c.request_id
+    {{ first_chunk_figures('shortened_chunks') }}
 ),
 
 window_rates as (
