@@ -26,6 +26,7 @@ from pydantic import (
     model_validator,
 )
 
+from sparkcap.config.facts import ModelFacts
 from sparkcap.errors import SparkcapError
 
 WorkloadName = Literal["code", "prose"]
@@ -225,6 +226,8 @@ class DeploymentBase(Strict):
     metrics_url: HttpUrl | None = None
     ca_bundle: Path | None = None
     timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
+    # what the bottleneck diagnosis needs to know of the model and hardware (config.facts)
+    facts: ModelFacts = Field(default_factory=lambda: ModelFacts())
 
     @field_validator("headers", "header_env")
     @classmethod
