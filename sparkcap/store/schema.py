@@ -200,7 +200,12 @@ RAW_TABLES: dict[str, pa.Schema] = {
     "server_metrics": _table(
         None,
         _c("wave_id", STR, null=False),
-        _c("phase", STR, null=False, doc="before | after"),
+        _c(
+            "phase",
+            STR,
+            null=False,
+            doc="before | during | after (during: sampled while the wave runs)",
+        ),
         _c("name", STR, null=False),
         _c("labels", STR, null=False, doc="sorted JSON of the labels ('' when none), for reading"),
         _c("value", F64),
