@@ -31,6 +31,34 @@ It is a test double, not a performance oracle. What it models, and why each part
   CUDA-graph capture sizes): the per-stream rate is not monotone in n, and a level just past
   a bucket edge can fail while larger levels pass.
 
+The parts below exist so that issue 26's bottleneck diagnosis can be tested on servers whose
+truth is known; each is off unless its profile fields are set.
+
+- **Memory bandwidth.** With ``memory_bandwidth_gb_s`` a decode step is what a real one is on
+  a GB10 or any GPU at small batch: memory traffic. It moves the weights it touches
+  (``weight_bytes`` of a dense model; of a MoE model ``moe_shared_bytes`` plus the expected
+  ``E·(1 − (1 − k/E)^n)`` distinct experts a batch of n touches, times ``moe_expert_bytes``)
+  plus every running stream's context × ``kv_bytes_per_token``, at ``bandwidth_efficiency``
+  of the peak, plus ``step_overhead_s``; padding and drafts act as above (a step's tokens
+  cost the same bytes). :func:`bandwidth_bound_tok_s` is the physical bound the diagnosis
+  must reproduce: a profile without drafts or overhead decodes at exactly its efficiency
+  times it, so "% of the bound" has a known right answer.
+- **KV capacity.** With ``kv_capacity_tokens`` admitted requests share a cache of that many
+  tokens of context. A request is admitted only when its context and a token for everyone
+  fits; when growing streams no longer fit, the most recently admitted request is preempted
+  (vLLM's recompute preemption): back to the front of the queue, its KV lost, its prompt and
+  generated tokens prefilled again on readmission. Its stream stalls meanwhile, so the level
+  whose total context passes the capacity decodes slower and ``preemptions_total`` grows:
+  the KV verdict's evidence, which no level below the capacity shows.
+- **Acceptance by workload and temperature.** :func:`base_acceptance`: the workload's
+  acceptance times ``1 − temperature_penalty × temperature``, so a probe that sends code at
+  prose's temperature knows how much of the code–prose gap temperature explains.
+- **Engine-style metrics.** ``metric_style`` makes the server show a deployment's counters
+  under vLLM's, SGLang's, llama-server's, TGI's or TensorRT-LLM's own names (each engine's
+  real set, gaps included: SGLang has no preemption counter, TensorRT-LLM no gauges), so the
+  diagnosis's name map and its "unavailable, not 0" rule are tested against each. The queue
+  time a histogram reports is admission − arrival in model time (the first admission).
+
 Tokens are counted by the engine and reported in ``usage``; "text" is synthetic.
 Faults (short outputs, cut streams, in-band errors, rejections, stalls, missing usage) are
 switches on :class:`SimFaults`, applied to every ``every``-th request of a deployment.
@@ -49,9 +77,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 CHARS_PER_TOKEN = 4
+MetricStyle = Literal["sim", "vllm", "sglang", "llamacpp", "tgi", "trtllm"]
+# histogram bounds of the engine-style /metrics pages (queue time, TTFT; request lengths)
+SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+TOKEN_BUCKETS = tuple(float(2**i) for i in range(17))  # 1 .. 65536 tokens
+SPEC_ACCEPT_WINDOW_ITERATIONS = 64  # "recently" for sglang:spec_accept_length
 MAX_CATCH_UP_S = 1.0  # how far behind its schedule the engine may fall and still catch up
 CODE_WORDS = (
     "def ",
@@ -173,8 +206,84 @@ class SimProfile(BaseModel):
         "step: the 17-25 % dips reported on DGX Spark at padded sizes, so that a level just "
         "past a bucket edge is slower than the bucket itself",
     )
+    memory_bandwidth_gb_s: float | None = Field(
+        None,
+        gt=0,
+        description="peak memory bandwidth, GB/s: when set, a decode step takes the time its "
+        "bytes (weights it touches + every running stream's KV) need at "
+        "bandwidth_efficiency of it, plus step_overhead_s, instead of the step_s1 formula",
+    )
+    bandwidth_efficiency: float = Field(
+        0.8, gt=0, le=1, description="share of the peak bandwidth a decode step achieves"
+    )
+    weight_bytes: float | None = Field(
+        None, gt=0, description="dense model: the weight bytes every decode step reads"
+    )
+    moe_experts: int | None = Field(None, ge=1, description="MoE: routed experts per layer (E)")
+    moe_experts_per_token: int | None = Field(
+        None, ge=1, description="MoE: experts each token is routed to (k)"
+    )
+    moe_expert_bytes: float | None = Field(
+        None, gt=0, description="MoE: bytes of one routed expert summed over all MoE layers"
+    )
+    moe_shared_bytes: float | None = Field(
+        None,
+        ge=0,
+        description="MoE: bytes every step reads whatever the routing (attention, embeddings, "
+        "shared experts)",
+    )
+    kv_bytes_per_token: float = Field(
+        0.0, ge=0, description="KV cache bytes one token of context holds (read every step)"
+    )
+    step_overhead_s: float = Field(
+        0.0, ge=0, description="bandwidth model: fixed time per decode step (launches, sampling)"
+    )
+    kv_capacity_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="tokens of context the KV cache holds across admitted requests: past it "
+        "the most recently admitted request is preempted and later recomputed (vLLM's "
+        "recompute preemption); None: unbounded",
+    )
+    n_ctx: int = Field(32768, ge=1, description="context one request may fill (/props, models)")
+    n_params: int | None = Field(
+        None, ge=1, description="parameters, for llama-server's /v1/models meta (default: none)"
+    )
+    n_embd: int = Field(4096, ge=1, description="embedding width, for llama-server's meta")
+    metric_style: MetricStyle = Field(
+        "sim",
+        description="whose /metrics names and /v1/models facts the server shows for this "
+        "deployment: the simulator's own, or vLLM's, SGLang's, llama-server's, TGI's, "
+        "TensorRT-LLM's",
+    )
     seed: int = 0
     faults: SimFaults = Field(default_factory=lambda: SimFaults())
+
+    @model_validator(mode="after")
+    def _one_weight_model(self) -> SimProfile:
+        moe = (
+            self.moe_experts,
+            self.moe_experts_per_token,
+            self.moe_expert_bytes,
+            self.moe_shared_bytes,
+        )
+        if any(v is not None for v in moe) and any(v is None for v in moe):
+            raise ValueError(
+                "moe_experts, moe_experts_per_token, moe_expert_bytes and moe_shared_bytes "
+                "are declared together"
+            )
+        is_moe = self.moe_experts is not None
+        if is_moe and self.weight_bytes is not None:
+            raise ValueError("declare weight_bytes (dense) or the moe_* fields, not both")
+        if (
+            self.moe_experts is not None
+            and self.moe_experts_per_token is not None
+            and self.moe_experts_per_token > self.moe_experts
+        ):
+            raise ValueError("moe_experts_per_token cannot exceed moe_experts")
+        if self.memory_bandwidth_gb_s is not None and not is_moe and self.weight_bytes is None:
+            raise ValueError("memory_bandwidth_gb_s needs weight_bytes or the moe_* fields")
+        return self
 
     @field_validator("batch_buckets")
     @classmethod
@@ -195,6 +304,64 @@ class SimProfile(BaseModel):
             if bucket >= n_streams:
                 return bucket
         return n_streams
+
+
+def expected_unique_experts(experts: int, experts_per_token: int, n_tokens: int) -> float:
+    """E·(1 − (1 − k/E)^n): the distinct experts per layer a batch of n tokens, each routed to
+    k of E uniformly, touches on average; why a MoE step reads more weights at more streams."""
+    return experts * (1.0 - (1.0 - experts_per_token / experts) ** n_tokens)
+
+
+def step_weight_bytes(profile: SimProfile, n_streams: int) -> float:
+    """Weight bytes a decode step of ``n_streams`` reads: all of a dense model, a MoE model's
+    shared layers plus the experts the batch is expected to touch."""
+    if profile.weight_bytes is not None:
+        return profile.weight_bytes
+    if (
+        profile.moe_experts is None
+        or profile.moe_experts_per_token is None
+        or profile.moe_expert_bytes is None
+        or profile.moe_shared_bytes is None
+    ):
+        raise ValueError(f"{profile.model}: no weight_bytes or moe_* fields declared")
+    unique = expected_unique_experts(profile.moe_experts, profile.moe_experts_per_token, n_streams)
+    return profile.moe_shared_bytes + unique * profile.moe_expert_bytes
+
+
+def model_weight_bytes(profile: SimProfile) -> float | None:
+    """Bytes of the whole model (every expert), what a GGUF's size says; None: not declared."""
+    if profile.weight_bytes is not None:
+        return profile.weight_bytes
+    if profile.moe_experts is None or profile.moe_expert_bytes is None:
+        return None
+    return (profile.moe_shared_bytes or 0.0) + profile.moe_experts * profile.moe_expert_bytes
+
+
+def decode_step_bytes(profile: SimProfile, n_streams: int, context_tokens_total: float) -> float:
+    """Bytes one decode step moves: the weights it touches plus the KV of every running
+    stream's context (prompt + generated), summed over streams."""
+    return step_weight_bytes(profile, n_streams) + context_tokens_total * profile.kv_bytes_per_token
+
+
+def bandwidth_bound_tok_s(profile: SimProfile, n_streams: int, mean_context_tokens: float) -> float:
+    """The truth the bottleneck diagnosis is tested against: the per-stream decode rate,
+    tokens/s, that ``n_streams`` at a mean context of ``mean_context_tokens`` cannot exceed
+    when every step moves its bytes at the full peak bandwidth (efficiency 1, no drafts, no
+    step overhead, no padding). A profile decodes at ``bandwidth_efficiency`` times it when
+    ``step_overhead_s`` is 0 and it has no drafts."""
+    if profile.memory_bandwidth_gb_s is None:
+        raise ValueError(f"{profile.model}: memory_bandwidth_gb_s is not set")
+    step_bytes = decode_step_bytes(profile, n_streams, n_streams * mean_context_tokens)
+    return profile.memory_bandwidth_gb_s * 1e9 / step_bytes
+
+
+def base_acceptance(profile: SimProfile, *, is_code: bool, temperature: float) -> float:
+    """A request's draft acceptance before its prompt's own shift: the workload's
+    (``acceptance_code`` or ``acceptance_prose``) times ``1 − temperature_penalty ×
+    temperature``, at least 0. So code at prose's temperature accepts
+    ``acceptance_code × (1 − penalty × T_prose)``: the attribution probe's known answer."""
+    base = profile.acceptance_code if is_code else profile.acceptance_prose
+    return max(0.0, base * (1.0 - profile.temperature_penalty * temperature))
 
 
 def count_prompt_tokens(text: str) -> int:
@@ -236,9 +403,42 @@ class SimRequest:
     fault: SimFaults | None = None
     rng: random.Random = field(default_factory=random.Random)
     out: asyncio.Queue[Emit] = field(default_factory=asyncio.Queue)
-    admitted: bool = False
+    admitted: bool = False  # once admitted: a preempted request's readmission recomputes
     done: bool = False
     arrival_ns: int = 0
+    arrival_s: float = 0.0  # model time (the engine's clock)
+    admit_seq: int = 0  # order of the latest admission: preemption takes the latest
+    first_sent: bool = False
+
+
+@dataclass(slots=True)
+class Histogram:
+    """A Prometheus histogram's state: per-bound counts (not cumulative), sum and count."""
+
+    bounds: tuple[float, ...]
+    counts: list[int] = field(default_factory=list)
+    sum: float = 0.0
+    count: int = 0
+
+    def __post_init__(self) -> None:
+        self.counts = [0] * len(self.bounds)
+
+    def observe(self, value: float) -> None:
+        self.sum += value
+        self.count += 1
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[i] += 1
+                break
+
+    def cumulative(self) -> list[tuple[float, int]]:
+        """(upper bound, observations at or below it), +Inf last, as the text format has it."""
+        out, running = [], 0
+        for bound, n in zip(self.bounds, self.counts, strict=True):
+            running += n
+            out.append((bound, running))
+        out.append((math.inf, self.count))
+        return out
 
 
 @dataclass(slots=True)
@@ -319,6 +519,47 @@ class Engine:
         self.drafted_total = 0
         self.accepted_total = 0
         self.iterations_total = 0
+        self.preemptions_total = 0
+        self.finished_total = 0  # requests that ended with a finish reason
+        self.queue_time_s = Histogram(SECONDS_BUCKETS)  # admission − arrival, model time
+        self.ttft_s = Histogram(SECONDS_BUCKETS)  # first token sent − arrival
+        self.request_prompt_tokens = Histogram(TOKEN_BUCKETS)  # per finished request
+        self.request_generation_tokens = Histogram(TOKEN_BUCKETS)
+        # (decode tokens, stream steps) of recent iterations: sglang's spec_accept_length
+        self._recent_steps: deque[tuple[int, int]] = deque(maxlen=SPEC_ACCEPT_WINDOW_ITERATIONS)
+        self._admissions = 0
+        self._model_t_s: float | None = None  # set by schedule(): model time, not the wall's
+
+    # -- clock and gauges ------------------------------------------------------------------
+    def now_s(self) -> float:
+        """Model time: the wall clock when serving, the scheduled time inside :meth:`schedule`."""
+        return time.perf_counter() if self._model_t_s is None else self._model_t_s
+
+    def kv_used_tokens(self) -> int:
+        """Context held in the KV cache: every admitted request's prompt + generated tokens
+        (a prefilling one's reserved in full, as its blocks are allocated at admission)."""
+        return sum(r.prompt_tokens + r.generated for r in (*self.running, *self.prefilling))
+
+    def kv_capacity(self) -> int:
+        """The KV capacity the usage gauge divides by: ``kv_capacity_tokens``, or (unbounded)
+        what ``max_slots`` slots of ``n_ctx`` would hold, so the gauge reads low, not 0."""
+        p = self.p
+        return p.kv_capacity_tokens if p.kv_capacity_tokens is not None else p.max_slots * p.n_ctx
+
+    def kv_usage(self) -> float:
+        """Used KV tokens / capacity, 0..1 (vLLM's kv_cache_usage_perc)."""
+        return min(1.0, self.kv_used_tokens() / self.kv_capacity())
+
+    def n_admitted(self) -> int:
+        """Requests holding a slot (prefilling or decoding): what engines report as running."""
+        return len(self.running) + len(self.prefilling)
+
+    def spec_accept_length(self) -> float:
+        """Mean tokens a stream's decode step emitted over recent iterations (1 + accepted
+        drafts), 1.0 before any step: SGLang's spec_accept_length."""
+        tokens = sum(t for t, _ in self._recent_steps)
+        steps = sum(n for _, n in self._recent_steps)
+        return tokens / steps if steps else 1.0
 
     # -- admission -------------------------------------------------------------------------
     def fault_for(self, ordinal: int) -> SimFaults | None:
@@ -343,8 +584,7 @@ class Engine:
             hashlib.blake2b(f"{p.seed}|{req.prompt_text}".encode(), digest_size=8).digest(), "big"
         )
         req.rng = random.Random(seed)
-        base = p.acceptance_code if req.is_code else p.acceptance_prose
-        base *= 1.0 - p.temperature_penalty * req.temperature
+        base = base_acceptance(p, is_code=req.is_code, temperature=req.temperature)
         spread = p.prompt_acceptance_spread
         req.acceptance = min(0.99, max(0.0, base + req.rng.uniform(-spread, spread)))
         req.stop_at = req.max_tokens
@@ -352,6 +592,7 @@ class Engine:
         if fault is not None and fault.short_output_tokens is not None:
             req.stop_at = min(req.stop_at, fault.short_output_tokens)
         req.arrival_ns = time.perf_counter_ns()
+        req.arrival_s = self.now_s()
         self.requests_total += 1
         self.prompt_tokens_total += req.prompt_tokens
         self.log[req.request_id] = LogEntry(req.request_id, p.model, req.prompt_tokens, 0)
@@ -369,28 +610,72 @@ class Engine:
         if req in self.running:
             self.running.remove(req)
 
+    def _kv_fits(self, req: SimRequest) -> bool:
+        """Whether admitting ``req`` leaves room for its context and one more token of every
+        admitted request (vLLM's can-allocate check, so that an admission is not preempted at
+        once). An idle engine admits anything, so a request larger than the cache still runs."""
+        cap = self.p.kv_capacity_tokens
+        if cap is None or not (self.running or self.prefilling):
+            return True
+        need = req.prompt_tokens + req.generated + self.n_admitted() + 1
+        return self.kv_used_tokens() + need <= cap
+
     def _admit(self) -> None:
         while self.waiting and len(self.prefilling) + len(self.running) < self.p.max_slots:
-            req = self.waiting.popleft()
+            req = self.waiting[0]
             if req.done:
+                self.waiting.popleft()
                 continue
-            cached = self.cache.lookup(req.prompt_text) if self.p.prefix_cache else 0
-            cached = min(cached, req.prompt_tokens - 1)
-            req.cached_tokens = cached
-            req.prefill_left = req.prompt_tokens - cached
-            self.log[req.request_id].cached_tokens = cached
-            req.admitted = True
+            if not self._kv_fits(req):
+                break  # first come first served: the head of the queue waits for KV
+            self.waiting.popleft()
+            if req.admitted:  # after a preemption its KV is gone: recompute all of it
+                req.prefill_left = req.prompt_tokens + req.generated
+            else:
+                cached = self.cache.lookup(req.prompt_text) if self.p.prefix_cache else 0
+                cached = min(cached, req.prompt_tokens - 1)
+                req.cached_tokens = cached
+                req.prefill_left = req.prompt_tokens - cached
+                self.log[req.request_id].cached_tokens = cached
+                req.admitted = True
+                self.queue_time_s.observe(self.now_s() - req.arrival_s)
+            self._admissions += 1
+            req.admit_seq = self._admissions
             self.prefilling.append(req)
+
+    def _preempt_for_kv(self) -> None:
+        """Before a decode step: while the admitted requests' context plus one token per
+        running stream exceeds ``kv_capacity_tokens``, the most recently admitted request
+        leaves (vLLM's recompute preemption) for the front of the queue, losing its KV. The
+        last admitted request is never preempted: alone, it has nowhere better to wait."""
+        cap = self.p.kv_capacity_tokens
+        if cap is None:
+            return
+        while self.n_admitted() > 1 and self.kv_used_tokens() + len(self.running) > cap:
+            victim = max((*self.running, *self.prefilling), key=lambda r: r.admit_seq)
+            if victim in self.running:
+                self.running.remove(victim)
+            else:
+                self.prefilling.remove(victim)
+            self.waiting.appendleft(victim)
+            self.preemptions_total += 1
 
     # -- the loop ----------------------------------------------------------------------------
     def _decode_step_s(self) -> float:
         p = self.p
         n = len(self.running)
-        ctx = sum(r.prompt_tokens + r.generated for r in self.running) / n
+        context_total = sum(r.prompt_tokens + r.generated for r in self.running)
         batch = p.padded_batch(n)
-        step_s = (
-            p.step_s1 * (1 + p.batch_slowdown * (batch - 1)) * (1 + p.context_slowdown * ctx / 1000)
-        )
+        if p.memory_bandwidth_gb_s is not None:
+            bytes_per_s = p.memory_bandwidth_gb_s * 1e9 * p.bandwidth_efficiency
+            step_s = decode_step_bytes(p, batch, context_total) / bytes_per_s + p.step_overhead_s
+        else:
+            ctx = context_total / n
+            step_s = (
+                p.step_s1
+                * (1 + p.batch_slowdown * (batch - 1))
+                * (1 + p.context_slowdown * ctx / 1000)
+            )
         if batch > n:
             step_s *= 1 + p.bucket_pad_slowdown
         return step_s
@@ -446,6 +731,9 @@ class Engine:
         if req.generated >= req.stop_at:
             self._send(req)
             reason = "length" if req.generated >= req.max_tokens else "stop"
+            self.finished_total += 1
+            self.request_prompt_tokens.observe(req.prompt_tokens)
+            self.request_generation_tokens.observe(req.generated)
             req.out.put_nowait(Emit("finish", finish_reason=reason, n_tokens=req.generated))
             self._retire(req)
         elif req.unsent >= self.p.stream_interval_tokens:
@@ -454,6 +742,9 @@ class Engine:
     def _send(self, req: SimRequest) -> None:
         n, req.unsent = req.unsent, 0
         if n > 0:
+            if not req.first_sent:
+                req.first_sent = True
+                self.ttft_s.observe(self.now_s() - req.arrival_s)
             req.out.put_nowait(Emit("tokens", self._text(req, n), n))
 
     def _retire(self, req: SimRequest) -> None:
@@ -508,6 +799,7 @@ class Engine:
         iteration takes (prefill plus one decode step of the running streams) and whose
         prefill it completes."""
         p = self.p
+        self._preempt_for_kv()
         budget = p.prefill_chunk
         finished_prefill: list[SimRequest] = []
         prefilled = 0
@@ -529,12 +821,17 @@ class Engine:
         """What the iteration produced, at its end: a step for every running stream, the
         first token of every stream whose prefill it completed."""
         self.iterations_total += 1
+        step_tokens = step_streams = 0
         for req in list(self.running):
             if req.done:
                 continue
             n = self._tokens_this_step(req)
             if n > 0:
+                step_tokens += n
+                step_streams += 1
                 self._generate(req, n)
+        if step_streams:
+            self._recent_steps.append((step_tokens, step_streams))
         for req in finished_prefill:
             if req in self.prefilling:
                 self.prefilling.remove(req)
@@ -550,16 +847,18 @@ class Engine:
         and without waiting for it: the model's own answer (chunk sizes, send times, so the
         study's rate of each stream), which tests and benchmarks compare with what a served
         run measured. Only for an engine that serves nothing else."""
+        t_s = self._model_t_s = 0.0
         for req in requests:
             self._accept(req)
         sent: list[Sent] = []
-        t_s = 0.0
         while True:
             self._admit()
             if not self.prefilling and not self.running:
+                self._model_t_s = None
                 return sent
             t_iter, finished_prefill = self._begin_iteration()
             t_s += t_iter
+            self._model_t_s = t_s
             self._end_iteration(finished_prefill)
             for req in requests:
                 while not req.out.empty():
