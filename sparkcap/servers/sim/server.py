@@ -5,6 +5,12 @@ usage-only chunk with empty ``choices`` when ``include_usage`` is asked, then ``
 Several deployments share one server, chosen by the request's ``model``. ``GET /sim/log``
 returns the server's own timing of every stream, which benchmarks compare with what the
 client measured.
+
+Each deployment's ``metric_style`` chooses whose ``/metrics`` names it is shown under (the
+simulator's own, or one of five real engines' sets, only those names) and which facts its
+``/v1/models`` entry carries; a llama-server-style deployment also answers ``GET /props``. A
+page with several styles shows each deployment's samples in its own style, so the diagnosis's
+name map is tested against every engine at once.
 """
 
 from __future__ import annotations
@@ -12,14 +18,15 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import math
 import os
 import socket
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import uvicorn
 from starlette.applications import Starlette
@@ -28,7 +35,15 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response, Strea
 from starlette.routing import Route
 
 from sparkcap.servers.processes import ManagedProcess, ManagedProcessError
-from sparkcap.servers.sim.engine import Engine, SimProfile, SimRequest, count_prompt_tokens
+from sparkcap.servers.sim.engine import (
+    Engine,
+    Histogram,
+    MetricStyle,
+    SimProfile,
+    SimRequest,
+    count_prompt_tokens,
+    model_weight_bytes,
+)
 from sparkcap.settings import get_settings
 
 
@@ -43,6 +58,262 @@ def _sse(obj: dict[str, Any]) -> bytes:
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     body = {"error": {"message": message, "type": "invalid_request_error", "code": status}}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+MetricKind = Literal["counter", "gauge", "histogram"]
+MetricValue = Callable[[Engine], float | Histogram]
+# Per engine style, the families its real server exposes (the diagnosis's evidence), in its own
+# names: (name, kind, help, value). Counters are named with ``_total``, as their pages show.
+ENGINE_METRICS: dict[MetricStyle, tuple[tuple[str, MetricKind, str, MetricValue], ...]] = {
+    "vllm": (
+        ("vllm:num_requests_running", "gauge", "requests in a batch", Engine.n_admitted),
+        ("vllm:num_requests_waiting", "gauge", "requests queued", lambda e: len(e.waiting)),
+        ("vllm:kv_cache_usage_perc", "gauge", "KV cache usage, 1 = full", Engine.kv_usage),
+        ("vllm:num_preemptions_total", "counter", "preemptions", lambda e: e.preemptions_total),
+        ("vllm:prompt_tokens_total", "counter", "prefill tokens", lambda e: e.prompt_tokens_total),
+        (
+            "vllm:generation_tokens_total",
+            "counter",
+            "generation tokens",
+            lambda e: e.generated_tokens_total,
+        ),
+        (
+            "vllm:spec_decode_num_draft_tokens_total",
+            "counter",
+            "draft tokens",
+            lambda e: e.drafted_total,
+        ),
+        (
+            "vllm:spec_decode_num_accepted_tokens_total",
+            "counter",
+            "accepted draft tokens",
+            lambda e: e.accepted_total,
+        ),
+        (
+            "vllm:request_queue_time_seconds",
+            "histogram",
+            "time requests spent waiting",
+            lambda e: e.queue_time_s,
+        ),
+    ),
+    "sglang": (
+        ("sglang:num_running_reqs", "gauge", "running requests", Engine.n_admitted),
+        ("sglang:num_queue_reqs", "gauge", "queued requests", lambda e: len(e.waiting)),
+        ("sglang:token_usage", "gauge", "KV token usage, 1 = full", Engine.kv_usage),
+        (
+            "sglang:prompt_tokens_total",
+            "counter",
+            "prefill tokens",
+            lambda e: e.prompt_tokens_total,
+        ),
+        (
+            "sglang:generation_tokens_total",
+            "counter",
+            "generation tokens",
+            lambda e: e.generated_tokens_total,
+        ),
+        (
+            "sglang:spec_accept_length",
+            "gauge",
+            "mean tokens per decode step per stream, recently",
+            Engine.spec_accept_length,
+        ),
+    ),
+    "llamacpp": (
+        ("llamacpp:requests_processing", "gauge", "requests processing", Engine.n_admitted),
+        ("llamacpp:requests_deferred", "gauge", "requests deferred", lambda e: len(e.waiting)),
+        ("llamacpp:kv_cache_usage_ratio", "gauge", "KV-cache usage, 1 = full", Engine.kv_usage),
+        (
+            "llamacpp:prompt_tokens_total",
+            "counter",
+            "prompt tokens processed",
+            lambda e: e.prompt_tokens_total,
+        ),
+        (
+            "llamacpp:tokens_predicted_total",
+            "counter",
+            "generation tokens",
+            lambda e: e.generated_tokens_total,
+        ),
+        (
+            "llamacpp:n_decode_total",
+            "counter",
+            "llama_decode() calls",
+            lambda e: e.iterations_total,
+        ),
+    ),
+    "tgi": (
+        ("tgi_batch_current_size", "gauge", "current batch size", Engine.n_admitted),
+        ("tgi_queue_size", "gauge", "current queue size", lambda e: len(e.waiting)),
+        (
+            "tgi_request_generated_tokens",
+            "histogram",
+            "generated tokens per request",
+            lambda e: e.request_generation_tokens,
+        ),
+        (
+            "tgi_request_input_length",
+            "histogram",
+            "input tokens per request",
+            lambda e: e.request_prompt_tokens,
+        ),
+        (
+            "tgi_request_queue_duration",
+            "histogram",
+            "request queue duration, seconds",
+            lambda e: e.queue_time_s,
+        ),
+    ),
+    "trtllm": (
+        (
+            "trtllm_request_success_total",
+            "counter",
+            "requests finished",
+            lambda e: e.finished_total,
+        ),
+        (
+            "trtllm_request_queue_time_seconds",
+            "histogram",
+            "time requests spent waiting",
+            lambda e: e.queue_time_s,
+        ),
+        (
+            "trtllm_time_to_first_token_seconds",
+            "histogram",
+            "time to first token",
+            lambda e: e.ttft_s,
+        ),
+    ),
+}
+# llama-server and TGI serve one model and label nothing; the others say whose sample it is
+UNLABELLED_STYLES: frozenset[MetricStyle] = frozenset({"llamacpp", "tgi"})
+
+
+def _label_value(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(pairs: Iterable[tuple[str, str]]) -> str:
+    body = ",".join(f'{k}="{_label_value(v)}"' for k, v in pairs)
+    return f"{{{body}}}" if body else ""
+
+
+def _number(v: float) -> str:
+    if math.isinf(v):
+        return "+Inf"
+    return str(int(v)) if float(v).is_integer() else repr(float(v))
+
+
+def _family_lines(
+    name: str,
+    kind: MetricKind,
+    help_text: str,
+    value: MetricValue,
+    engines: list[tuple[str | None, Engine]],
+) -> list[str]:
+    """One family in the text format: HELP, TYPE, then each engine's samples (labelled with
+    its model unless ``None``)."""
+    lines = [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
+    for model_name, eng in engines:
+        base = [] if model_name is None else [("model_name", model_name)]
+        v = value(eng)
+        if isinstance(v, Histogram):
+            for bound, n in v.cumulative():
+                lines.append(f"{name}_bucket{_labels([('le', _number(bound)), *base])} {n}")
+            lines.append(f"{name}_sum{_labels(base)} {_number(v.sum)}")
+            lines.append(f"{name}_count{_labels(base)} {v.count}")
+        else:
+            lines.append(f"{name}{_labels(base)} {_number(v)}")
+    return lines
+
+
+def _sim_lines(engines: dict[str, Engine]) -> list[str]:
+    """The simulator's own page, as it always was, then the KV gauge and preemption counter."""
+    lines: list[str] = []
+    for name, help_text, attr in (
+        ("sim:requests_total", "requests received", "requests_total"),
+        ("sim:rejected_total", "requests rejected", "rejected_total"),
+        ("sim:generation_tokens_total", "tokens generated", "generated_tokens_total"),
+        ("sim:prompt_tokens_total", "prompt tokens received", "prompt_tokens_total"),
+        ("sim:spec_decode_num_draft_tokens_total", "draft tokens", "drafted_total"),
+        ("sim:spec_decode_num_accepted_tokens_total", "accepted drafts", "accepted_total"),
+        ("sim:iterations_total", "engine iterations", "iterations_total"),
+    ):
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} counter")
+        for model_name, eng in engines.items():
+            lines.append(f'{name}{{model_name="{model_name}"}} {getattr(eng, attr)}')
+    for name, attr in (
+        ("sim:num_requests_running", "running"),
+        ("sim:num_requests_waiting", "waiting"),
+    ):
+        lines.append(f"# TYPE {name} gauge")
+        for model_name, eng in engines.items():
+            lines.append(f'{name}{{model_name="{model_name}"}} {len(getattr(eng, attr))}')
+    labelled: list[tuple[str | None, Engine]] = list(engines.items())
+    lines += _family_lines(
+        "sim:kv_cache_usage_perc", "gauge", "KV cache usage, 1 = full", Engine.kv_usage, labelled
+    )
+    lines += _family_lines(
+        "sim:num_preemptions_total",
+        "counter",
+        "preemptions",
+        lambda e: e.preemptions_total,
+        labelled,
+    )
+    return lines
+
+
+def metrics_text(engines: dict[str, Engine]) -> str:
+    """The /metrics page: each style's families over the deployments of that style. An
+    unlabelled style hosting more than one deployment labels them after all, so that the page
+    never repeats a sample."""
+    lines: list[str] = []
+    by_style: dict[MetricStyle, dict[str, Engine]] = {}
+    for model_name, eng in engines.items():
+        by_style.setdefault(eng.p.metric_style, {})[model_name] = eng
+    for style, group in by_style.items():
+        if style == "sim":
+            lines += _sim_lines(group)
+            continue
+        unlabelled = style in UNLABELLED_STYLES and len(group) == 1
+        members: list[tuple[str | None, Engine]] = [
+            (None if unlabelled else m, e) for m, e in group.items()
+        ]
+        for name, kind, help_text, value in ENGINE_METRICS[style]:
+            lines += _family_lines(name, kind, help_text, value, members)
+    return "\n".join(lines) + "\n"
+
+
+def model_entry(profile: SimProfile) -> dict[str, Any]:
+    """A /v1/models entry with the facts its engine's server gives: vLLM the context length,
+    llama-server the GGUF's metadata (``size`` and ``n_params`` only when declared)."""
+    entry: dict[str, Any] = {
+        "id": profile.model,
+        "object": "model",
+        "owned_by": profile.metric_style,
+    }
+    if profile.metric_style == "vllm":
+        entry["max_model_len"] = profile.n_ctx
+    elif profile.metric_style == "llamacpp":
+        meta: dict[str, Any] = {"n_ctx_train": profile.n_ctx, "n_embd": profile.n_embd}
+        size = model_weight_bytes(profile)
+        if size is not None:
+            meta["size"] = int(size)
+        if profile.n_params is not None:
+            meta["n_params"] = profile.n_params
+        entry["meta"] = meta
+    return entry
+
+
+def props(profile: SimProfile) -> dict[str, Any]:
+    """llama-server's ``GET /props``: the server's context, slots and model file."""
+    return {
+        "default_generation_settings": {"n_ctx": profile.n_ctx},
+        "total_slots": profile.max_slots,
+        "model_path": f"{profile.model}.gguf",
+        "build_info": "sim",
+    }
 
 
 def prompt_text(messages: list[Any]) -> str:
@@ -152,8 +423,20 @@ def create_app(
         if unauthorized(request):
             return _error(401, "missing or wrong API key")
         return JSONResponse(
-            {"object": "list", "data": [{"id": m, "object": "model"} for m in engines]}
+            {"object": "list", "data": [model_entry(e.p) for e in engines.values()]}
         )
+
+    async def server_props(request: Request) -> Response:
+        """Only a llama-server-style deployment answers (``?model=`` chooses among several;
+        else the first), as only llama-server has the route."""
+        if unauthorized(request):
+            return _error(401, "missing or wrong API key")
+        llama = {m: e for m, e in engines.items() if e.p.metric_style == "llamacpp"}
+        wanted = request.query_params.get("model")
+        eng = llama.get(wanted) if wanted is not None else next(iter(llama.values()), None)
+        if eng is None:
+            return _error(404, "no llama-server-style model serves /props")
+        return JSONResponse(props(eng.p))
 
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -161,28 +444,7 @@ def create_app(
     async def metrics(request: Request) -> Response:
         if unauthorized(request):  # behind the same gateway as the API, as often in practice
             return _error(401, "missing or wrong API key")
-        lines: list[str] = []
-        for name, help_text, attr in (
-            ("sim:requests_total", "requests received", "requests_total"),
-            ("sim:rejected_total", "requests rejected", "rejected_total"),
-            ("sim:generation_tokens_total", "tokens generated", "generated_tokens_total"),
-            ("sim:prompt_tokens_total", "prompt tokens received", "prompt_tokens_total"),
-            ("sim:spec_decode_num_draft_tokens_total", "draft tokens", "drafted_total"),
-            ("sim:spec_decode_num_accepted_tokens_total", "accepted drafts", "accepted_total"),
-            ("sim:iterations_total", "engine iterations", "iterations_total"),
-        ):
-            lines.append(f"# HELP {name} {help_text}")
-            lines.append(f"# TYPE {name} counter")
-            for model_name, eng in engines.items():
-                lines.append(f'{name}{{model_name="{model_name}"}} {getattr(eng, attr)}')
-        for name, attr in (
-            ("sim:num_requests_running", "running"),
-            ("sim:num_requests_waiting", "waiting"),
-        ):
-            lines.append(f"# TYPE {name} gauge")
-            for model_name, eng in engines.items():
-                lines.append(f'{name}{{model_name="{model_name}"}} {len(getattr(eng, attr))}')
-        return PlainTextResponse("\n".join(lines) + "\n")
+        return PlainTextResponse(metrics_text(engines))
 
     async def sim_log(request: Request) -> Response:
         out = []
@@ -211,6 +473,7 @@ def create_app(
         routes=[
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/models", models),
+            Route("/props", server_props),
             Route("/tokenize", tokenize, methods=["POST"]),
             Route("/health", health),
             Route("/metrics", metrics),
