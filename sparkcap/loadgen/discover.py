@@ -1,0 +1,396 @@
+"""What a deployment's server says about its decode steps, where the fleet file is silent.
+
+The bottleneck diagnosis (issue 26) sets each measured level beside the bound a node's
+memory bandwidth puts on it, and that bound needs the bytes a step reads. A fleet file may
+declare them (``Deployment.facts``); otherwise the server often says: llama-server's
+``/v1/models`` (``owned_by``, ``meta.size``, ``meta.n_ctx_train``) and ``/props``
+(``default_generation_settings.n_ctx``, ``total_slots``), vLLM's ``/v1/models``
+(``max_model_len``), and the served GGUF's metadata. Each figure becomes one
+:class:`FactRow` naming its source; dbt (``int_deployment_facts``) picks one per fact, a
+declared value first.
+
+Everything a server answers is untrusted: each value is checked with the bounds of
+``config.facts`` before it is kept, and one that fails (``true``, 2**70, NaN, a negative)
+becomes a ``discovery`` row saying which value was refused, as does an endpoint that fails.
+Discovery never raises and never holds a sweep longer than ``DISCOVERY_TIMEOUT_S`` per
+endpoint; a 404 only means the server has no such endpoint, and records nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, get_args
+from urllib.parse import urlsplit
+
+import httpx
+from annotated_types import Le
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+
+from sparkcap.config import Deployment, DeploymentBase, MissingSecret
+from sparkcap.config.facts import EngineName, ModelFacts, MoEFacts
+from sparkcap.loadgen.connections import FetchFailed, fetch_bounded, make_client
+from sparkcap.loadgen.gguf import GGUFArray, GGUFError, GGUFMetadata, Value, read_metadata
+from sparkcap.loadgen.sweep import request_headers
+
+# one endpoint's answer (connect, headers, body) or one GGUF read may take this long; the
+# endpoints are asked at once, so a deployment's discovery takes about this at worst
+DISCOVERY_TIMEOUT_S = 5.0
+MAX_BODY_BYTES = 1 << 20
+MAX_DETAIL_CHARS = 300
+
+DECLARED = "declared"
+SOURCES = ("declared", "gguf", "llama-props", "llama-models-meta", "vllm-models", "models-owned-by")
+DISCOVERY = "discovery"  # the fact of a row that says why something was not discovered
+# the source a failed /v1/models is recorded under: the one part every engine's listing has
+LISTING = "models-owned-by"
+FACTS = (
+    "engine",
+    "memory_bandwidth_gb_s",
+    "nodes_per_replica",
+    "weight_bytes",
+    "moe_experts",
+    "moe_experts_per_token",
+    "moe_expert_bytes",
+    "moe_shared_bytes",
+    "kv_bytes_per_token",
+    "context_tokens",
+    "server_slots",
+)
+# the engines whose /v1/models says who they are; TGI and others put a model id there
+ENGINES_BY_OWNER = ("llamacpp", "vllm", "sglang", "tgi", "trtllm")
+# f16 K and V: llama-server's default --cache-type-k/-v
+KV_CACHE_ELEMENT_BYTES = 2
+_ARCH = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+
+
+@dataclass(frozen=True)
+class FactRow:
+    """One fact of one deployment from one source (a ``raw.deployment_facts`` row without
+    its run); ``value`` is None in a ``discovery`` row, whose ``detail`` says why."""
+
+    fact: str
+    value: float | None
+    source: str
+    detail: str | None = None
+    text_value: str | None = None
+
+
+def _strict(annotation: Any, *constraints: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(Annotated[(annotation, *constraints)], config=ConfigDict(strict=True))
+
+
+def _field(model: type[ModelFacts | MoEFacts | DeploymentBase], name: str, kind: type) -> Any:
+    return _strict(kind, *model.model_fields[name].metadata)
+
+
+# the bounds a declared fact must meet, taken from the declarations themselves
+_CHECKS: dict[str, TypeAdapter[Any]] = {
+    "weight_bytes": _field(ModelFacts, "weight_bytes", float),
+    "kv_bytes_per_token": _field(ModelFacts, "kv_bytes_per_token", float),
+    "context_tokens": _field(ModelFacts, "context_tokens", int),
+    "layers": _field(ModelFacts, "layers", int),
+    "kv_heads": _field(ModelFacts, "kv_heads", int),
+    "head_dim": _field(ModelFacts, "head_dim", int),
+    "moe_experts": _field(MoEFacts, "experts", int),
+    "moe_experts_per_token": _field(MoEFacts, "experts_per_token", int),
+    # parallel_slots has no upper bound; a server claiming more slots than this is wrong
+    "server_slots": _strict(int, *DeploymentBase.model_fields["parallel_slots"].metadata, Le(4096)),
+}
+_ENGINES = frozenset(get_args(EngineName))
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _row_problem(source: str, detail: str) -> FactRow:
+    return FactRow(DISCOVERY, None, source, detail[:MAX_DETAIL_CHARS])
+
+
+def checked(fact: str, value: Any, source: str, detail: str) -> FactRow:
+    """The fact's row when ``value`` passes the declaration's checks, else a ``discovery``
+    row naming the value refused (shown cut short: it is the server's text)."""
+    try:
+        number = _CHECKS[fact].validate_python(value)
+    except ValidationError as exc:
+        why = exc.errors()[0]["msg"]
+        return _row_problem(source, f"refused {fact} {_shown(value)} from {detail}: {why}")
+    if not math.isfinite(number):  # an int field is finite already; a float one is bounded
+        return _row_problem(source, f"refused {fact} {_shown(value)} from {detail}: not finite")
+    return FactRow(fact, float(number), source, detail[:MAX_DETAIL_CHARS])
+
+
+def declared_facts(dep: DeploymentBase) -> list[FactRow]:
+    """The facts the fleet file (or CLI) declares, validated by ``ModelFacts`` already;
+    ``server_slots`` is the declared ``parallel_slots``."""
+    f = dep.facts
+    rows: list[FactRow] = []
+    if f.engine is not None:
+        rows.append(FactRow("engine", None, DECLARED, "facts.engine", text_value=f.engine))
+    numbers: list[tuple[str, float | int | None, str]] = [
+        ("memory_bandwidth_gb_s", f.memory_bandwidth_gb_s, "facts.memory_bandwidth_gb_s"),
+        ("nodes_per_replica", f.nodes_per_replica, "facts.nodes_per_replica"),
+        ("weight_bytes", f.weight_bytes, "facts.weight_bytes"),
+        ("context_tokens", f.context_tokens, "facts.context_tokens"),
+        ("server_slots", dep.parallel_slots, "parallel_slots"),
+    ]
+    if f.moe is not None:
+        numbers += [
+            ("moe_experts", f.moe.experts, "facts.moe.experts"),
+            ("moe_experts_per_token", f.moe.experts_per_token, "facts.moe.experts_per_token"),
+            ("moe_expert_bytes", f.moe.expert_bytes, "facts.moe.expert_bytes"),
+            ("moe_shared_bytes", f.moe.shared_bytes, "facts.moe.shared_bytes"),
+        ]
+    kv_detail = (
+        "facts.kv_bytes_per_token"
+        if f.kv_bytes_per_token is not None
+        else "facts: layers × kv_heads × head_dim × 2 (K and V) × kv_dtype_bytes"
+    )
+    numbers.append(("kv_bytes_per_token", f.kv_bytes(), kv_detail))
+    rows += [FactRow(n, float(v), DECLARED, d) for n, v, d in numbers if v is not None]
+    return rows
+
+
+# -- the server's endpoints -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Answer:
+    body: Any = None  # the parsed JSON; None with no problem: a 404, nothing to record
+    problem: str | None = None
+
+
+async def _get_json(
+    client: httpx.AsyncClient, dep: Deployment, url: str, timeout_s: float
+) -> _Answer:
+    path = urlsplit(url).path or "/"  # what a detail names: never a query string
+    try:
+        headers = {**request_headers(dep, url), "Accept": "application/json"}
+    except MissingSecret as exc:
+        return _Answer(problem=f"GET {path} not sent: {exc}")
+    try:
+        status, body = await fetch_bounded(client, url, headers, timeout_s, MAX_BODY_BYTES)
+    except FetchFailed as exc:
+        return _Answer(problem=f"GET {path}: {str(exc).replace(url, path)}")
+    if status == 404:
+        return _Answer()
+    if status != 200:
+        return _Answer(problem=f"GET {path}: HTTP {status}")
+    try:
+        parsed = json.loads(body)
+    except (ValueError, RecursionError):
+        return _Answer(problem=f"GET {path}: the body is not JSON")
+    if not isinstance(parsed, dict):
+        return _Answer(problem=f"GET {path}: the body is not a JSON object")
+    return _Answer(parsed)
+
+
+def _models_rows(dep: Deployment, listing: dict[str, Any], moe_known: bool) -> list[FactRow]:
+    data = listing.get("data")
+    entries = [m for m in data if isinstance(m, dict)] if isinstance(data, list) else []
+    entry = next((m for m in entries if m.get("id") == dep.model), None)
+    if entry is None:
+        return [_row_problem(LISTING, f"no entry for model {dep.model!r} in /v1/models")]
+    rows: list[FactRow] = []
+    owner = entry.get("owned_by")
+    if isinstance(owner, str) and owner in ENGINES_BY_OWNER:
+        rows.append(FactRow("engine", None, "models-owned-by", "owned_by", text_value=owner))
+    meta = entry.get("meta")
+    if isinstance(meta, dict):  # llama-server's
+        if "size" in meta and not moe_known:
+            rows.append(
+                checked(
+                    "weight_bytes",
+                    meta["size"],
+                    "llama-models-meta",
+                    "meta.size: the model's tensor bytes, all read by a dense decode step",
+                )
+            )
+        if "n_ctx_train" in meta:
+            rows.append(
+                checked(
+                    "context_tokens", meta["n_ctx_train"], "llama-models-meta", "meta.n_ctx_train"
+                )
+            )
+    if "max_model_len" in entry:
+        rows.append(
+            checked("context_tokens", entry["max_model_len"], "vllm-models", "max_model_len")
+        )
+    return rows
+
+
+def _props_rows(props: dict[str, Any]) -> list[FactRow]:
+    rows: list[FactRow] = []
+    settings = props.get("default_generation_settings")
+    if isinstance(settings, dict) and "n_ctx" in settings:
+        rows.append(
+            checked(
+                "context_tokens",
+                settings["n_ctx"],
+                "llama-props",
+                "default_generation_settings.n_ctx (one slot's context)",
+            )
+        )
+    if "total_slots" in props:
+        rows.append(checked("server_slots", props["total_slots"], "llama-props", "total_slots"))
+    return rows
+
+
+# -- the GGUF file ----------------------------------------------------------------------
+
+
+def gguf_rows(meta: GGUFMetadata) -> list[FactRow]:
+    """KV bytes per token and the expert counts a GGUF's metadata gives."""
+    v = meta.values
+    arch = v.get("general.architecture")
+    if not isinstance(arch, str) or not _ARCH.match(arch):
+        return [_row_problem("gguf", f"general.architecture is {_shown(arch)}, not a name")]
+    rows = _gguf_kv_rows(v, arch)
+    experts = v.get(f"{arch}.expert_count")
+    if experts is not None and experts != 0:  # 0 (or no key): a dense model
+        key = f"{arch}.expert_count"
+        row = checked("moe_experts", experts, "gguf", key)
+        rows.append(row)
+        used = v.get(f"{arch}.expert_used_count")
+        if used is not None:
+            used_key = f"{arch}.expert_used_count"
+            used_row = checked("moe_experts_per_token", used, "gguf", used_key)
+            if used_row.value is not None and row.value is not None and used_row.value > row.value:
+                used_row = _row_problem("gguf", f"refused {used_key} {used}: more than {key}")
+            rows.append(used_row)
+    return rows
+
+
+def _gguf_int(v: dict[str, Value], key: str, check: str) -> int | FactRow | None:
+    """The key's whole number within the check's bounds, None when absent, or the refusal."""
+    if key not in v:
+        return None
+    row = checked(check, v[key], "gguf", key)
+    return int(row.value) if row.value is not None else row
+
+
+def _gguf_kv_rows(v: dict[str, Value], arch: str) -> list[FactRow]:
+    a = f"{arch}.attention"
+    layers = _gguf_int(v, f"{arch}.block_count", "layers")
+    if layers is None:
+        return [_row_problem("gguf", f"no {arch}.block_count: KV bytes per token unknown")]
+    if isinstance(layers, FactRow):
+        return [layers]
+    notes = []
+    # KV heads summed over layers: a per-layer array (some hybrids hold 0 for recurrent layers)
+    heads_key = f"{a}.head_count_kv" if f"{a}.head_count_kv" in v else f"{a}.head_count"
+    if heads_key == f"{a}.head_count":
+        notes.append(f"no {a}.head_count_kv: as many KV heads as heads")
+    heads = v.get(heads_key)
+    if isinstance(heads, GGUFArray):
+        values = heads.values or ()
+        if len(values) != layers or any(type(h) is not int or not 0 <= h <= 10_000 for h in values):
+            return [
+                _row_problem("gguf", f"refused {heads_key}: not {layers} per-layer head counts")
+            ]
+        kv_heads_total = sum(int(h) for h in values)
+        heads_text = f"Σ {heads_key}"
+    else:
+        one = _gguf_int(v, heads_key, "kv_heads")
+        if one is None:
+            return [_row_problem("gguf", f"no {heads_key}: KV bytes per token unknown")]
+        if isinstance(one, FactRow):
+            return [one]
+        kv_heads_total = layers * one
+        heads_text = f"{arch}.block_count × {heads_key}"
+    key_len = _gguf_int(v, f"{a}.key_length", "head_dim")
+    value_len = _gguf_int(v, f"{a}.value_length", "head_dim")
+    for got in (key_len, value_len):
+        if isinstance(got, FactRow):
+            return [got]
+    if isinstance(key_len, int) and isinstance(value_len, int):
+        head_text = f"({a}.key_length + {a}.value_length)"
+        per_head = key_len + value_len
+    else:
+        width = _gguf_int(v, f"{arch}.embedding_length", "head_dim")
+        n_heads = _gguf_int(v, f"{a}.head_count", "kv_heads")
+        if isinstance(width, FactRow) or isinstance(n_heads, FactRow):
+            return [got for got in (width, n_heads) if isinstance(got, FactRow)]
+        if width is None or n_heads is None or width % n_heads:
+            return [_row_problem("gguf", f"no head size in {a}.key_length or embedding_length")]
+        head_text = f"2 × {arch}.embedding_length / {a}.head_count"
+        per_head = 2 * (width // n_heads)
+    if f"{a}.sliding_window" in v:
+        notes.append("sliding-window layers counted at full context")
+    detail = "; ".join(
+        [
+            f"{heads_text} × {head_text} × {KV_CACHE_ELEMENT_BYTES} bytes: "
+            "f16 KV cache assumed (llama-server's default cache type)",
+            *notes,
+        ]
+    )
+    return [
+        checked(
+            "kv_bytes_per_token", kv_heads_total * per_head * KV_CACHE_ELEMENT_BYTES, "gguf", detail
+        )
+    ]
+
+
+async def _gguf_facts(path: Path, timeout_s: float) -> list[FactRow]:
+    try:
+        # off the loop: a file on a slow disk must not stall the event loop's other work
+        meta = await asyncio.wait_for(asyncio.to_thread(read_metadata, path), timeout_s)
+    except GGUFError as exc:
+        return [_row_problem("gguf", str(exc))]
+    except TimeoutError:
+        return [_row_problem("gguf", f"{path}: metadata not read within {timeout_s:g} s")]
+    return gguf_rows(meta)
+
+
+# -- all of it --------------------------------------------------------------------------
+
+
+async def discover_facts(
+    dep: Deployment,
+    *,
+    client: httpx.AsyncClient | None = None,
+    timeout_s: float = DISCOVERY_TIMEOUT_S,
+) -> list[FactRow]:
+    """Every fact the server and the served GGUF give, and a ``discovery`` row for each
+    failure; never raises for anything the server or the file does."""
+    rows: list[FactRow] = []
+    if dep.facts.gguf_path is not None:
+        rows += await _gguf_facts(dep.facts.gguf_path, timeout_s)
+    # MoE weights are not one dense block: a file size says nothing of a step's reads
+    moe_known = dep.facts.moe is not None or any(r.fact == "moe_experts" for r in rows)
+    models_url, props_url = dep.models_url, dep.server_url("props")
+    if client is None:
+        async with make_client(dep, 2) as own:
+            models, props = await _both(own, dep, models_url, props_url, timeout_s)
+    else:
+        models, props = await _both(client, dep, models_url, props_url, timeout_s)
+    for source, answer in ((LISTING, models), ("llama-props", props)):
+        if answer.problem is not None:
+            rows.append(_row_problem(source, answer.problem))
+    if models.body is not None:
+        rows += _models_rows(dep, models.body, moe_known)
+    if props.body is not None:
+        rows += _props_rows(props.body)
+    return rows
+
+
+async def _both(
+    client: httpx.AsyncClient, dep: Deployment, models_url: str, props_url: str, timeout_s: float
+) -> tuple[_Answer, _Answer]:
+    models, props = await asyncio.gather(
+        _get_json(client, dep, models_url, timeout_s),
+        _get_json(client, dep, props_url, timeout_s),
+    )
+    return models, props
+
+
+async def discover_all(deps: Sequence[Deployment]) -> list[list[FactRow]]:
+    """Each deployment's facts, all asked at once (a sweep waits once, not per deployment)."""
+    return list(await asyncio.gather(*(discover_facts(d) for d in deps)))
