@@ -74,7 +74,7 @@ def print_levels(db: Path, run_id: str, fmt: text.OutputFormat = "table") -> Non
     from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
 
     levels, caps = marts.levels(db, run_id), marts.capacities(db, run_id)
-    text.print_levels(out, sys.stdout, run_id, levels, caps, fmt)
+    text.print_levels(out, sys.stdout, run_id, levels, caps, fmt, marts.bottlenecks(db, run_id))
 
 
 def print_fleet(db: Path, run_id: str, console: Any = None) -> None:

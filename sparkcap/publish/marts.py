@@ -60,6 +60,37 @@ class CapacityRow(NamedTuple):
     n_valid_trials: int
 
 
+class BottleneckRow(NamedTuple):
+    """``marts.fct_bottlenecks``: why a deployment × workload's capacity is what it is."""
+
+    deployment: str
+    workload: str
+    capacity_streams: int | None
+    limit_level: int | None
+    bottleneck: str
+    confidence: str | None
+    evidence: str | None
+    advice: str | None
+    limit_level_tok_s: float | None
+    limit_level_bound_tok_s: float | None
+    limit_level_share_of_bound: float | None
+    bound_capacity_streams: int | None
+    bound_flags: str | None
+    unavailable_evidence: str | None
+
+
+class LevelBoundRow(NamedTuple):
+    """``marts.fct_level_bounds``: a measured level beside its memory-bandwidth bound."""
+
+    deployment: str
+    workload: str
+    concurrency: int
+    median_decode_tok_s: float | None
+    bound_decode_tok_s: float | None
+    share_of_bound: float | None
+    threshold_tok_s: float
+
+
 class FleetRow(NamedTuple):
     """``marts.fct_fleet_capacity``: the fleet's capacity for one workload."""
 
@@ -162,6 +193,27 @@ def fleet_capacities(db_path: Path, run_id: str) -> list[FleetRow]:
             [run_id],
         ).fetchall()
     return [FleetRow(*r) for r in rows]
+
+
+def bottlenecks(db_path: Path, run_id: str) -> list[BottleneckRow]:
+    with warehouse.open_warehouse(db_path, read_only=True) as con:
+        rows = con.execute(
+            f"select {', '.join(BottleneckRow._fields)} from marts.fct_bottlenecks "
+            "where run_id = ? order by deployment, workload",
+            [run_id],
+        ).fetchall()
+    return [BottleneckRow(*r) for r in rows]
+
+
+def level_bounds(db_path: Path, run_id: str) -> list[LevelBoundRow]:
+    cols = ", ".join(LevelBoundRow._fields).replace("threshold_tok_s", "threshold_tok_s::double")
+    with warehouse.open_warehouse(db_path, read_only=True) as con:
+        rows = con.execute(
+            f"select {cols} from marts.fct_level_bounds where run_id = ? "
+            "order by deployment, workload, concurrency",
+            [run_id],
+        ).fetchall()
+    return [LevelBoundRow(*r) for r in rows]
 
 
 def unmeasured_pairs(db_path: Path, run_id: str) -> list[CapacityRow]:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
     from sparkcap.dq.validate import ValidationResult
     from sparkcap.publish.marts import (
+        BottleneckRow,
         CapacityRow,
         FailedStep,
         FleetRow,
@@ -88,6 +89,36 @@ def capacity_words(c: CapacityRow, *, failing: bool = False) -> str:
 
 def capacity_line(c: CapacityRow) -> str:
     return f"capacity at {c.threshold_tok_s:g} tok/s — {capacity_words(c)}"
+
+
+BOTTLENECK_WORDS = {
+    "client": "the client",
+    "link": "a link",
+    "kv-cache": "KV-cache capacity (preemption)",
+    "request-slots": "request slots (queueing)",
+    "batch-buckets": "batch-size buckets (a dip)",
+    "prefill": "prefill interference",
+    "memory-bandwidth": "memory bandwidth",
+}
+
+
+def bottleneck_line(b: BottleneckRow) -> str | None:
+    """The line printed under a capacity: what limits it, how sure, on what evidence, and
+    the advice the evidence supports; None where the capacity's own words say it all (not
+    reached, not measured)."""
+    if b.bottleneck in ("not reached", "not measured"):
+        return None
+    pair = f"{b.deployment}/{b.workload}"
+    if b.bottleneck == "unknown":
+        line = f"  why {pair}: unknown — no signal at {b.limit_level} streams decides"
+    else:
+        what = BOTTLENECK_WORDS.get(b.bottleneck, b.bottleneck)
+        line = f"  why {pair}: {what} ({b.confidence}) — {b.evidence}"
+        if b.advice:
+            line += f"; advice: {b.advice}"
+    if b.bound_flags:
+        line += f"; check: {b.bound_flags}"
+    return visible(line)
 
 
 def fleet_line(f: FleetRow) -> str:
@@ -243,14 +274,20 @@ def print_levels(
     levels: Sequence[LevelRow],
     caps: Sequence[CapacityRow],
     fmt: OutputFormat = "table",
+    why: Sequence[BottleneckRow] = (),
 ) -> None:
     """A run's levels and capacities: a table and one line per capacity on ``console``, or
     for scripts only the data on ``stream``: JSON (both tables) or CSV (one row per level,
     with its deployment × workload's capacity)."""
     if fmt == "table":
         console.print(levels_table(run_id, levels))
+        why_by_pair = {(b.deployment, b.workload): b for b in why}
         for c in caps:
             console.print(capacity_line(c), highlight=False)
+            b = why_by_pair.get((c.deployment, c.workload))
+            line = None if b is None else bottleneck_line(b)
+            if line is not None:
+                console.print(line, highlight=False)
         return
     lv = [{k: getattr(row, k) for k in LEVEL_COLUMNS} for row in levels]
     cs = [{k: getattr(c, k) for k in CAPACITY_COLUMNS} for c in caps]

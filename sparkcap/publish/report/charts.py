@@ -389,3 +389,49 @@ def search_path_chart(data: dict[str, Any]) -> Any:
             )
         )
     )
+
+
+def bound_chart(data: dict[str, Any]) -> Any:
+    """The measured level medians beside the memory-bandwidth bound at each level's context
+    (fct_level_bounds): how close to the physics each deployment runs."""
+    frame = data["bounds"].dropna(subset=["bound_decode_tok_s"])
+    long = pd.concat(
+        [
+            frame.assign(series="measured median", tok_s=frame["median_decode_tok_s"]),
+            frame.assign(series="memory-bandwidth bound", tok_s=frame["bound_decode_tok_s"]),
+        ]
+    )
+    long = long.assign(
+        line=long["workload"] + " · " + long["series"],
+        threshold_tok_s=long["threshold_tok_s"].astype(float),
+    )
+    lines = (
+        alt.Chart()
+        .mark_line(point=True)
+        .encode(
+            x=_concurrency_axis(long),
+            y=alt.Y("tok_s:Q", title="tok/s per stream", scale=alt.Scale(type="log")),
+            color=_workload_color(long),
+            strokeDash=alt.StrokeDash("series:N", title=""),
+            detail="line:N",
+            tooltip=[
+                "deployment",
+                "workload",
+                "concurrency",
+                "series",
+                alt.Tooltip("tok_s:Q", format=".1f"),
+                alt.Tooltip("share_of_bound:Q", format=".0%", title="share of the bound"),
+            ],
+        )
+    )
+    rule = (
+        alt.Chart().mark_rule(strokeDash=[2, 2], color="#555").encode(y="mean(threshold_tok_s):Q")
+    )
+    return _per_deployment(
+        alt.layer(lines, rule, data=long),
+        alt.Title(
+            "Why this capacity: measured vs the memory-bandwidth bound",
+            subtitle="Dashed: what the memory allows each stream at the level's context; "
+            "the rule: the threshold",
+        ),
+    )

@@ -73,6 +73,33 @@ def _search_path(con: Any, which: str, params: dict[str, Any]) -> pd.DataFrame:
     )
 
 
+def _why(con: Any, data: dict[str, Any], where: str, params: dict[str, Any]) -> None:
+    """ "Why this capacity": fct_bottlenecks' verdicts and fct_level_bounds' curve beside the
+    measured one (empty for a warehouse built before them: the section is then left out)."""
+    has = con.execute(
+        "select count(*) from information_schema.tables "
+        "where table_schema = 'marts' and table_name = 'fct_bottlenecks'"
+    ).fetchall()[0][0]
+    if not has:
+        data["bottlenecks"] = data["bounds"] = pd.DataFrame()
+        return
+    data["bottlenecks"] = _df(
+        con,
+        "select deployment, workload, capacity_streams, limit_level, bottleneck, confidence, "
+        "evidence, advice, round(100 * limit_level_share_of_bound, 1) as share_of_bound_pct, "
+        f"bound_capacity_streams, bound_flags from marts.fct_bottlenecks {where} "
+        "order by deployment, workload",
+        params,
+    )
+    data["bounds"] = _df(
+        con,
+        "select deployment, workload, concurrency, median_decode_tok_s, bound_decode_tok_s, "
+        f"share_of_bound, threshold_tok_s from marts.fct_level_bounds {where} "
+        "order by deployment, workload, concurrency",
+        params,
+    )
+
+
 def runs_of_night(db_path: Path, night: date) -> list[str]:
     """Built runs that started on ``night`` (a UTC date), oldest first."""
     with open_warehouse(db_path, read_only=True) as con:
@@ -177,6 +204,13 @@ def load_combined(db_path: Path, run_ids: Sequence[str], label: str) -> dict[str
             p,
         )
         data["history"] = _history(con, str(newest[0]))
+        _why(
+            con,
+            data,
+            "where (run_id, deployment, workload) in (select (run_id, deployment, "
+            "workload) from marts.capacity_of($runs))",
+            p,
+        )
         for key in ("prefill", "cache", "timeline", "output_length", "mixed", "links", "dq"):
             data[key] = pd.DataFrame()
         data["previous_run"] = None
@@ -242,6 +276,7 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
         )
         data["search_path"] = _search_path(con, "where s.run_id = $run", {"run": run_id})
         data["history"] = _history(con, run_id)
+        _why(con, data, "where run_id = $run", {"run": run_id})
         has_probes = con.execute(
             "select count(*) from information_schema.tables "
             "where table_schema = 'marts' and table_name = 'fct_prefill_interference'"

@@ -19,6 +19,7 @@ from sparkcap import __version__
 from sparkcap.pages import render, table
 from sparkcap.publish.compare import compare
 from sparkcap.publish.report.charts import (
+    bound_chart,
     cache_chart,
     headline_chart,
     history_chart,
@@ -131,6 +132,9 @@ def render_report(
         charts["output_length"] = output_length_chart(data)
     if not data["search_path"].empty:
         charts["search"] = search_path_chart(data)
+    bounds = data.get("bounds", pd.DataFrame())
+    if not bounds.empty and bounds["bound_decode_tok_s"].notna().any():
+        charts["bounds"] = bound_chart(data)
     comparison = None
     if data["previous_run"]:
         diff = compare(Path(db_path), data["previous_run"], run_id)
@@ -210,6 +214,8 @@ def render_report(
         links=links,
         comparison=comparison,
         invalid=data["invalid"],
+        bottlenecks=data.get("bottlenecks", pd.DataFrame()),
+        bound_chart="bounds" in charts,
         dq_links=dq_links,
         dq=None if dq.empty else dq,
         changes=history_changes(data),

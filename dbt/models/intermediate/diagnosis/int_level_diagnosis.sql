@@ -1,0 +1,231 @@
+-- Per run, deployment, workload and level: the physical bound on the per-stream decode rate,
+-- the measured rate as a share of it, and what the server said during the level's waves.
+--
+-- The bound. A decode step at c streams reads the weights the step touches plus each stream's
+-- KV cache. Weights: a dense model's all (weight_bytes); a mixture of experts' shared bytes
+-- plus the expected distinct experts a batch of c tokens touches per layer, E(1 - (1 - k/E)^c),
+-- each expert_bytes. KV: c x the level's mean context x KV bytes per token. The mean context
+-- of a stream over its decode is its prompt plus half its (full-length) output. The step
+-- cannot take less than bytes / the replica's memory bandwidth, and each step gives each
+-- stream `tokens_per_step` tokens (1, or more with a speculative decoder: measured from the
+-- server's counters, else the per-chunk counts), so
+--     bound_decode_tok_s = tokens_per_step x bandwidth / (weight bytes + KV bytes).
+-- A fact missing gives no bound, and `bound_missing` says which.
+-- The level's waves: every counted trial (warm-ups and superseded attempts left out), valid or
+-- not, since why a trial was invalid (queued, a spoiled client) is evidence too.
+with levels as (
+    select * from {{ ref('int_levels') }}
+),
+
+facts as (
+    select * from {{ ref('int_deployment_facts') }}
+),
+
+trials as (
+    select *
+    from {{ ref('int_trials') }}
+    where probe is null and trial > 0 and not is_superseded
+),
+
+streams as (
+    select r.*
+    from {{ ref('int_stream_rates') }} as r
+    inner join trials as t on t.wave_id = r.wave_id
+    where r.status = 'ok'
+),
+
+evidence as (
+    select e.*
+    from {{ ref('int_wave_server_evidence') }} as e
+    inner join trials as t on t.wave_id = e.wave_id
+),
+
+chunk_steps as (
+    -- tokens per chunk after the first, where the server counted each chunk: a speculative
+    -- decoder's step sends 1 + accepted drafts at once
+    select s.run_id, s.deployment, s.workload, s.concurrency, avg(c.n_tokens) as tokens_per_chunk
+    from {{ ref('stg_chunks') }} as c
+    inner join streams as s on s.request_id = c.request_id
+    where c.n_tokens is not null and c.n_tokens > 0
+        and c.seq > (select min(c2.seq) from {{ ref('stg_chunks') }} as c2
+                     where c2.request_id = c.request_id)
+    group by all
+),
+
+context as (
+    select
+        run_id, deployment, workload, concurrency,
+        avg(prompt_tokens + coalesce(full_tokens, completion_tokens) / 2.0) as mean_context_tokens,
+        count(*) filter (where prompt_tokens is null) as n_without_prompt_count
+    from streams
+    group by all
+),
+
+server as (
+    select
+        run_id, deployment, workload, concurrency,
+        any_value(engine) as engine,
+        any_value(engine_source) as engine_source,
+        max(value) filter (where evidence = 'requests_waiting') as peak_waiting_requests,
+        max(value) filter (where evidence = 'requests_running') as peak_running_requests,
+        max(value) filter (where evidence = 'kv_cache_usage') as peak_kv_cache_usage,
+        sum(value) filter (where evidence = 'preemptions') as preemptions,
+        sum(value) filter (where evidence = 'generation_tokens') as server_generated_tokens,
+        sum(value) filter (where evidence = 'draft_tokens') as server_draft_tokens,
+        sum(value) filter (where evidence = 'accepted_tokens') as server_accepted_tokens,
+        avg(mean_during) filter (where evidence = 'accept_length') as server_accept_length,
+        sum(value) filter (where evidence = 'queue_time_s_sum')
+            / nullif(sum(value) filter (where evidence = 'queue_time_count'), 0)
+            as mean_queue_time_s,
+        string_agg(distinct evidence || ' (' || unavailable_reason || ')', '; ')
+            filter (where status = 'unavailable') as unavailable_evidence
+    from evidence
+    group by all
+),
+
+client as (
+    select
+        run_id, deployment, workload, concurrency,
+        bool_or(client_saturated) as any_client_saturated,
+        bool_or(queued) as any_queued_trial,
+        count(*) as n_counted_trials,
+        string_agg(distinct invalid_reasons, '; ') as invalid_reasons
+    from trials
+    group by all
+),
+
+prefill_phase as (
+    -- how much of the streams' decode ran while other streams were still waiting for their
+    -- first token: the wave's TTFT spread over its median decode span. Synchronized streams
+    -- all ask at once, so a spread is prefill (or a queue, which the slot signals tell apart)
+    select
+        run_id, deployment, workload, concurrency,
+        median((max_ttft_s - min_ttft_s) / nullif(median_decode_span_s, 0)) as prefill_phase_share
+    from trials
+    where max_ttft_s is not null and median_decode_span_s > 0
+    group by all
+),
+
+joined as (
+    select
+        l.run_id,
+        l.deployment,
+        l.model,
+        l.workload,
+        l.concurrency,
+        l.median_decode_tok_s,
+        l.threshold_tok_s,
+        l.passes_threshold,
+        l.n_valid_trials,
+        l.no_valid_trial_reason,
+        f.engine as declared_engine,
+        s.engine,
+        s.engine_source,
+        f.replica_bandwidth_bytes_s,
+        f.weight_bytes,
+        f.moe_experts,
+        f.moe_experts_per_token,
+        f.moe_expert_bytes,
+        f.moe_shared_bytes,
+        f.kv_bytes_per_token,
+        f.server_slots,
+        d.parallel_slots,
+        x.mean_context_tokens,
+        x.n_without_prompt_count,
+        s.peak_waiting_requests,
+        s.peak_running_requests,
+        s.peak_kv_cache_usage,
+        s.preemptions,
+        s.server_generated_tokens,
+        s.server_draft_tokens,
+        s.server_accepted_tokens,
+        s.server_accept_length,
+        s.mean_queue_time_s,
+        s.unavailable_evidence,
+        c.any_client_saturated,
+        c.any_queued_trial,
+        c.n_counted_trials,
+        c.invalid_reasons,
+        g.prefill_phase_share,
+        k.tokens_per_chunk,
+        case
+            when s.server_generated_tokens > s.server_accepted_tokens
+                and s.server_accepted_tokens >= 0
+                then s.server_generated_tokens
+                    / (s.server_generated_tokens - s.server_accepted_tokens)
+            when s.server_accept_length >= 1 then s.server_accept_length
+            when k.tokens_per_chunk >= 1 then k.tokens_per_chunk
+            else 1.0
+        end as tokens_per_step,
+        case
+            when s.server_generated_tokens > s.server_accepted_tokens
+                and s.server_accepted_tokens >= 0 then 'server counters'
+            when s.server_accept_length >= 1 then 'server accept length'
+            when k.tokens_per_chunk >= 1 then 'per-chunk counts'
+            else 'assumed 1 (no speculative evidence)'
+        end as tokens_per_step_source,
+        {{ weight_bytes_per_step(
+            'f.weight_bytes', 'f.moe_experts', 'f.moe_experts_per_token', 'f.moe_expert_bytes',
+            'f.moe_shared_bytes', 'l.concurrency'
+        ) }} as weight_bytes_per_step
+    from levels as l
+    left join facts as f on f.run_id = l.run_id and f.deployment = l.deployment
+    left join {{ ref('stg_deployments') }} as d
+        on d.run_id = l.run_id and d.deployment = l.deployment
+    left join context as x
+        on x.run_id = l.run_id and x.deployment = l.deployment
+        and x.workload = l.workload and x.concurrency = l.concurrency
+    left join server as s
+        on s.run_id = l.run_id and s.deployment = l.deployment
+        and s.workload = l.workload and s.concurrency = l.concurrency
+    left join client as c
+        on c.run_id = l.run_id and c.deployment = l.deployment
+        and c.workload = l.workload and c.concurrency = l.concurrency
+    left join prefill_phase as g
+        on g.run_id = l.run_id and g.deployment = l.deployment
+        and g.workload = l.workload and g.concurrency = l.concurrency
+    left join chunk_steps as k
+        on k.run_id = l.run_id and k.deployment = l.deployment
+        and k.workload = l.workload and k.concurrency = l.concurrency
+),
+
+bounded as (
+    select
+        *,
+        concurrency * mean_context_tokens * kv_bytes_per_token as kv_bytes_per_step,
+        weight_bytes_per_step + concurrency * mean_context_tokens * kv_bytes_per_token
+            as bytes_per_step,
+        nullif(array_to_string(list_filter([
+            case when replica_bandwidth_bytes_s is null then 'memory bandwidth' end,
+            case when weight_bytes_per_step is null then 'weight bytes' end,
+            case when kv_bytes_per_token is null then 'KV bytes per token' end,
+            case when mean_context_tokens is null then 'prompt lengths (no usage)' end
+        ], lambda x: x is not null), ', '), '') as bound_missing
+    from joined
+),
+
+bound as (
+    select
+        *,
+        {{ decode_bound_tok_s(
+            'tokens_per_step', 'replica_bandwidth_bytes_s', 'weight_bytes_per_step',
+            'concurrency', 'mean_context_tokens', 'kv_bytes_per_token'
+        ) }} as bound_decode_tok_s
+    from bounded
+),
+
+final as (
+    select
+        * exclude (bound_missing),
+        1000 * bytes_per_step / replica_bandwidth_bytes_s as bound_step_ms,
+        median_decode_tok_s / bound_decode_tok_s as share_of_bound,
+        median_decode_tok_s / bound_decode_tok_s > {{ var('bound_above_tolerance') }}
+            as is_above_bound,
+        median_decode_tok_s / bound_decode_tok_s < {{ var('bound_far_below_share') }}
+            as is_far_below_bound,
+        case when bound_missing is not null then 'not computable: no ' || bound_missing end
+            as bound_note
+    from bound
+)
+
+select * from final

@@ -1,0 +1,192 @@
+-- Why each capacity is what it is: one row per run, deployment and workload. The verdict is
+-- the first factor, in a fixed order, that a signal at the limiting level supports
+-- (int_bottleneck_signals): the client (a measurement limit, not the fleet's), a link, KV
+-- capacity / preemption, request slots / queueing, batch-size buckets (a dip), prefill
+-- interference, memory bandwidth. The order puts what invalidates or distorts a measurement
+-- before what explains a clean one. "unknown" when no signal decides; "not reached" when every
+-- level passed; "not measured" when no level was. Confidence: high with two or more signals
+-- behind the verdict, medium with one, and low when the limiting level had no valid trial (its
+-- evidence comes from invalid waves only).
+with capacity as (
+    select * from {{ ref('fct_capacity') }}
+),
+
+signals as (
+    select * from {{ ref('int_bottleneck_signals') }}
+),
+
+diag as (
+    select * from {{ ref('int_level_diagnosis') }}
+),
+
+supported as (
+    select
+        run_id, deployment, workload, factor, factor_rank,
+        count(*) as n_signals,
+        string_agg(detail, '; ' order by signal) as evidence
+    from signals
+    where status = 'supports'
+    group by all
+),
+
+chosen as (
+    select *
+    from supported
+    qualify row_number() over (
+        partition by run_id, deployment, workload order by factor_rank
+    ) = 1
+),
+
+unavailable as (
+    select run_id, deployment, workload,
+        string_agg(factor || ': ' || detail, '; ' order by factor_rank, signal) as unavailable_evidence
+    from signals
+    where status = 'unavailable'
+    group by all
+),
+
+limits as (
+    select distinct run_id, deployment, workload, limit_level from signals
+),
+
+bound_curve as (
+    -- the most streams the memory could carry at the threshold, at the limiting level's
+    -- context and tokens per step: the physical ceiling beside the measured capacity
+    select
+        d.run_id, d.deployment, d.workload,
+        max(c.n) filter (
+            where {{ decode_bound_tok_s(
+                'd.tokens_per_step', 'd.replica_bandwidth_bytes_s',
+                weight_bytes_per_step(
+                    'd.weight_bytes', 'd.moe_experts', 'd.moe_experts_per_token',
+                    'd.moe_expert_bytes', 'd.moe_shared_bytes', 'c.n'
+                ),
+                'c.n', 'd.mean_context_tokens', 'd.kv_bytes_per_token'
+            ) }} >= d.threshold_tok_s
+        ) as bound_capacity_streams
+    from diag as d
+    inner join limits as l
+        on l.run_id = d.run_id and l.deployment = d.deployment
+        and l.workload = d.workload and l.limit_level = d.concurrency
+    cross join (select unnest(range(1, 4097)) as n) as c
+    where d.replica_bandwidth_bytes_s is not null and d.kv_bytes_per_token is not null
+        and d.mean_context_tokens is not null
+        and (d.weight_bytes is not null or d.moe_experts is not null)
+    group by all
+),
+
+flags as (
+    select
+        run_id, deployment, workload,
+        bool_or(is_above_bound) as any_level_above_bound,
+        string_agg(concurrency::varchar, ', ' order by concurrency)
+            filter (where is_above_bound) as levels_above_bound,
+        bool_or(is_far_below_bound) filter (where concurrency = 1) as is_far_below_bound_at_1
+    from diag
+    group by all
+),
+
+joined as (
+    select
+        c.run_id,
+        c.deployment,
+        c.model,
+        c.workload,
+        c.capacity_streams,
+        c.is_measured,
+        c.is_lower_bound,
+        c.capacity_verdict,
+        l.limit_level,
+        d.median_decode_tok_s as limit_level_tok_s,
+        d.bound_decode_tok_s as limit_level_bound_tok_s,
+        d.share_of_bound as limit_level_share_of_bound,
+        d.n_valid_trials as limit_level_valid_trials,
+        d.engine,
+        b.bound_capacity_streams,
+        f.any_level_above_bound,
+        f.levels_above_bound,
+        f.is_far_below_bound_at_1,
+        ch.factor as supported_factor,
+        ch.n_signals,
+        ch.evidence,
+        u.unavailable_evidence
+    from capacity as c
+    left join limits as l
+        on l.run_id = c.run_id and l.deployment = c.deployment and l.workload = c.workload
+    left join diag as d
+        on d.run_id = c.run_id and d.deployment = c.deployment
+        and d.workload = c.workload and d.concurrency = l.limit_level
+    left join chosen as ch
+        on ch.run_id = c.run_id and ch.deployment = c.deployment and ch.workload = c.workload
+    left join unavailable as u
+        on u.run_id = c.run_id and u.deployment = c.deployment and u.workload = c.workload
+    left join bound_curve as b
+        on b.run_id = c.run_id and b.deployment = c.deployment and b.workload = c.workload
+    left join flags as f
+        on f.run_id = c.run_id and f.deployment = c.deployment and f.workload = c.workload
+),
+
+final as (
+    select
+        run_id,
+        deployment,
+        model,
+        workload,
+        capacity_streams,
+        limit_level,
+        case
+            when not is_measured then 'not measured'
+            when is_lower_bound then 'not reached'
+            else coalesce(supported_factor, 'unknown')
+        end as bottleneck,
+        case
+            when not is_measured or is_lower_bound or supported_factor is null then null
+            when coalesce(limit_level_valid_trials, 0) = 0 then 'low'
+            when n_signals >= 2 then 'high'
+            else 'medium'
+        end as confidence,
+        case
+            when not is_measured then capacity_verdict
+            when is_lower_bound then 'every level up to ' || limit_level
+                || ' streams passed: the limit lies above what was tried'
+            else evidence
+        end as evidence,
+        case
+            when not is_measured or is_lower_bound then null
+            when supported_factor = 'client'
+                then 'measure from a stronger or less loaded client host (sparkcap calibrate)'
+            when supported_factor = 'link'
+                then 'check the link between the replica''s nodes before trusting this capacity'
+            when supported_factor = 'kv-cache'
+                then 'give the KV cache more memory or shorter contexts; preempted streams stall'
+            when supported_factor = 'request-slots'
+                then 'raise the server''s request slots (e.g. llama-server -np, vLLM max_num_seqs)'
+            when supported_factor = 'batch-buckets'
+                then 'capture the batch sizes you run at (vLLM cudagraph capture sizes)'
+            when supported_factor = 'prefill'
+                then 'isolate long prefills (chunked prefill, a prefill pool) from decoding streams'
+            when supported_factor = 'memory-bandwidth' and workload = 'prose'
+                then 'at the memory''s limit: route prose where acceptance is higher, or add replicas'
+            when supported_factor = 'memory-bandwidth'
+                then 'at the memory''s limit: add replicas, or a faster speculative decoder'
+        end as advice,
+        limit_level_tok_s,
+        limit_level_bound_tok_s,
+        limit_level_share_of_bound,
+        bound_capacity_streams,
+        coalesce(any_level_above_bound, false) as any_level_above_bound,
+        levels_above_bound,
+        coalesce(is_far_below_bound_at_1, false) as is_far_below_bound,
+        nullif(array_to_string(list_filter([
+            case when any_level_above_bound then 'measured above the memory-bandwidth bound at '
+                || levels_above_bound || ' stream(s): a declared fact or the measurement is wrong' end,
+            case when is_far_below_bound_at_1 then 'one stream decodes below '
+                || round(100 * {{ var('bound_far_below_share') }}) || ' % of the bound: eager '
+                || 'mode, wrong kernels, or a speculative decoder that does not pay?' end
+        ], lambda x: x is not null), '; '), '') as bound_flags,
+        engine,
+        unavailable_evidence
+    from joined
+)
+
+select * from final
