@@ -506,11 +506,32 @@ class MixedOptions(Strict):
     max_tokens: int | None = Field(None, ge=2, le=MAX_TOKENS)
 
 
-ProbeName = Literal["prefill-interference", "prompt-cache", "output-length", "mixed"]
+class GapAttributionOptions(Strict):
+    """Code and prose at one concurrency, then one factor of the difference changed at a time
+    (temperature, output length), so dbt can say how much of code's advantage each explains.
+
+    The concurrency is declared, not read from the night's capacity: probes run before the
+    night's dbt build, so no capacity of this night exists yet when they do."""
+
+    kind: Literal["gap-attribution"] = "gap-attribution"
+    concurrency: int = Field(4, ge=1, le=4096)
+    trials: int = Field(3, ge=1, le=5)
+    # code's length for a quick probe; every stream is scaled by the same factor, so prose
+    # keeps its 0.3-0.6 of code's length and the length factor stays in the comparison
+    max_tokens: int | None = Field(None, ge=2, le=MAX_TOKENS)
+
+
+ProbeName = Literal[
+    "prefill-interference", "prompt-cache", "output-length", "mixed", "gap-attribution"
+]
 # One options model per probe, told apart by ``kind``: the CLI, fleet files and the probes
 # themselves all take these, so an option means the same everywhere and a typo is rejected.
 ProbeOptions = Annotated[
-    PrefillInterferenceOptions | PromptCacheOptions | OutputLengthOptions | MixedOptions,
+    PrefillInterferenceOptions
+    | PromptCacheOptions
+    | OutputLengthOptions
+    | MixedOptions
+    | GapAttributionOptions,
     Field(discriminator="kind"),
 ]
 _PROBE_ADAPTER: Any = None
@@ -562,6 +583,11 @@ def probe_flags(
         "mixed": {
             "concurrency": concurrency,
             "code_share": code_share,
+            "trials": trials,
+            "max_tokens": max_tokens,
+        },
+        "gap-attribution": {
+            "concurrency": concurrency,
             "trials": trials,
             "max_tokens": max_tokens,
         },

@@ -1,4 +1,5 @@
-"""The study's probes: long prefills, prompt caches, output length and mixed load.
+"""The study's probes: long prefills, prompt caches, output length, mixed load and the
+code–prose gap's attribution.
 
 Every probe records ordinary requests and chunks against a wave anchor, so the warehouse and
 dbt treat them like sweeps; ``raw.waves.probe`` names the probe and ``raw.requests.role`` says
@@ -14,12 +15,14 @@ import contextlib
 import random
 import secrets
 import time
+from dataclasses import replace
 from typing import Any
 
 import httpx
 
 from sparkcap.config import (
     Deployment,
+    GapAttributionOptions,
     MixedOptions,
     OutputLengthOptions,
     PrefillInterferenceOptions,
@@ -30,7 +33,13 @@ from sparkcap.loadgen.connections import StreamClients, make_client
 from sparkcap.loadgen.records import RequestRecord, WaveRecord, is_count
 from sparkcap.loadgen.sweep import request_headers
 from sparkcap.loadgen.wave import LoopMonitor, build_body, run_wave, token_ceiling
-from sparkcap.loadgen.workloads import StreamSpec, build_streams
+from sparkcap.loadgen.workloads import (
+    CODE_TOKENS,
+    StreamSpec,
+    build_streams,
+    required_length,
+    temperature,
+)
 
 WORDS = [
     "river",
@@ -384,3 +393,63 @@ async def mixed(dep: Deployment, run_id: str, options: MixedOptions) -> list[Wav
 
 PROBES["output-length"] = output_length
 PROBES["mixed"] = mixed
+
+
+# The gap-attribution probe's variants, in the order each trial runs them: the two workloads
+# as the sweep asks for them, then one factor of their difference changed at a time. The
+# variant is the wave's label (its wave_id), which int_gap_attribution_trials reads.
+GAP_VARIANTS: tuple[tuple[str, str, str, str], ...] = (
+    # (variant, prompts of, temperature of, lengths of)
+    ("code", "code", "code", "code"),
+    ("prose", "prose", "prose", "prose"),
+    ("code@prose-temperature", "code", "prose", "code"),
+    ("code@prose-length", "code", "code", "prose"),
+    ("prose@code-temperature", "prose", "code", "prose"),
+)
+
+
+def gap_variant_streams(
+    variant: str, concurrency: int, wave_tag: str, max_tokens: int | None = None
+) -> list[StreamSpec]:
+    """One variant's streams: ``variant``'s prompts with the temperature and the per-stream
+    lengths of the workloads it names. ``max_tokens`` is code's length in a shortened probe:
+    every stream is scaled by ``max_tokens / 1000`` so the workloads keep their length ratio
+    (a flat cap would make both lengths equal and hide the length factor)."""
+    by_name = {v[0]: v[1:] for v in GAP_VARIANTS}
+    prompts_of, temperature_of, lengths_of = by_name[variant]
+    scale = 1.0 if max_tokens is None else max_tokens / CODE_TOKENS
+    return [
+        replace(
+            s,
+            temperature=temperature(temperature_of),
+            max_tokens=max(2, round(scale * required_length(lengths_of, i))),
+        )
+        for i, s in enumerate(build_streams(prompts_of, concurrency, wave_tag))
+    ]
+
+
+async def gap_attribution(
+    dep: Deployment, run_id: str, options: GapAttributionOptions
+) -> list[WaveRecord]:
+    """Code, prose and three one-factor variants, each a synchronized wave at the same
+    concurrency per trial, interleaved so a drift in the server over the probe falls on every
+    variant alike. One warm-up wave first (code), never counted."""
+    concurrency = options.concurrency
+    waves = []
+    for trial in range(0, options.trials + 1):
+        for k, (variant, prompts_of, _, _) in enumerate(GAP_VARIANTS):
+            if trial == 0 and variant != "code":
+                continue
+            # the tag is part of the prompt: a variant's name in it ("prose@code-...") would
+            # put code's words into a prose prompt
+            tag = f"{run_id[-6:]}-ga{k}-t{trial}"
+            specs = gap_variant_streams(variant, concurrency, tag, options.max_tokens)
+            waves.append(
+                await _synchronized(
+                    dep, run_id, "gap-attribution", prompts_of, specs, variant, trial
+                )
+            )
+    return waves
+
+
+PROBES["gap-attribution"] = gap_attribution
