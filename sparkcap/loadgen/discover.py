@@ -12,19 +12,23 @@ declared value first.
 Everything a server answers is untrusted: each value is checked with the bounds of
 ``config.facts`` before it is kept, and one that fails (``true``, 2**70, NaN, a negative)
 becomes a ``discovery`` row saying which value was refused, as does an endpoint that fails.
-Discovery never raises and never holds a sweep longer than ``DISCOVERY_TIMEOUT_S`` per
-endpoint; a 404 only means the server has no such endpoint, and records nothing.
+Discovery never raises and never waits longer than ``DISCOVERY_TIMEOUT_S`` per endpoint
+(or file); a 404 only means the server has no such endpoint, and records nothing. The
+listing a sweep's preflight read is reused, and ``/props`` is asked only of a server that
+says it is llama-server, so a server sees at most one request it would not have seen before.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import EllipsisType
 from typing import Annotated, Any, get_args
 from urllib.parse import urlsplit
 
@@ -38,8 +42,8 @@ from sparkcap.loadgen.connections import FetchFailed, fetch_bounded, make_client
 from sparkcap.loadgen.gguf import GGUFArray, GGUFError, GGUFMetadata, Value, read_metadata
 from sparkcap.loadgen.sweep import request_headers
 
-# one endpoint's answer (connect, headers, body) or one GGUF read may take this long; the
-# endpoints are asked at once, so a deployment's discovery takes about this at worst
+# one endpoint's answer (connect, headers, body) or one GGUF read may take this long; in a
+# sweep the listing is the preflight's, so only /props and the GGUF are waited for
 DISCOVERY_TIMEOUT_S = 5.0
 MAX_BODY_BYTES = 1 << 20
 MAX_DETAIL_CHARS = 300
@@ -163,7 +167,7 @@ def declared_facts(dep: DeploymentBase) -> list[FactRow]:
 
 @dataclass(frozen=True)
 class _Answer:
-    body: Any = None  # the parsed JSON; None with no problem: a 404, nothing to record
+    body: dict[str, Any] | None = None  # None with no problem: a 404, nothing to record
     problem: str | None = None
 
 
@@ -352,45 +356,59 @@ async def _gguf_facts(path: Path, timeout_s: float) -> list[FactRow]:
 # -- all of it --------------------------------------------------------------------------
 
 
+def _says_llama_server(dep: Deployment, listing: dict[str, Any] | None) -> bool:
+    """Whether to ask ``/props``: it is llama-server's, and another server's answer to it
+    (an OpenAI proxy's catch-all, a test server's script) is noise at best."""
+    if dep.facts.engine == "llamacpp" or dep.facts.gguf_path is not None:
+        return True
+    data = listing.get("data") if listing is not None else None
+    for entry in data if isinstance(data, list) else []:
+        if isinstance(entry, dict) and entry.get("id") == dep.model:
+            return entry.get("owned_by") == "llamacpp" or isinstance(entry.get("meta"), dict)
+    return False
+
+
 async def discover_facts(
     dep: Deployment,
     *,
+    listing: dict[str, Any] | EllipsisType | None = ...,
     client: httpx.AsyncClient | None = None,
     timeout_s: float = DISCOVERY_TIMEOUT_S,
 ) -> list[FactRow]:
     """Every fact the server and the served GGUF give, and a ``discovery`` row for each
-    failure; never raises for anything the server or the file does."""
+    failure; never raises for anything the server or the file does. ``listing``: the
+    ``/v1/models`` answer the preflight already read (None: it had none), so the server is
+    not asked twice; left out, it is fetched here."""
     rows: list[FactRow] = []
     if dep.facts.gguf_path is not None:
         rows += await _gguf_facts(dep.facts.gguf_path, timeout_s)
     # MoE weights are not one dense block: a file size says nothing of a step's reads
     moe_known = dep.facts.moe is not None or any(r.fact == "moe_experts" for r in rows)
-    models_url, props_url = dep.models_url, dep.server_url("props")
-    if client is None:
-        async with make_client(dep, 2) as own:
-            models, props = await _both(own, dep, models_url, props_url, timeout_s)
-    else:
-        models, props = await _both(client, dep, models_url, props_url, timeout_s)
-    for source, answer in ((LISTING, models), ("llama-props", props)):
-        if answer.problem is not None:
-            rows.append(_row_problem(source, answer.problem))
-    if models.body is not None:
-        rows += _models_rows(dep, models.body, moe_known)
-    if props.body is not None:
-        rows += _props_rows(props.body)
+    async with contextlib.AsyncExitStack() as stack:
+        if client is None:
+            client = await stack.enter_async_context(make_client(dep, 1))
+        known: dict[str, Any] | None
+        if isinstance(listing, EllipsisType):
+            answer = await _get_json(client, dep, dep.models_url, timeout_s)
+            if answer.problem is not None:
+                rows.append(_row_problem(LISTING, answer.problem))
+            known = answer.body
+        else:
+            known = listing
+        if known is not None:
+            rows += _models_rows(dep, known, moe_known)
+        if _says_llama_server(dep, known):
+            props = await _get_json(client, dep, dep.server_url("props"), timeout_s)
+            if props.problem is not None:
+                rows.append(_row_problem("llama-props", props.problem))
+            if props.body is not None:
+                rows += _props_rows(props.body)
     return rows
 
 
-async def _both(
-    client: httpx.AsyncClient, dep: Deployment, models_url: str, props_url: str, timeout_s: float
-) -> tuple[_Answer, _Answer]:
-    models, props = await asyncio.gather(
-        _get_json(client, dep, models_url, timeout_s),
-        _get_json(client, dep, props_url, timeout_s),
-    )
-    return models, props
-
-
-async def discover_all(deps: Sequence[Deployment]) -> list[list[FactRow]]:
-    """Each deployment's facts, all asked at once (a sweep waits once, not per deployment)."""
-    return list(await asyncio.gather(*(discover_facts(d) for d in deps)))
+async def discover_all(
+    deps: Sequence[Deployment], listings: Mapping[str, dict[str, Any] | None]
+) -> list[list[FactRow]]:
+    """Each deployment's facts, all asked at once (a sweep waits once, not per deployment);
+    ``listings``: each one's ``/v1/models`` answer as its preflight read it."""
+    return list(await asyncio.gather(*(discover_facts(d, listing=listings[d.name]) for d in deps)))

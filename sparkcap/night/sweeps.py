@@ -34,6 +34,7 @@ from sparkcap.config import (
 from sparkcap.config.fleet import Fleet
 from sparkcap.errors import NotFound, SparkcapError
 from sparkcap.loadgen.connections import FetchFailed, fetch_bounded, make_client
+from sparkcap.loadgen.discover import discover_all
 from sparkcap.loadgen.links import LinkResult, run_links
 from sparkcap.loadgen.metrics import scrape_into
 from sparkcap.loadgen.probes import PROBES
@@ -52,6 +53,7 @@ from sparkcap.store.links import store_link_results
 from sparkcap.store.warehouse import (
     WarehouseBusy,
     open_warehouse,
+    record_discovered_facts_to,
     record_step_to,
     run_end_to,
     run_start_to,
@@ -149,8 +151,10 @@ class PreflightError(SparkcapError, RuntimeError):
     """The endpoint cannot be measured at all (unreachable, unknown model, bad auth)."""
 
 
-async def preflight(deployment: Deployment) -> None:
-    """Fail fast, before anything is recorded, when an endpoint cannot serve the model."""
+async def preflight(deployment: Deployment) -> dict[str, Any] | None:
+    """Fail fast, before anything is recorded, when an endpoint cannot serve the model.
+    Returns the server's model listing when it gave one (a JSON object), for discovery to
+    read rather than ask the server again."""
     url = deployment.models_url  # the endpoint's query string (Azure's api-version) kept
     try:
         headers = request_headers(deployment)
@@ -175,22 +179,24 @@ async def preflight(deployment: Deployment) -> None:
                     f"endpoint failed: {deployment.endpoint} ({deployment.name}): "
                     f"{type(cause).__name__}"
                 ) from None
-            return  # an oversized, compressed or endless listing: the sweep judges each stream
+            return None  # oversized, compressed or endless: the sweep judges each stream
     if status in (401, 403):
         raise PreflightError(
             f"endpoint refused the credentials for {deployment.name} (HTTP {status}); "
             f"check the variable named by api_key_env"
         )
     if status != 200:
-        return  # servers without /models are measured anyway
+        return None  # servers without /models are measured anyway
     try:
         listing = json.loads(body)
     except (ValueError, RecursionError):  # not JSON, or nested past what Python can parse
-        return
+        return None
+    if not isinstance(listing, dict):
+        return None
     # a server's listing is untrusted: anything but {"data": [{"id": ...}, ...]} says nothing
-    data = listing.get("data") if isinstance(listing, dict) else None
+    data = listing.get("data")
     if not isinstance(data, list):
-        return
+        return listing
     ids = {str(m["id"]) for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)}
     if ids and deployment.model not in ids:
         shown = sorted(i if len(i) <= 80 else i[:79] + "…" for i in ids)
@@ -199,6 +205,7 @@ async def preflight(deployment: Deployment) -> None:
             f"unknown model {deployment.model!r} at {deployment.endpoint} "
             f"(server offers: {', '.join(shown[:10])}{more})"
         )
+    return listing
 
 
 def open_run_for(db_path: Path, run: str, deployment: str, workloads: Sequence[str]) -> str:
@@ -260,9 +267,10 @@ async def run_sweeps(
     """
     deployments = {r.deployment.name: r.deployment for r in requests}
     unreachable: dict[str, str] = {}
+    listings: dict[str, dict[str, Any] | None] = {}
     for dep in deployments.values():
         try:
-            await preflight(dep)
+            listings[dep.name] = await preflight(dep)
         except PreflightError as exc:
             unreachable[dep.name] = str(exc)
     if unreachable and len(unreachable) == len(deployments):
@@ -303,6 +311,11 @@ async def run_sweeps(
     for name, why in unreachable.items():
         await asyncio.to_thread(record_step_to, db_path, run_id, name, "preflight", "failed", why)
         result.not_measured[name] = why
+    # what each server says of its decode steps, beside what the fleet file declares (the
+    # bottleneck diagnosis's facts); bounded, and a failure is a recorded row, never an error
+    reachable = [d for d in deployments.values() if d.name not in unreachable]
+    for dep, facts in zip(reachable, await discover_all(reachable, listings), strict=True):
+        await asyncio.to_thread(record_discovered_facts_to, db_path, run_id, dep.name, facts)
     total = sum(planned_wave_count(r.plan) for r in requests)
     done = 0
     stage_lock = asyncio.Lock()

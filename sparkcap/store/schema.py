@@ -255,6 +255,31 @@ RAW_TABLES: dict[str, pa.Schema] = {
         _c("error", STR),
         _c("measured_at", TS, null=False),
     ),
+    "deployment_facts": _table(
+        "One row per fact of a run's deployment per source: what the fleet file declares "
+        "and what the server says (for the bottleneck diagnosis); dbt's int_deployment_facts "
+        "picks one value per fact, a declared one first",
+        _c("run_id", STR, null=False),
+        _c("deployment", STR, null=False),
+        _c(
+            "fact",
+            STR,
+            null=False,
+            doc="engine | memory_bandwidth_gb_s | nodes_per_replica | weight_bytes | "
+            "moe_experts | moe_experts_per_token | moe_expert_bytes | moe_shared_bytes | "
+            "kv_bytes_per_token | context_tokens | server_slots | discovery (a failure)",
+        ),
+        _c("value", F64, doc="NULL for engine (text_value) and for a discovery row"),
+        _c("text_value", STR, doc="the engine's name"),
+        _c(
+            "source",
+            STR,
+            null=False,
+            doc="declared | gguf | llama-props | llama-models-meta | vllm-models | models-owned-by",
+        ),
+        _c("detail", STR, doc="the key or field read, or why discovery failed"),
+        _c("recorded_at", TS, null=False),
+    ),
 }
 
 

@@ -33,6 +33,7 @@ import pyarrow as pa
 from sparkcap import __version__
 from sparkcap.config import Deployment, url_without_credentials
 from sparkcap.errors import MissingFile, SparkcapError
+from sparkcap.loadgen.discover import DECLARED, FactRow, declared_facts
 from sparkcap.loadgen.metrics import labels_text
 from sparkcap.loadgen.records import MAX_COUNT, WaveRecord, stored_counts
 from sparkcap.settings import get_settings
@@ -275,7 +276,62 @@ def record_run_start(
                 d.timeouts.total_s,
             ],
         )
+    _record_declared_facts(con, run_id, deployments)
     con.execute("commit")
+
+
+def _facts_table(run_id: str, deployment: str, rows: Sequence[FactRow]) -> pa.Table:
+    at = datetime.now(UTC)
+    return raw_table(
+        "deployment_facts",
+        {
+            "run_id": [run_id] * len(rows),
+            "deployment": [deployment] * len(rows),
+            "fact": [r.fact for r in rows],
+            "value": [r.value for r in rows],
+            "text_value": [r.text_value for r in rows],
+            "source": [r.source for r in rows],
+            "detail": [r.detail for r in rows],
+            "recorded_at": [at] * len(rows),
+        },
+    )
+
+
+def _record_declared_facts(
+    con: duckdb.DuckDBPyConnection, run_id: str, deployments: Sequence[Deployment]
+) -> None:
+    """The declared facts of the deployments recorded now, replacing what they declared
+    before (a sweep joining its run again); what discovery found is replaced by discovery."""
+    con.execute(
+        "delete from raw.deployment_facts where run_id = ? and source = ? "
+        "and list_contains(?, deployment)",
+        [run_id, DECLARED, [d.name for d in deployments]],
+    )
+    for d in deployments:
+        rows = declared_facts(d)
+        if rows:
+            _insert(con, "raw.deployment_facts", _facts_table(run_id, d.name, rows))
+
+
+def record_discovered_facts_to(
+    db_path: Path | str, run_id: str, deployment: str, rows: Sequence[FactRow]
+) -> None:
+    """Replace what discovery found for one deployment of a run, in one transaction; the
+    declared rows stay."""
+    with open_warehouse(db_path) as con:
+        con.execute("begin transaction")
+        try:
+            con.execute(
+                "delete from raw.deployment_facts where run_id = ? and deployment = ? "
+                "and source <> ?",
+                [run_id, deployment, DECLARED],
+            )
+            if rows:
+                _insert(con, "raw.deployment_facts", _facts_table(run_id, deployment, rows))
+            con.execute("commit")
+        except BaseException:
+            _rollback(con)
+            raise
 
 
 def record_run_end(

@@ -160,14 +160,11 @@ def test_failures_are_rows_naming_the_path_never_the_secret(
         seen.append(request.headers.get("authorization"))
         if request.url.path == "/props":
             return respond(401)
-        return respond(200, b"{not json")
+        return respond(200, json.dumps(LLAMA_MODELS).encode())
 
     rows = discover(handler, dep)
     assert seen == ["Bearer sk-very-secret"] * 2  # the deployment's own key, on both
-    assert sorted(problems(rows)) == [
-        "llama-props: GET /props: HTTP 401",
-        "models-owned-by: GET /v1/models: the body is not JSON",
-    ]
+    assert problems(rows) == ["llama-props: GET /props: HTTP 401"]
     text = repr(rows)
     assert "sk-very-secret" not in text and "token-in-query" not in text
 
@@ -176,13 +173,42 @@ def test_an_endless_or_oversized_body_is_bounded() -> None:
     async def slow(request: httpx.Request) -> httpx.Response:
         if request.url.path == "/props":
             await asyncio.sleep(10)
-        return respond(200, b"x" * ((1 << 20) + 1))
+        return respond(200, json.dumps(LLAMA_MODELS).encode())
 
     rows = discover(slow, timeout_s=0.2)  # type: ignore[arg-type]
-    assert sorted(problems(rows)) == [
-        "llama-props: GET /props: no complete answer within 0.2 s from /props",
-        "models-owned-by: GET /v1/models: body larger than 1048576 bytes from /v1/models",
+    assert problems(rows) == [
+        "llama-props: GET /props: no complete answer within 0.2 s from /props"
     ]
+
+    def big(request: httpx.Request) -> httpx.Response:
+        return respond(200, b"x" * ((1 << 20) + 1))
+
+    assert problems(discover(big)) == [
+        "models-owned-by: GET /v1/models: body larger than 1048576 bytes from /v1/models"
+    ]
+    assert problems(discover(pages("{not json"))) == [
+        "models-owned-by: GET /v1/models: the body is not JSON"
+    ]
+
+
+def test_props_is_asked_only_of_a_llama_server_and_a_given_listing_is_not_fetched() -> None:
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return pages(VLLM_MODELS, LLAMA_PROPS)(request)
+
+    assert facts(discover(handler)) == {
+        ("engine", "models-owned-by"): "vllm",
+        ("context_tokens", "vllm-models"): 8192.0,
+    }
+    assert asked == ["/v1/models"]  # a vLLM listing: no /props
+    asked.clear()
+    rows = discover(handler, listing=LLAMA_MODELS)  # the preflight's listing
+    assert asked == ["/props"]
+    assert facts(rows)[("server_slots", "llama-props")] == 4.0
+    asked.clear()
+    assert discover(handler, listing=None) == [] and asked == []  # preflight found none
 
 
 def test_a_missing_secret_is_a_row_not_an_error() -> None:
@@ -194,7 +220,9 @@ def test_a_missing_secret_is_a_row_not_an_error() -> None:
     )
     rows = discover(pages(LLAMA_MODELS, LLAMA_PROPS), dep)
     assert facts(rows) == {}
-    assert len(problems(rows)) == 2 and all("DISCOVER_TEST_UNSET" in p for p in problems(rows))
+    (problem,) = problems(rows)  # no listing, so no llama-server to ask for /props
+    assert problem.startswith("models-owned-by: GET /v1/models not sent: d: header 'x-api-key'")
+    assert "DISCOVER_TEST_UNSET" in problem
 
 
 def moe_gguf(tmp_path: Path, **extra: tuple[int, Any]) -> Path:
