@@ -1,0 +1,99 @@
+"""The gap-attribution probe against simulated engines whose cause of the code-prose gap is
+known: one where temperature alone lowers prose's draft acceptance (code and prose prompts
+accept alike at temperature 0), one where the prompts' content alone does (no temperature
+penalty). marts.fct_gap_attribution must name the cause in each."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from sparkcap.config import Deployment, GapAttributionOptions
+from sparkcap.night.sweeps import run_probe
+from sparkcap.servers.sim.engine import SimProfile
+from sparkcap.servers.sim.server import SimServer
+from sparkcap.transform.dbt_build import build
+from tests.integration.helpers import RELAXED_TIMING
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _profile(model: str, **kw: Any) -> SimProfile:
+    # context and batch barely slow decode here, so output length explains ~nothing; three
+    # streams so the bootstrap resamples streams (it cannot tell two apart, see the report)
+    return SimProfile(
+        model=model,
+        step_s1=0.01,
+        batch_slowdown=0.02,
+        context_slowdown=0.0,
+        draft_tokens=3,
+        prefill_tok_s=100_000,
+        prompt_acceptance_spread=0.0,
+        acceptance_noise="low",
+        **kw,
+    )
+
+
+def _shares(db: Path, deployment: str) -> dict[str, tuple[Any, ...]]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute(
+            "select factor, share_explained, share_ci_low, share_ci_high, verdict, gap_tok_s, "
+            "variant_n_valid_trials, variant_temperature, variant_mean_requested_tokens "
+            "from marts.fct_gap_attribution where deployment = ?",
+            [deployment],
+        ).fetchall()
+    return {str(r[0]): r[1:] for r in rows}
+
+
+def test_the_probe_names_the_factor_the_engine_was_built_with(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # about the shares, not the client's timing: 0.2-0.7 s streams share a process with the sim
+    monkeypatch.setenv("SPARKCAP_DBT_VARS", RELAXED_TIMING["SPARKCAP_DBT_VARS"])
+    by_temperature = _profile(
+        "temp", acceptance_code=0.8, acceptance_prose=0.8, temperature_penalty=0.5
+    )
+    by_content = _profile(
+        "content", acceptance_code=0.8, acceptance_prose=0.6, temperature_penalty=0.0
+    )
+    options = GapAttributionOptions(concurrency=3, trials=2, max_tokens=160)
+    with SimServer([by_temperature, by_content]) as sim:
+        for model in ("temp", "content"):
+            dep = Deployment(
+                name=model,
+                endpoint=sim.endpoint,
+                model=model,
+                extra_body={"ignore_eos": True},
+            )
+            result = asyncio.run(run_probe(dep, options, db_path))
+            assert len(result.waves) == 1 + 2 * 5  # one warm-up, then five variants a trial
+    build(db_path)
+
+    temp = _shares(db_path, "temp")
+    assert set(temp) == {
+        "temperature",
+        "output length",
+        "temperature, prose side",
+        "prompt content: acceptance",
+    }
+    assert all(r[3] == "measured" and r[4] > 0 for r in temp.values()), temp
+    share, low, high = temp["temperature"][:3]
+    assert abs(share - 1) < 0.15 and low <= share <= high, temp
+    assert abs(temp["output length"][0]) < 0.15, temp
+    assert abs(temp["prompt content: acceptance"][0]) < 0.2, temp
+    assert abs(temp["temperature, prose side"][0] - 1) < 0.2, temp
+    # what each variant asked for: code's prompts at prose's temperature, prose's lengths
+    assert temp["temperature"][5:] == (2, 0.7, 160), temp
+    assert temp["output length"][5] == 2 and temp["output length"][6] == 0.0
+    assert 48 <= temp["output length"][7] <= 96
+
+    content = _shares(db_path, "content")
+    assert all(r[3] == "measured" for r in content.values()), content
+    share, low, high = content["temperature"][:3]
+    assert abs(share) < 0.15 and low <= share <= high, content
+    assert abs(content["temperature, prose side"][0]) < 0.15, content
+    assert content["prompt content: acceptance"][0] > 0.8, content
