@@ -44,7 +44,8 @@ SERVED_GGUF = [
 
 def test_declared_facts_reach_int_deployment_facts(db_path: Path, tmp_path: Path) -> None:
     plan = SweepPlan(levels=(1,), trials=1, warmup=False, max_tokens=6, max_remeasures=0)
-    with SimServer([fast_profile("m"), fast_profile("n")]) as sim:
+    profiles = [fast_profile("m"), fast_profile("n"), fast_profile("l", metric_style="llamacpp")]
+    with SimServer(profiles) as sim:
         told = Deployment(
             name="told",
             model="m",
@@ -67,9 +68,10 @@ def test_declared_facts_reach_int_deployment_facts(db_path: Path, tmp_path: Path
             endpoint="http://127.0.0.1:9/v1",  # type: ignore[arg-type]
             facts={"memory_bandwidth_gb_s": 100, "nodes_per_replica": 3},  # type: ignore[arg-type]
         )
-        reqs = [
-            SweepRequest(deployment=d, workload="code", plan=plan) for d in (told, silent, gone)
-        ]
+        # says what it is the way llama-server does: /v1/models' owned_by and meta, /props
+        llama = Deployment(name="llama", model="l", endpoint=sim.endpoint)  # type: ignore[arg-type]
+        deps = (told, silent, gone, llama)
+        reqs = [SweepRequest(deployment=d, workload="code", plan=plan) for d in deps]
         run_id = asyncio.run(run_sweeps(reqs, db_path)).run_id
     build(db_path, select="+int_deployment_facts")
     with duckdb.connect(str(db_path), read_only=True) as con:
@@ -88,7 +90,7 @@ def test_declared_facts_reach_int_deployment_facts(db_path: Path, tmp_path: Path
         }
     assert ("told", "kv_bytes_per_token", str(18 * 1 * 256 * 2 * 2.0)) in raw
     assert ("told", "server_slots", "4.0") in raw and ("told", "engine", "sim") in raw
-    assert set(got) == {"told", "silent", "gone"}
+    assert set(got) == {"told", "silent", "gone", "llama"}
     told_row = got["told"]
     assert told_row["engine"] == "sim" and told_row["engine_source"] == "declared"
     assert told_row["memory_bandwidth_bytes_s"] == 273e9
@@ -119,3 +121,7 @@ def test_declared_facts_reach_int_deployment_facts(db_path: Path, tmp_path: Path
         "models-owned-by",
         "nodes-over-replicas",
     }
+    llama_row = got["llama"]  # /props (what the server runs with) wins over meta.n_ctx_train
+    assert (llama_row["engine"], llama_row["engine_source"]) == ("llamacpp", "models-owned-by")
+    assert llama_row["context_tokens_source"] == "llama-props"
+    assert llama_row["server_slots_source"] == "llama-props" and llama_row["server_slots"] >= 1
