@@ -207,6 +207,13 @@ _RAW_TABLE_NOTES: dict[str, tuple[str, str]] = {
         "measured link",
         "Written by `sparkcap link-check`; `achieved_gbps` is NULL when the probe failed.",
     ),
+    "deployment_facts": (
+        "fact × source of a run's deployment",
+        "Declared facts (the fleet file's `facts:`) and what the server said at preflight "
+        "(`/v1/models`, llama-server `/props`, a declared GGUF); a refused or failed discovery "
+        "is a `discovery` row with the reason. `intermediate.int_deployment_facts` keeps one "
+        "value per fact, declared first.",
+    ),
 }
 
 

@@ -10,7 +10,8 @@
         'threshold_tok_s', 'bootstrap_samples', 'bootstrap_seed', 'ci_low_pct', 'ci_high_pct',
         'timing_error_tolerance', 'start_skew_tolerance', 'queued_ttft_factor',
         'queued_ttft_min_s', 'probe_window_s', 'probe_step_s', 'dip_share',
-        'search_min_samples'
+        'search_min_samples', 'bound_above_tolerance', 'bound_far_below_share',
+        'bandwidth_bound_share', 'kv_full_usage', 'prefill_phase_share'
     ]) }}
 {%- endmacro %}
 
@@ -20,9 +21,12 @@
     measured failure, int_capacity.unmeasured_level; 7: one bootstrap for every level
     interval, the search's, so int_level_bootstrap's samples and the capacity interval drawn
     from them changed; 8: a search's shortened trial judged as its full-length stream
-    (level_decode_tok_s), a sustain wave that fell clearly decides the high end), so nights
+    (level_decode_tok_s), a sustain wave that fell clearly decides the high end; 9: the
+    bootstrap hashes one text per pick, since DuckDB's hash of integers differing in the last
+    gave complementary low bits and 2-trial intervals picked one trial twice, and
+    gap-attribution waves get int_trials' verdicts), so nights
     built by an older sparkcap are rebuilt once by the new rules. -#}
-{% macro rules_version() -%}8{%- endmacro %}
+{% macro rules_version() -%}9{%- endmacro %}
 
 {% macro judgement_settings() -%}
     {%- set parts = ['rules=' ~ rules_version()] -%}

@@ -20,7 +20,9 @@
     var('bootstrap_samples') - 1): boot_median_tok_s, the median of trial medians after
     resampling trials with replacement, then each picked trial's streams with replacement;
     beside it the level's n_trials, n_samples (stream rates) and median_decode_tok_s (median
-    of trial medians). A pick is a hash of (seed, level_key, sample, pick[, slot]) and streams
+    of trial medians). A pick is a hash of the text seed/level_key/sample/pick[/slot] (DuckDB's
+    hash of several integers that differ only in the last gives complementary low bits: with
+    2 trials every sample picked one trial twice, with 2 streams never the same twice) and streams
     are numbered by rate within their trial, so the same rates give the same interval whoever
     asks and in whatever order the rows arrive. -#}
 {% macro level_bootstrap(streams) -%}
@@ -60,7 +62,8 @@ b_samples as (
 b_trial_picks as (
     select
         l.level_key, s.sample, k.pick,
-        hash({{ var('bootstrap_seed') }}, l.level_key, s.sample, k.pick) % l.n_trials
+        hash(concat_ws('/', {{ var('bootstrap_seed') }}, l.level_key, s.sample, k.pick))
+            % l.n_trials
             as trial_slot
     from b_levels as l
     cross join b_samples as s
@@ -70,7 +73,7 @@ b_trial_picks as (
 b_stream_picks as (
     select
         p.level_key, p.sample, p.pick, t.trial,
-        hash({{ var('bootstrap_seed') }}, p.level_key, p.sample, p.pick, j.slot, 'stream')
+        hash(concat_ws('/', {{ var('bootstrap_seed') }}, p.level_key, p.sample, p.pick, j.slot, 'stream'))
             % t.n_streams as stream_slot
     from b_trial_picks as p
     inner join b_trials as t

@@ -33,8 +33,7 @@ from typing import Annotated, Any, get_args
 from urllib.parse import urlsplit
 
 import httpx
-from annotated_types import Le
-from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
 from sparkcap.config import Deployment, DeploymentBase, MissingSecret
 from sparkcap.config.facts import EngineName, ModelFacts, MoEFacts
@@ -104,7 +103,7 @@ _CHECKS: dict[str, TypeAdapter[Any]] = {
     "moe_experts": _field(MoEFacts, "experts", int),
     "moe_experts_per_token": _field(MoEFacts, "experts_per_token", int),
     # parallel_slots has no upper bound; a server claiming more slots than this is wrong
-    "server_slots": _strict(int, *DeploymentBase.model_fields["parallel_slots"].metadata, Le(4096)),
+    "server_slots": _strict(int, Field(ge=1, le=4096)),
 }
 _ENGINES = frozenset(get_args(EngineName))
 

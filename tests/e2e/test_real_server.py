@@ -15,13 +15,15 @@ import pytest
 
 from sparkcap.config import Deployment, SweepPlan, SweepRequest
 from sparkcap.night.sweeps import run_sweeps
-from sparkcap.servers.llama import LocalServer, start_local_server
+from sparkcap.servers.llama import LocalServer, ensure_model, start_local_server
 from sparkcap.store.warehouse import open_warehouse
 from sparkcap.transform.dbt_build import build
 
 pytestmark = [pytest.mark.real_server, pytest.mark.integration, pytest.mark.slow]
 
 TOKENS = 24
+# a declared memory bandwidth for the host's CPU, GB/s: the diagnosis needs one, no server says it
+MEMORY_GB_S = 20.0
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +52,8 @@ def swept(server: LocalServer, tmp_path_factory: pytest.TempPathFactory) -> tupl
         model="gemma-3-270m",
         parallel_slots=4,
         extra_body={"ignore_eos": True},
+        # the diagnosis reads the rest from the server (/props, /v1/models) and the GGUF
+        facts={"memory_bandwidth_gb_s": MEMORY_GB_S, "gguf_path": ensure_model()},  # type: ignore[arg-type]
     )
     plan = SweepPlan(levels=(1, 2, 4, 8), trials=1, max_tokens=TOKENS, max_remeasures=0)
     reqs = [SweepRequest(deployment=dep, workload=wl, plan=plan) for wl in ("code", "prose")]
@@ -129,3 +133,56 @@ def test_prompt_reuse_shows_cached_tokens(server: LocalServer, swept: tuple[Path
         warm = c.post(server.endpoint + "/chat/completions", json=body).json()
     assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] > 300
     assert cold["usage"]["prompt_tokens"] == warm["usage"]["prompt_tokens"]
+
+
+def test_the_capacity_gets_a_verdict_from_the_servers_own_facts_and_metrics(
+    swept: tuple[Path, str],
+) -> None:
+    """Issue 26 on a server we did not write: its slots from /props, its weights from
+    /v1/models' meta, its KV bytes from the GGUF, its queue from llama-server's own gauges,
+    the bandwidth declared; a verdict per workload, and what llama.cpp does not publish
+    (preemptions) unavailable, never 0."""
+    db, run_id = swept
+    build(db)
+    with open_warehouse(db, read_only=True) as con:
+        facts = con.execute(
+            "select server_slots, server_slots_source, weight_bytes, weight_bytes_source, "
+            "kv_bytes_per_token, kv_bytes_per_token_source, engine from "
+            "intermediate.int_deployment_facts where run_id = ?",
+            [run_id],
+        ).fetchone()
+        props_slots = con.execute(
+            "select value from raw.deployment_facts where run_id = ? and fact = 'server_slots' "
+            "and source = 'llama-props'",
+            [run_id],
+        ).fetchall()
+        verdicts = con.execute(
+            "select workload, bottleneck, limit_level, evidence from marts.fct_bottlenecks "
+            "where run_id = ? order by workload",
+            [run_id],
+        ).fetchall()
+        evidence = dict(
+            con.execute(
+                "select evidence, bool_or(status = 'measured') from marts.fct_server_evidence "
+                "where run_id = ? group by 1",
+                [run_id],
+            ).fetchall()
+        )
+        bound = con.execute(
+            "select count(*) filter (where bound_decode_tok_s > 0) from marts.fct_level_bounds "
+            "where run_id = ?",
+            [run_id],
+        ).fetchone()
+    assert facts is not None
+    slots, slots_src, weights, weights_src, kv, kv_src, engine = facts
+    assert (slots, slots_src) == (4, "declared")  # the fleet file's parallel_slots wins ...
+    assert props_slots == [(4.0,)]  # ... and the server's /props says the same
+    assert weights is not None and 1e8 < weights < 1e9 and weights_src == "llama-models-meta"
+    assert kv is not None and kv > 0 and kv_src == "gguf"
+    assert engine == "llamacpp"
+    assert [v[0] for v in verdicts] == ["code", "prose"]
+    for _, bottleneck, _, _ in verdicts:
+        assert bottleneck not in ("not measured", None), verdicts
+    assert evidence["generation_tokens"] is True
+    assert evidence["preemptions"] is False  # llama.cpp has no such metric: unavailable
+    assert bound is not None and bound[0] >= 1

@@ -12,7 +12,7 @@ with streams as (
 
 waves as (
     select * from {{ ref('stg_waves') }}
-    where probe is null or probe in ('output-length', 'mixed', 'sustain')
+    where probe is null or probe in ('output-length', 'mixed', 'sustain', 'gap-attribution')
 ),
 
 dq_failures as (
