@@ -21,6 +21,7 @@ from sparkcap.night import plan as night_plan
 from sparkcap.night import steps as pipeline
 from sparkcap.night.progress import emit, wave_summary
 from sparkcap.night.schedule import ensure_warehouse_limit
+from sparkcap.publish import marts, text
 from sparkcap.settings import get_settings
 
 
@@ -103,6 +104,12 @@ def _night(night: night_plan.Night) -> Any:
         key="capacity",
         markdown=pipeline.capacity_markdown(night.db_path, run_id),
         description=f"capacity for run {run_id}",
+    )
+    changes = marts.changes(night.db_path, run_id)
+    create_markdown_artifact(
+        key="changes",
+        markdown=text.changes_markdown(run_id, changes),
+        description=f"{sum(ch.is_change for ch in changes)} change(s) vs baseline for run {run_id}",
     )
     create_link_artifact(key="report", link=Path(index).as_uri(), link_text=f"report {run_id}")
     # every reason the night failed is named, a data-quality failure beside any gap

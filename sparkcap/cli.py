@@ -75,6 +75,9 @@ def print_levels(db: Path, run_id: str, fmt: text.OutputFormat = "table") -> Non
 
     levels, caps = marts.levels(db, run_id), marts.capacities(db, run_id)
     text.print_levels(out, sys.stdout, run_id, levels, caps, fmt, marts.bottlenecks(db, run_id))
+    if fmt == "table":  # csv/json keep their documented shape
+        for line in text.change_lines(marts.changes(db, run_id)):
+            out.print(line, highlight=False)
 
 
 def print_fleet(db: Path, run_id: str, console: Any = None) -> None:
@@ -252,11 +255,41 @@ def compare_cmd(
     run_b: opt.RunBArgument,
     db: opt.DbOption = None,
     fmt: opt.CompareFormatOption = "table",
+    fail_on: opt.FailOnOption = None,
 ) -> None:
     """Before/after: change in median rate, aggregate throughput, prefill, capacity, links."""
-    from sparkcap.publish.compare import compare  # +0.40 s (pandas, DuckDB)
+    from sparkcap.publish.compare import compare, regressions  # +0.40 s (pandas, DuckDB)
 
     text.print_frames(out, sys.stdout, compare(_db(db), run_a, run_b), run_a, run_b, fmt)
+    if fail_on == "regression":
+        found = regressions(_db(db), run_a, run_b)
+        for r in found:
+            err.print(text.regression_line(r), highlight=False)
+        if found:
+            err.print(
+                f"error: run {run_b} regressed against {run_a}: {len(found)} regression(s)",
+                highlight=False,
+            )
+            raise typer.Exit(opt.REGRESSION_EXIT_CODE)
+
+
+@app.command("export")
+def export_cmd(
+    prometheus: opt.PrometheusFileOption,
+    run: opt.ExportRunOption = None,
+    db: opt.DbOption = None,
+) -> None:
+    """Write a run's capacities, tiers, changes and energy as a node-exporter textfile."""
+    from sparkcap.publish.export import export_prometheus  # +0.24 s (DuckDB, Arrow)
+
+    night = export_prometheus(_db(db), prometheus, run)
+    flagged = sum(1 for ch in night.changes if ch.is_change)
+    out.print(
+        f"wrote {prometheus}: run {night.run.run_id}, {len(night.capacities)} capacities, "
+        f"{len(night.tiers)} tiers, {len(night.changes)} comparisons ({flagged} flagged), "
+        f"{len(night.energy)} energy figures",
+        highlight=False,
+    )
 
 
 @app.command()

@@ -12,7 +12,7 @@ app these build (``python -m sparkcap.docs_reference --check``).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from pydantic import ValidationError
@@ -159,8 +159,30 @@ RunBArgument = Annotated[str, typer.Argument(help="the later run")]
 CompareFormatOption = Annotated[
     OutputFormat, typer.Option("--format", help="tables, csv (one block each) or json")
 ]
+# a gate's own exit status, apart from usage errors (2) and failures (1)
+REGRESSION_EXIT_CODE = 3
+FailOnOption = Annotated[
+    Literal["regression"] | None,
+    typer.Option(
+        "--fail-on",
+        help="exit 3 when the later run regressed: a capacity wholly below the earlier run's "
+        "(each with its interval), a pair the earlier run measured and it did not, or a change "
+        "marts.fct_changes flags slower or lower than its baseline (listed on stderr)",
+    ),
+]
 QueryArgument = Annotated[str, typer.Argument(help="SQL to run read-only")]
 RowsFormatOption = Annotated[OutputFormat, typer.Option(help="how rows are printed")]
+
+# export
+PrometheusFileOption = Annotated[
+    Path,
+    typer.Option(
+        "--prometheus",
+        help="textfile to write (node-exporter's textfile collector format, e.g. "
+        "/var/lib/node_exporter/sparkcap.prom), replaced whole",
+    ),
+]
+ExportRunOption = Annotated[str | None, typer.Option(help="run id (default: the latest built run)")]
 
 # run
 NightFleetOption = Annotated[Path, typer.Option(help="fleet file (YAML)")]

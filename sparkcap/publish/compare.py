@@ -5,15 +5,23 @@ throughput; per deployment × workload: the change in capacity, beside each run'
 run that measured nothing has no change to show); per deployment: the change in
 prefill throughput (from the prefill-interference probe) with link health beside it. Read
 from the marts, so both runs must have been built.
+
+``--fail-on regression`` (:func:`regressions`) turns it into a gate for CI: the later run
+regressed where a capacity it measured lies wholly below the earlier run's (each capacity with
+its interval, ``fct_capacity``'s bootstrap or search bracket), where it measured nothing that
+the earlier run measured, or where ``fct_changes`` flagged it slower or lower than its
+baseline. Each of those is the marts' judgement (an interval, a flag); nothing is re-tested
+here.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 
-from sparkcap.publish.marts import require_runs
+from sparkcap.publish.marts import has_mart, require_runs
 from sparkcap.store.warehouse import open_warehouse
 
 LEVELS_SQL = """
@@ -62,6 +70,84 @@ left join l la on la.deployment = d.deployment and la.run_id = $a
 left join l lb on lb.deployment = d.deployment and lb.run_id = $b
 order by 1
 """
+
+
+# a capacity's interval: the bootstrap's (grid) or the search's bracket (its high end is the
+# level below the first that clearly failed), and the capacity itself, whichever reach further;
+# a lower bound (every level tested passed) has no high end, so it never lies wholly below
+REGRESSED_CAPACITY_SQL = """
+with c as (
+    select run_id, deployment, workload, capacity_streams, is_measured,
+           least(capacity_streams, coalesce(ci_low_streams, capacity_streams),
+                 coalesce(search_low_streams, capacity_streams)) as low_streams,
+           case when not is_lower_bound then
+                greatest(capacity_streams, coalesce(ci_high_streams, capacity_streams),
+                         coalesce(search_high_streams - 1, capacity_streams))
+           end as high_streams
+    from marts.fct_capacity where run_id in ($a, $b)
+)
+select b.deployment, b.workload, a.capacity_streams, a.low_streams, a.high_streams,
+       b.capacity_streams, b.low_streams, b.high_streams, b.is_measured
+from c as a join c as b using (deployment, workload)
+where a.run_id = $a and b.run_id = $b and a.is_measured
+  and (not b.is_measured or b.high_streams < a.low_streams)
+order by 1, 2
+"""
+
+FLAGGED_SLOWER_SQL = """
+select deployment, workload, subject, concurrency, change_pct, p_value, what_else_changed,
+       verdict
+from marts.fct_changes
+where run_id = $b and is_change and direction in ('slower', 'lower')
+order by deployment, workload, subject, concurrency
+"""
+
+
+class Regression(NamedTuple):
+    """One reason the later run fails a ``--fail-on regression`` gate, in words."""
+
+    deployment: str
+    workload: str
+    words: str
+
+
+def _interval(capacity: int, low: int, high: int | None) -> str:
+    if low == high == capacity:
+        return f"{capacity}"
+    return f"{capacity} [{low}, {'no upper bound' if high is None else high}]"
+
+
+def regressions(db_path: Path, run_a: str, run_b: str) -> list[Regression]:
+    """Where ``run_b`` is worse than ``run_a`` by the marts' own judgement (see the module's
+    docstring); ``fct_changes``' flags count once that mart is built."""
+    params = {"a": run_a, "b": run_b}
+    found: list[Regression] = []
+    with open_warehouse(db_path, read_only=True) as con:
+        require_runs(con, db_path, [run_a, run_b])
+        for dep, wl, a_cap, a_low, a_high, b_cap, b_low, b_high, b_measured in con.execute(
+            REGRESSED_CAPACITY_SQL, params
+        ).fetchall():
+            if not b_measured:
+                words = f"capacity not measured in {run_b} ({_interval(a_cap, a_low, a_high)} "
+                words += f"streams in {run_a})"
+            else:
+                words = (
+                    f"capacity {_interval(b_cap, b_low, b_high)} streams, below "
+                    f"{_interval(a_cap, a_low, a_high)} in {run_a}"
+                )
+            found.append(Regression(dep, wl, words))
+        if has_mart(con, "fct_changes"):
+            for dep, wl, subject, conc, pct, p, also, verdict in con.execute(
+                FLAGGED_SLOWER_SQL, {"b": run_b}
+            ).fetchall():
+                what = subject if conc is None else f"{subject} at {conc} streams"
+                size = "" if pct is None else f" {pct:+.1f} %"
+                p_words = "" if p is None else f", p {p:.2g}"
+                words = f"{what}{size}{p_words} vs its baseline: {verdict or 'flagged'}"
+                if also:
+                    words += f" (also changed: {also})"
+                found.append(Regression(dep, wl, words))
+    return found
 
 
 def compare(db_path: Path, run_a: str, run_b: str) -> dict[str, pd.DataFrame]:

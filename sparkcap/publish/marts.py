@@ -154,6 +154,54 @@ class RunRow(NamedTuple):
     sparkcap_version: str | None
 
 
+class ChangeRow(NamedTuple):
+    """``marts.fct_changes``: a night against its baseline on one subject ('level' at one
+    concurrency, 'capacity' or 'drift'); ``is_change`` and ``direction`` are dbt's judgement."""
+
+    deployment: str
+    workload: str
+    subject: str
+    concurrency: int | None
+    baseline_value: float | None
+    baseline_low: float | None
+    baseline_high: float | None
+    value: float | None
+    change_pct: float | None
+    p_value: float | None
+    is_change: bool
+    direction: str | None
+    n_baseline_runs: int | None
+    what_else_changed: str | None
+    verdict: str | None
+
+
+class TierRow(NamedTuple):
+    """``marts.fct_capacity_tiers``: the capacity at one per-stream threshold and TTFT p90
+    ceiling (``None``: no ceiling), from the night's stored tokens."""
+
+    deployment: str
+    workload: str
+    threshold_tok_s: float
+    ttft_p90_ceiling_s: float | None
+    capacity_streams: int | None
+    is_lower_bound: bool | None
+    is_measured: bool
+    is_threshold_of_record: bool
+
+
+class EnergyAtCapacityRow(NamedTuple):
+    """``marts.fct_energy_at_capacity``: energy figures at a pair's capacity point; a
+    ``status`` of 'unavailable' leaves them ``None`` (never 0) and says why."""
+
+    deployment: str
+    workload: str
+    capacity_streams: int | None
+    tokens_per_joule: float | None
+    streams_per_kw: float | None
+    status: str
+    unavailable_reason: str | None
+
+
 class QueryResult(NamedTuple):
     columns: list[str]
     rows: list[tuple[Any, ...]]
@@ -216,6 +264,79 @@ def level_bounds(db_path: Path, run_id: str) -> list[LevelBoundRow]:
     return [LevelBoundRow(*r) for r in rows]
 
 
+def has_mart(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """Whether dbt has built ``marts.<name>``: a warehouse built by an older sparkcap, or
+    whose build stopped part-way, lacks the newer marts, and their readers then read none."""
+    row = con.execute(
+        "select count(*) from information_schema.tables "
+        "where table_schema = 'marts' and table_name = ? and table_catalog = current_database()",
+        [name],
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def _mart_rows(db_path: Path, mart: str, select: str, rest: str, params: list[Any]) -> list[Any]:
+    with warehouse.open_warehouse(db_path, read_only=True) as con:
+        if not has_mart(con, mart):
+            return []
+        return con.execute(f"select {select} from marts.{mart} {rest}", params).fetchall()
+
+
+def changes(db_path: Path, run_id: str, *, flagged_only: bool = False) -> list[ChangeRow]:
+    """The night's comparisons with its baseline (``flagged_only``: dbt's flagged changes);
+    none before ``fct_changes`` is built."""
+    flagged = "and is_change " if flagged_only else ""
+    rows = _mart_rows(
+        db_path,
+        "fct_changes",
+        ", ".join(ChangeRow._fields),
+        f"where run_id = ? {flagged}order by deployment, workload, subject, concurrency",
+        [run_id],
+    )
+    return [ChangeRow(*r) for r in rows]
+
+
+def capacity_tiers(db_path: Path, run_id: str) -> list[TierRow]:
+    cols = ", ".join(TierRow._fields)
+    for decimal in ("threshold_tok_s", "ttft_p90_ceiling_s"):
+        cols = cols.replace(decimal, f"{decimal}::double", 1)
+    rows = _mart_rows(
+        db_path,
+        "fct_capacity_tiers",
+        cols,
+        "where run_id = ? order by deployment, workload, threshold_tok_s, "
+        "ttft_p90_ceiling_s nulls last",
+        [run_id],
+    )
+    return [TierRow(*r) for r in rows]
+
+
+def energy_at_capacity(db_path: Path, run_id: str) -> list[EnergyAtCapacityRow]:
+    rows = _mart_rows(
+        db_path,
+        "fct_energy_at_capacity",
+        ", ".join(EnergyAtCapacityRow._fields),
+        "where run_id = ? order by deployment, workload",
+        [run_id],
+    )
+    return [EnergyAtCapacityRow(*r) for r in rows]
+
+
+def latest_built_run(db_path: Path) -> str:
+    """The newest run the marts hold a capacity of (what ``report`` and ``export`` show when
+    no run is named)."""
+    with warehouse.open_warehouse(db_path, read_only=True) as con:
+        row = None
+        if has_mart(con, "fct_capacity"):
+            row = con.execute(
+                "select c.run_id from marts.fct_capacity c join raw.runs r using (run_id) "
+                "order by r.started_at desc limit 1"
+            ).fetchone()
+    if row is None:
+        raise NotFound(f"no capacity results in {db_path} yet (run `sparkcap build` first)")
+    return str(row[0])
+
+
 def unmeasured_pairs(db_path: Path, run_id: str) -> list[CapacityRow]:
     """Deployment × workloads swept without one valid measurement (every request refused,
     every stream broken, every trial spoiled): their capacity 0 is no measurement, so a sweep
@@ -275,6 +396,15 @@ def runs(con: duckdb.DuckDBPyConnection, run_ids: Sequence[str]) -> list[RunRow]
         [list(run_ids)],
     ).fetchall()
     return [RunRow(*r) for r in rows]
+
+
+def run_row(db_path: Path, run_id: str) -> RunRow:
+    """``raw.runs``' row of one run, or one line saying the warehouse has no such run."""
+    with warehouse.open_warehouse(db_path, read_only=True) as con:
+        found = runs(con, [run_id])
+    if not found:
+        raise NotFound(f"no such run in {db_path}: {run_id}")
+    return found[0]
 
 
 def require_runs(con: duckdb.DuckDBPyConnection, db_path: Path, run_ids: Sequence[str]) -> None:

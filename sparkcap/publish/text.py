@@ -25,9 +25,11 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from sparkcap.dq.validate import ValidationResult
+    from sparkcap.publish.compare import Regression
     from sparkcap.publish.marts import (
         BottleneckRow,
         CapacityRow,
+        ChangeRow,
         FailedStep,
         FleetRow,
         LevelRow,
@@ -174,6 +176,81 @@ def capacity_markdown(run_id: str, fleet: Sequence[FleetRow], caps: Sequence[Cap
             f"{markdown_cell(c.capacity_verdict)} |"
         )
     return "\n".join(lines)
+
+
+def change_subject_words(ch: ChangeRow) -> str:
+    if ch.subject == "level" and ch.concurrency is not None:
+        return f"rate at {ch.concurrency} streams"
+    return ch.subject
+
+
+def change_line(ch: ChangeRow) -> str:
+    """A flagged change as a night prints it under its capacities: the pair and what
+    changed, its size against the baseline, the test's p-value, and what else changed that
+    night (the likely cause) as ``fct_changes`` words it; the verdict is the mart's."""
+    size = "" if ch.change_pct is None else f" {ch.change_pct:+.1f} %"
+    facts = [] if ch.p_value is None else [f"p {ch.p_value:.2g}"]
+    if ch.baseline_value is not None:
+        band = ""
+        if ch.baseline_low is not None and ch.baseline_high is not None:
+            band = f" [{ch.baseline_low:.4g}, {ch.baseline_high:.4g}]"
+        runs = "" if ch.n_baseline_runs is None else f" of {ch.n_baseline_runs} runs"
+        facts.append(f"baseline {ch.baseline_value:.4g}{band}{runs}")
+    line = f"change vs baseline — {ch.deployment}/{ch.workload} {change_subject_words(ch)}:{size}"
+    if facts:
+        line += f" ({'; '.join(facts)})"
+    if ch.verdict:
+        line += f" — {ch.verdict}"
+    if ch.what_else_changed:
+        line += f"; also changed: {ch.what_else_changed}"
+    return visible(line)
+
+
+def change_lines(changes: Sequence[ChangeRow]) -> list[str]:
+    """What a night prints of its comparison with the baseline: one line per flagged change,
+    one "no change" line when every comparison held, nothing when there was none (no
+    baseline yet, or a warehouse without ``fct_changes``)."""
+    flagged = [ch for ch in changes if ch.is_change]
+    if flagged:
+        return [change_line(ch) for ch in flagged]
+    if changes:
+        return [f"no change vs baseline ({len(changes)} comparison(s))"]
+    return []
+
+
+def changes_markdown(run_id: str, changes: Sequence[ChangeRow]) -> str:
+    """The change list published as a Prefect artifact beside the capacity table: each
+    flagged change as a row, or one line saying none was (or that there was no baseline)."""
+    lines = [f"# Changes vs baseline, run {run_id}", ""]
+    flagged = [ch for ch in changes if ch.is_change]
+    if not changes:
+        return "\n".join([*lines, "No baseline to compare with yet."])
+    if not flagged:
+        return "\n".join([*lines, f"No change vs baseline ({len(changes)} comparison(s))."])
+    lines += [
+        "| deployment | workload | subject | change | p | baseline | also changed | verdict |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for ch in flagged:
+        pct = "—" if ch.change_pct is None else f"{ch.change_pct:+.1f} %"
+        p = "—" if ch.p_value is None else f"{ch.p_value:.2g}"
+        base = "—" if ch.baseline_value is None else f"{ch.baseline_value:.4g}"
+        cells = (
+            ch.deployment,
+            ch.workload,
+            change_subject_words(ch),
+            pct,
+            p,
+            base,
+            ch.what_else_changed or "—",
+            ch.verdict or "—",
+        )
+        lines.append("| " + " | ".join(markdown_cell(visible(c)) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def regression_line(r: Regression) -> str:
+    return visible(f"regression: {r.deployment}/{r.workload} {r.words}")
 
 
 def interrupted_line(run_id: str, recorded: RecordedRun | None) -> str:
