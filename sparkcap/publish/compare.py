@@ -112,9 +112,11 @@ class Regression(NamedTuple):
 
 
 def _interval(capacity: int, low: int, high: int | None) -> str:
+    if high is None:  # every level tested passed
+        return f"≥ {capacity}" if low == capacity else f"≥ {capacity} [{low}, —]"
     if low == high == capacity:
         return f"{capacity}"
-    return f"{capacity} [{low}, {'no upper bound' if high is None else high}]"
+    return f"{capacity} [{low}, {high}]"
 
 
 def regressions(db_path: Path, run_a: str, run_b: str) -> list[Regression]:

@@ -33,7 +33,7 @@ def night(db: Path, step_s: float) -> str:
         req = SweepRequest(
             deployment=dep(sim.endpoint, "m"),
             workload="code",
-            plan=SweepPlan(levels=(2, 4, 8), trials=1, max_tokens=30, warmup=False),
+            plan=SweepPlan(levels=(2, 4, 8), trials=1, max_tokens=24, warmup=False),
         )
         return asyncio.run(run_sweeps([req], db)).run_id
 
