@@ -3,8 +3,8 @@
 Each deployment is a simulator profile built to be limited by one thing: the memory
 bandwidth (a dense model whose KV traffic grows with the streams), request slots (two slots,
 llama-server's metric names and /props), KV capacity (vLLM's names, a cache that holds four
-streams' context) and a batch-size bucket (a padded batch of 5 slower than 8). One night
-sweeps all four; dbt's fct_bottlenecks must name each one's limit, and the bound it computes
+streams' context), a batch-size bucket (a padded batch of 5 slower than 8) and slow chunked
+prefills that stall the streams already decoding. One night sweeps all five; dbt's fct_bottlenecks must name each one's limit, and the bound it computes
 must be the simulator's own.
 """
 
@@ -35,6 +35,11 @@ BANDWIDTH = SimProfile(
 )
 SLOTS = fast_profile("slots", max_slots=2, draft_tokens=0, metric_style="llamacpp")
 KV = fast_profile("kv", draft_tokens=0, kv_capacity_tokens=600, metric_style="vllm")
+# slow, chunked prefill: eight streams' prompts take ~2 s, and every iteration that carries a
+# prefill chunk stalls the streams already decoding (vLLM's names: waiting 0, running 8)
+PREFILL = fast_profile(
+    "prefill", draft_tokens=0, prefill_tok_s=300, prefill_chunk=32, metric_style="vllm"
+)
 BUCKETS = fast_profile(
     "dip",
     step_s1=0.0189,
@@ -64,6 +69,7 @@ def test_each_simulated_limit_gets_its_verdict(db_path: Path) -> None:
         SimServer([SLOTS]) as slots,
         SimServer([KV]) as kv,
         SimServer([BUCKETS]) as dip,
+        SimServer([PREFILL]) as prefill,
     ):
         requests = [
             _request(
@@ -77,6 +83,7 @@ def test_each_simulated_limit_gets_its_verdict(db_path: Path) -> None:
             _request(slots, "slots", (2, 4)),
             _request(kv, "kv", (2, 8)),
             _request(dip, "dip", (4, 5, 8)),
+            _request(prefill, "prefill", (1, 8)),
         ]
         run_id = asyncio.run(run_sweeps(requests, db_path)).run_id
     build(db_path, dbt_vars=SHORT_STREAM_VARS)
@@ -104,6 +111,7 @@ def test_each_simulated_limit_gets_its_verdict(db_path: Path) -> None:
     assert verdicts["slots"][0] == "request-slots", verdicts["slots"]
     assert verdicts["kv"][0] == "kv-cache", verdicts["kv"]
     assert verdicts["dip"][0] == "batch-buckets", verdicts["dip"]
+    assert verdicts["prefill"][0] == "prefill", verdicts["prefill"]
     # dbt's bound is the simulator's own formula at the measured context, and the measured
     # rate sits at the simulator's efficiency (0.8) of it
     assert len(bounds) == 3

@@ -100,10 +100,18 @@ signals as (
     union all
     select run_id, deployment, workload, limit_level, 'request-slots', 'queued streams', 4,
         case when any_queued_trial then 1.0 else 0.0 end,
-        case when any_queued_trial then 'streams waited for a slot: ' || coalesce(invalid_reasons, '')
-             else 'no stream waited for a slot (TTFT and overlap)' end,
+        case
+            when any_queued_trial and peak_waiting_requests = 0
+                and peak_running_requests >= limit_level
+                then 'first tokens spread as if queued, but the server ran all '
+                    || limit_level || ' and held none waiting: not a slot queue'
+            when any_queued_trial then 'streams waited for a slot: ' || coalesce(invalid_reasons, '')
+            else 'no stream waited for a slot (TTFT and overlap)' end,
         'int_trials.queued',
         case when any_queued_trial is null then 'unavailable'
+             -- the server's own gauges outrank the client's inference from first-token times
+             when any_queued_trial and peak_waiting_requests = 0
+                 and peak_running_requests >= limit_level then 'against'
              when any_queued_trial then 'supports' else 'against' end
     from at_limit
     union all

@@ -46,9 +46,7 @@ chunk_steps as (
     select s.run_id, s.deployment, s.workload, s.concurrency, avg(c.n_tokens) as tokens_per_chunk
     from {{ ref('stg_chunks') }} as c
     inner join streams as s on s.request_id = c.request_id
-    where c.n_tokens is not null and c.n_tokens > 0
-        and c.seq > (select min(c2.seq) from {{ ref('stg_chunks') }} as c2
-                     where c2.request_id = c.request_id)
+    where c.n_tokens is not null and c.n_tokens > 0 and c.seq > 0  -- seq 0: the first chunk
     group by all
 ),
 
