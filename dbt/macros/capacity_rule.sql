@@ -5,12 +5,23 @@
 #}
 
 {#- A level passes when it has a valid trial, no counted trial queued streams, and its median
-    (over valid trials, or one bootstrap sample of it) reaches the threshold. -#}
-{% macro level_passes(median_tok_s, any_queued, has_valid_trial='true') -%}
+    (over valid trials, or one bootstrap sample of it) reaches the threshold: the fleet's
+    (var('threshold_tok_s')) unless `threshold_tok_s` names another, as a capacity tier does
+    (int_tier_levels). A tier may also set a TTFT ceiling: then the level's TTFT p90 must not
+    exceed it (a NULL ceiling is none; a NULL p90 under a ceiling does not pass). Without these
+    arguments the SQL is the figure of record's, unchanged. -#}
+{% macro level_passes(
+    median_tok_s, any_queued, has_valid_trial='true', threshold_tok_s=none,
+    ttft_p90_s=none, ttft_p90_ceiling_s=none
+) -%}
     coalesce(
         ({{ has_valid_trial }})
         and not ({{ any_queued }})
-        and ({{ median_tok_s }}) >= {{ var('threshold_tok_s') }},
+        and ({{ median_tok_s }}) >= {{ var('threshold_tok_s') if threshold_tok_s is none
+            else threshold_tok_s }}
+        {%- if ttft_p90_ceiling_s is not none %}
+        and (({{ ttft_p90_ceiling_s }}) is null or ({{ ttft_p90_s }}) <= ({{ ttft_p90_ceiling_s }}))
+        {%- endif %},
         false
     )
 {%- endmacro %}

@@ -11,7 +11,8 @@
         'timing_error_tolerance', 'start_skew_tolerance', 'queued_ttft_factor',
         'queued_ttft_min_s', 'probe_window_s', 'probe_step_s', 'dip_share',
         'search_min_samples', 'bound_above_tolerance', 'bound_far_below_share',
-        'bandwidth_bound_share', 'kv_full_usage', 'prefill_phase_share'
+        'bandwidth_bound_share', 'kv_full_usage', 'prefill_phase_share',
+        'tier_thresholds_tok_s', 'tier_ttft_p90_ceilings_s'
     ]) }}
 {%- endmacro %}
 
@@ -28,10 +29,24 @@
     built by an older sparkcap are rebuilt once by the new rules. -#}
 {% macro rules_version() -%}9{%- endmacro %}
 
+{#- A scalar var renders as a float ('threshold_tok_s=20.0' whether 20 or 20.0 was given, as
+    nights already built stored it); a list var (the capacity tiers) as its sorted floats
+    joined by '/' ('tier_thresholds_tok_s=10.0/20.0/30.0/50.0'): order and int-or-float
+    change no tier, so they rebuild nothing. -#}
+{% macro judgement_var_text(value) -%}
+    {%- if value is iterable and value is not string and value is not mapping -%}
+        {%- set items = [] -%}
+        {%- for item in value -%}{%- do items.append(item | float) -%}{%- endfor -%}
+        {{- items | sort | join('/') -}}
+    {%- else -%}
+        {{- value | float -}}
+    {%- endif -%}
+{%- endmacro %}
+
 {% macro judgement_settings() -%}
     {%- set parts = ['rules=' ~ rules_version()] -%}
     {%- for name in judgement_var_names() -%}
-        {%- do parts.append(name ~ '=' ~ (var(name) | float)) -%}
+        {%- do parts.append(name ~ '=' ~ judgement_var_text(var(name))) -%}
     {%- endfor -%}
     '{{ parts | join("; ") }}'
 {%- endmacro %}
