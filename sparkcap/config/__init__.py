@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from sparkcap.config.facts import ModelFacts
+from sparkcap.config.power import PowerSource
 from sparkcap.errors import SparkcapError
 
 WorkloadName = Literal["code", "prose"]
@@ -228,6 +229,7 @@ class DeploymentBase(Strict):
     timeouts: Timeouts = Field(default_factory=lambda: Timeouts())
     # what the bottleneck diagnosis needs to know of the model and hardware (config.facts)
     facts: ModelFacts = Field(default_factory=lambda: ModelFacts())
+    power: PowerSource | None = None  # where energy per wave is read (config.power)
 
     @field_validator("headers", "header_env")
     @classmethod

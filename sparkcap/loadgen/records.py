@@ -155,6 +155,26 @@ class SearchDecision:
 
 
 @dataclass(slots=True)
+class PowerSample:
+    """One reading of one power sensor during a wave (loadgen/power.py).
+
+    ``quantity`` is ``power_w`` (an instantaneous draw) or ``energy_j`` (a cumulative counter,
+    converted to joules); an ``unavailable`` reading has no value and says why, so a sensor
+    that reads N/A is never taken for one that reads 0.
+    """
+
+    seq: int  # the sampling round within the wave (a round reads every sensor once)
+    t_ns: int  # ns from the wave's anchor, like chunks
+    source: str  # dcgm | node-exporter | nvml
+    sensor: str | None  # e.g. gpu=0, or the RAPL zone; None when the whole round failed
+    metric: str | None  # the series read
+    quantity: str | None  # power_w | energy_j
+    value: float | None
+    status: str  # ok | unavailable
+    reason: str | None = None
+
+
+@dataclass(slots=True)
 class WaveRecord:
     """One synchronized wave: every stream released together, measured against one anchor."""
 
@@ -193,3 +213,5 @@ class WaveRecord:
     # why the capture-time rule (sweep.client_spoiled) distrusts this wave, for live decisions
     # only; never stored: dbt's int_trials judges the stored measurements
     client_spoiled_live: str | None = None
+    # the deployment's power source read while the wave ran (none named: empty)
+    power_samples: list[PowerSample] = field(default_factory=list)

@@ -37,6 +37,7 @@ from sparkcap.loadgen.connections import FetchFailed, fetch_bounded, make_client
 from sparkcap.loadgen.discover import discover_all
 from sparkcap.loadgen.links import LinkResult, run_links
 from sparkcap.loadgen.metrics import scrape_into
+from sparkcap.loadgen.power import with_power
 from sparkcap.loadgen.probes import PROBES
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import (
@@ -340,7 +341,7 @@ async def run_sweeps(
         dep = req.deployment
         if dep.name in down:
             return  # the server is gone: its remaining sweeps would only record failures
-        before, after = scrape_into(dep)
+        before, after = with_power(dep, scrape_into(dep))
         try:
             await run_sweep(
                 dep,

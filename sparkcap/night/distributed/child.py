@@ -23,6 +23,7 @@ from sparkcap.config import SweepPlan, WorkloadName
 from sparkcap.config.fleet import Distributed, FleetDeployment
 from sparkcap.errors import SparkcapError
 from sparkcap.loadgen.metrics import scrape_into
+from sparkcap.loadgen.power import with_power
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import EndpointDown, run_sweep
 from sparkcap.night.calibrate import plan_within_budget, read_budget
@@ -172,7 +173,7 @@ def sweep_child(spec: ChildSpec, progress: ProgressFn | None = None) -> ChildOut
             if plan.search is not None:
                 judge = SearchJudge.compile(fleet.threshold_tok_s)
             with _holding(child_limits(fd, plan, settings, host), settings.lease_s):
-                before, after = scrape_into(dep)
+                before, after = with_power(dep, scrape_into(dep))
                 asyncio.run(
                     run_sweep(
                         dep,
