@@ -16,15 +16,28 @@ Discovery never raises and never waits longer than ``DISCOVERY_TIMEOUT_S`` per e
 (or file); a 404 only means the server has no such endpoint, and records nothing. The
 listing a sweep's preflight read is reused, and ``/props`` is asked only of a server that
 says it is llama-server, so a server sees at most one request it would not have seen before.
+
+A night also records what can change a number from one night to the next without the fleet
+file changing (issue 27's change detection; dbt's ``int_run_context``): the engine's version
+(vLLM ``/version``, SGLang ``/get_server_info``, llama-server's ``/props`` ``build_info``, a
+``*build_info*`` metric's ``version`` label), the model the server says it serves (the
+listing's ``id``, vLLM's ``root``: the weights behind a served name), and when the server
+process started (``process_start_time_seconds``: a restart resets caches and warm-up). Those
+are asked for with ``context=True`` only: ``/version`` or ``/get_server_info`` of a server that
+says it is vLLM or SGLang, and one ``/metrics`` scrape, which the sweep scrapes before every
+wave anyway. What sparkcap knows itself (a hash of the deployment's measured settings, the
+client host) is recorded beside the declared facts, under the source ``sparkcap``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import json
 import math
 import re
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,10 +48,16 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
-from sparkcap.config import Deployment, DeploymentBase, MissingSecret
+from sparkcap.config import Deployment, DeploymentBase, MissingSecret, url_without_credentials
 from sparkcap.config.facts import EngineName, ModelFacts, MoEFacts
 from sparkcap.loadgen.connections import FetchFailed, fetch_bounded, make_client
 from sparkcap.loadgen.gguf import GGUFArray, GGUFError, GGUFMetadata, Value, read_metadata
+from sparkcap.loadgen.metrics import (
+    MAX_METRICS_BYTES,
+    MetricsParseError,
+    metrics_url,
+    parse_prometheus,
+)
 from sparkcap.loadgen.sweep import request_headers
 
 # one endpoint's answer (connect, headers, body) or one GGUF read may take this long; in a
@@ -65,6 +84,39 @@ FACTS = (
     "context_tokens",
     "server_slots",
 )
+# what can change a number between nights (int_run_context), all text but server_started_at
+CONTEXT_FACTS = (
+    "engine_version",
+    "model_id",
+    "model_root",
+    "server_started_at",
+    "settings_hash",
+    "client_host",
+)
+# what sparkcap itself knows when it records a run: written with the declared facts
+SPARKCAP = "sparkcap"
+CONTEXT_SOURCES = ("vllm-version", "sglang-server-info", "models-listing", "metrics", SPARKCAP)
+# a version as engines write them: 0.11.2, 0.6.4.post1, 0.11.1rc2.dev12+g1a2b3c.cu128, b6000-1a2b3c
+_VERSION = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+\-]{0,79}")
+MAX_MODEL_ID_CHARS = 256
+# a process start before 2000 or more than a day ahead of this clock is no start time
+EARLIEST_START_S = 946_684_800.0
+START_AHEAD_S = 86_400.0
+# the deployment settings a measurement depends on, hashed into settings_hash; never its
+# headers, key variables or credentials (the endpoint is hashed without its user:password)
+SETTINGS_HASHED = (
+    "model",
+    "endpoint",
+    "nodes",
+    "replicas",
+    "parallel_slots",
+    "batch_buckets",
+    "extra_body",
+    "continuous_usage",
+    "reports_usage",
+    "facts",
+)
+SETTINGS_HASH_HEX_DIGITS = 16
 # the engines whose /v1/models says who they are; TGI and others put a model id there
 ENGINES_BY_OWNER = ("llamacpp", "vllm", "sglang", "tgi", "trtllm")
 # f16 K and V: llama-server's default --cache-type-k/-v
@@ -130,6 +182,76 @@ def checked(fact: str, value: Any, source: str, detail: str) -> FactRow:
     return FactRow(fact, float(number), source, detail[:MAX_DETAIL_CHARS])
 
 
+def checked_text(fact: str, value: Any, source: str, detail: str) -> FactRow:
+    """The text fact's row when ``value`` reads as one (a version's characters; a model id
+    printable, at most ``MAX_MODEL_ID_CHARS``, naming no credentials), else a ``discovery``
+    row. A model id that names ``user:password@`` is refused without being shown."""
+    if fact == "engine_version":
+        fits = isinstance(value, str) and _VERSION.fullmatch(value) is not None
+        why = "not a version"
+    else:
+        fits = isinstance(value, str) and 0 < len(value) <= MAX_MODEL_ID_CHARS
+        fits = fits and value.isprintable()
+        why = f"not a printable name of at most {MAX_MODEL_ID_CHARS} characters"
+        if fits and re.search(r"://[^/@]*@", value):
+            return _row_problem(source, f"refused {fact} from {detail}: it names credentials")
+    if not fits:
+        return _row_problem(source, f"refused {fact} {_shown(value)} from {detail}: {why}")
+    return FactRow(fact, None, source, detail[:MAX_DETAIL_CHARS], text_value=value)
+
+
+def _checked_start(value: float, detail: str) -> FactRow:
+    latest = time.time() + START_AHEAD_S
+    if not math.isfinite(value) or not EARLIEST_START_S <= value <= latest:
+        return _row_problem(
+            "metrics", f"refused server_started_at {_shown(value)} from {detail}: not a start time"
+        )
+    return FactRow("server_started_at", value, "metrics", detail[:MAX_DETAIL_CHARS])
+
+
+def settings_hash(dep: Deployment) -> str:
+    """A digest of the settings a measurement depends on (``SETTINGS_HASHED``): one that
+    differs between two nights says the fleet file changed what was measured. Facts left at
+    their defaults are not hashed, so a sparkcap that adds an optional fact changes no hash."""
+    settings = {
+        "model": dep.model,
+        "endpoint": url_without_credentials(str(dep.endpoint)),
+        "nodes": dep.nodes,
+        "replicas": dep.replicas,
+        "parallel_slots": dep.parallel_slots,
+        "batch_buckets": list(dep.batch_buckets) if dep.batch_buckets is not None else None,
+        "extra_body": dep.extra_body,
+        "continuous_usage": dep.continuous_usage,
+        "reports_usage": dep.reports_usage,
+        "facts": dep.facts.model_dump(mode="json", exclude_defaults=True),
+    }
+    text = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:SETTINGS_HASH_HEX_DIGITS]
+
+
+def sparkcap_facts(dep: Deployment, client_host: str) -> list[FactRow]:
+    """What sparkcap knows of a run's deployment when it records it: the hash of its
+    measured settings and the host whose client measures it (a slower client host is a
+    slower night as surely as a slower server)."""
+    hashed = ", ".join(SETTINGS_HASHED)
+    return [
+        FactRow(
+            "settings_hash",
+            None,
+            SPARKCAP,
+            f"sha256 of {hashed}, first {SETTINGS_HASH_HEX_DIGITS} hex digits",
+            text_value=settings_hash(dep),
+        ),
+        FactRow(
+            "client_host",
+            None,
+            SPARKCAP,
+            "SPARKCAP_CLIENT_HOST or the host name",
+            text_value=client_host[:MAX_MODEL_ID_CHARS],
+        ),
+    ]
+
+
 def declared_facts(dep: DeploymentBase) -> list[FactRow]:
     """The facts the fleet file (or CLI) declares, validated by ``ModelFacts`` already;
     ``server_slots`` is the declared ``parallel_slots``."""
@@ -170,22 +292,45 @@ class _Answer:
     problem: str | None = None
 
 
+@dataclass(frozen=True)
+class _Page:
+    body: bytes | None = None  # None with no problem: the server has no such endpoint
+    problem: str | None = None
+
+
+async def _get(
+    client: httpx.AsyncClient,
+    dep: Deployment,
+    url: str,
+    timeout_s: float,
+    accept: str,
+    max_bytes: int = MAX_BODY_BYTES,
+    absent: tuple[int, ...] = (404,),
+) -> _Page:
+    path = urlsplit(url).path or "/"  # what a detail names: never a query string
+    try:
+        headers = {**request_headers(dep, url), "Accept": accept}
+    except MissingSecret as exc:
+        return _Page(problem=f"GET {path} not sent: {exc}")
+    try:
+        status, body = await fetch_bounded(client, url, headers, timeout_s, max_bytes)
+    except FetchFailed as exc:
+        return _Page(problem=f"GET {path}: {str(exc).replace(url, path)}")
+    if status in absent:
+        return _Page()
+    if status != 200:
+        return _Page(problem=f"GET {path}: HTTP {status}")
+    return _Page(body)
+
+
 async def _get_json(
     client: httpx.AsyncClient, dep: Deployment, url: str, timeout_s: float
 ) -> _Answer:
-    path = urlsplit(url).path or "/"  # what a detail names: never a query string
-    try:
-        headers = {**request_headers(dep, url), "Accept": "application/json"}
-    except MissingSecret as exc:
-        return _Answer(problem=f"GET {path} not sent: {exc}")
-    try:
-        status, body = await fetch_bounded(client, url, headers, timeout_s, MAX_BODY_BYTES)
-    except FetchFailed as exc:
-        return _Answer(problem=f"GET {path}: {str(exc).replace(url, path)}")
-    if status == 404:
-        return _Answer()
-    if status != 200:
-        return _Answer(problem=f"GET {path}: HTTP {status}")
+    path = urlsplit(url).path or "/"
+    page = await _get(client, dep, url, timeout_s, "application/json")
+    if page.body is None:
+        return _Answer(problem=page.problem)
+    body = page.body
     try:
         parsed = json.loads(body)
     except (ValueError, RecursionError):
@@ -244,6 +389,103 @@ def _props_rows(props: dict[str, Any]) -> list[FactRow]:
     if "total_slots" in props:
         rows.append(checked("server_slots", props["total_slots"], "llama-props", "total_slots"))
     return rows
+
+
+# -- what can change a number between nights ---------------------------------------------
+
+
+def _listing_entry(dep: Deployment, listing: dict[str, Any] | None) -> dict[str, Any] | None:
+    data = listing.get("data") if listing is not None else None
+    for entry in data if isinstance(data, list) else []:
+        if isinstance(entry, dict) and entry.get("id") == dep.model:
+            return entry
+    return None
+
+
+def _listing_context_rows(dep: Deployment, listing: dict[str, Any]) -> list[FactRow]:
+    """The served model as the listing names it: ``id`` (the entry matching the deployment's
+    model) and vLLM's ``root``, the weights behind a served name (a path or a hub id, whose
+    snapshot changes when the weights do). No entry is ``_models_rows``' problem already."""
+    entry = _listing_entry(dep, listing)
+    if entry is None:
+        return []
+    rows = [checked_text("model_id", entry.get("id"), "models-listing", "id")]
+    if "root" in entry and entry["root"] is not None:
+        rows.append(checked_text("model_root", entry["root"], "vllm-models", "root"))
+    return rows
+
+
+def _engine_said(dep: Deployment, listing: dict[str, Any] | None) -> str | None:
+    if dep.facts.engine is not None:
+        return dep.facts.engine
+    owner = (_listing_entry(dep, listing) or {}).get("owned_by")
+    return owner if isinstance(owner, str) else None
+
+
+def _version_rows(answer: _Answer, source: str, path: str) -> list[FactRow]:
+    if answer.problem is not None:
+        return [_row_problem(source, answer.problem)]
+    if answer.body is None or "version" not in answer.body:
+        return []
+    return [checked_text("engine_version", answer.body["version"], source, f"{path} version")]
+
+
+def metrics_context_rows(text: str) -> list[FactRow]:
+    """From one /metrics page: when the server process started (``process_start_time_seconds``,
+    the latest of several processes behind one page: any restart is a restart) and the version
+    a ``*build_info*`` metric's ``version`` label gives."""
+    try:
+        samples = parse_prometheus(text)
+    except MetricsParseError as exc:
+        return [_row_problem("metrics", f"GET /metrics: {exc}")]
+    rows: list[FactRow] = []
+    starts = [v for name, _, v in samples if name == "process_start_time_seconds"]
+    if starts:
+        rows.append(_checked_start(max(starts), "process_start_time_seconds"))
+    built = next(
+        ((n, lb["version"]) for n, lb, _ in samples if "build_info" in n and "version" in lb),
+        None,
+    )
+    if built is not None:
+        name, version = built
+        rows.append(checked_text("engine_version", version, "metrics", f"{name[:80]} version"))
+    return rows
+
+
+async def _metrics_rows(
+    client: httpx.AsyncClient, dep: Deployment, timeout_s: float
+) -> list[FactRow]:
+    # 501: llama-server started without --metrics, like a 404 a server that has no page
+    page = await _get(
+        client, dep, metrics_url(dep), timeout_s, "text/plain", MAX_METRICS_BYTES, (404, 501)
+    )
+    if page.problem is not None:
+        return [_row_problem("metrics", page.problem)]
+    if page.body is None:
+        return []
+    # parsed off the loop: a large page must not stall the other deployments' discovery
+    return await asyncio.to_thread(metrics_context_rows, page.body.decode("utf-8", "replace"))
+
+
+async def _context_rows(
+    client: httpx.AsyncClient, dep: Deployment, listing: dict[str, Any] | None, timeout_s: float
+) -> list[FactRow]:
+    """The engine's version from the endpoint its engine has for it (asked only of a server
+    that says it is that engine) and what the /metrics page says, fetched together."""
+    engine = _engine_said(dep, listing)
+    asks: list[tuple[str, str]] = []
+    if engine == "vllm":
+        asks.append(("vllm-version", "/version"))
+    elif engine == "sglang":
+        asks.append(("sglang-server-info", "/get_server_info"))
+    answers, metrics = await asyncio.gather(
+        asyncio.gather(*(_get_json(client, dep, dep.server_url(p), timeout_s) for _, p in asks)),
+        _metrics_rows(client, dep, timeout_s),
+    )
+    rows: list[FactRow] = []
+    for (source, path), answer in zip(asks, answers, strict=True):
+        rows += _version_rows(answer, source, path)
+    return rows + metrics
 
 
 # -- the GGUF file ----------------------------------------------------------------------
@@ -373,11 +615,13 @@ async def discover_facts(
     listing: dict[str, Any] | EllipsisType | None = ...,
     client: httpx.AsyncClient | None = None,
     timeout_s: float = DISCOVERY_TIMEOUT_S,
+    context: bool = False,
 ) -> list[FactRow]:
     """Every fact the server and the served GGUF give, and a ``discovery`` row for each
     failure; never raises for anything the server or the file does. ``listing``: the
     ``/v1/models`` answer the preflight already read (None: it had none), so the server is
-    not asked twice; left out, it is fetched here."""
+    not asked twice; left out, it is fetched here. ``context``: also what can change a
+    number between nights (engine version, served model, the server's start)."""
     rows: list[FactRow] = []
     if dep.facts.gguf_path is not None:
         rows += await _gguf_facts(dep.facts.gguf_path, timeout_s)
@@ -396,18 +640,29 @@ async def discover_facts(
             known = listing
         if known is not None:
             rows += _models_rows(dep, known, moe_known)
+            if context:
+                rows += _listing_context_rows(dep, known)
         if _says_llama_server(dep, known):
             props = await _get_json(client, dep, dep.server_url("props"), timeout_s)
             if props.problem is not None:
                 rows.append(_row_problem("llama-props", props.problem))
             if props.body is not None:
                 rows += _props_rows(props.body)
+                if context and "build_info" in props.body:
+                    build = props.body["build_info"]
+                    rows.append(checked_text("engine_version", build, "llama-props", "build_info"))
+        if context:
+            rows += await _context_rows(client, dep, known, timeout_s)
     return rows
 
 
 async def discover_all(
     deps: Sequence[Deployment], listings: Mapping[str, dict[str, Any] | None]
 ) -> list[list[FactRow]]:
-    """Each deployment's facts, all asked at once (a sweep waits once, not per deployment);
-    ``listings``: each one's ``/v1/models`` answer as its preflight read it."""
-    return list(await asyncio.gather(*(discover_facts(d, listing=listings[d.name]) for d in deps)))
+    """Each deployment's facts and run context, all asked at once (a sweep waits once, not
+    per deployment); ``listings``: each one's ``/v1/models`` answer as its preflight read it."""
+    return list(
+        await asyncio.gather(
+            *(discover_facts(d, listing=listings[d.name], context=True) for d in deps)
+        )
+    )

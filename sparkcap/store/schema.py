@@ -267,15 +267,24 @@ RAW_TABLES: dict[str, pa.Schema] = {
             null=False,
             doc="engine | memory_bandwidth_gb_s | nodes_per_replica | weight_bytes | "
             "moe_experts | moe_experts_per_token | moe_expert_bytes | moe_shared_bytes | "
-            "kv_bytes_per_token | context_tokens | server_slots | discovery (a failure)",
+            "kv_bytes_per_token | context_tokens | server_slots | engine_version | model_id | "
+            "model_root | server_started_at (seconds since the epoch) | settings_hash | "
+            "client_host | discovery (a failure)",
         ),
-        _c("value", F64, doc="NULL for engine (text_value) and for a discovery row"),
-        _c("text_value", STR, doc="the engine's name"),
+        _c("value", F64, doc="NULL for a text fact (text_value) and for a discovery row"),
+        _c(
+            "text_value",
+            STR,
+            doc="a text fact's value: engine, engine_version, model_id, model_root, "
+            "settings_hash, client_host",
+        ),
         _c(
             "source",
             STR,
             null=False,
-            doc="declared | gguf | llama-props | llama-models-meta | vllm-models | models-owned-by",
+            doc="declared | gguf | llama-props | llama-models-meta | vllm-models | "
+            "models-owned-by | vllm-version | sglang-server-info | models-listing | metrics | "
+            "sparkcap (what sparkcap knows itself)",
         ),
         _c("detail", STR, doc="the key or field read, or why discovery failed"),
         _c("recorded_at", TS, null=False),

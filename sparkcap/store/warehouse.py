@@ -33,7 +33,7 @@ import pyarrow as pa
 from sparkcap import __version__
 from sparkcap.config import Deployment, url_without_credentials
 from sparkcap.errors import MissingFile, SparkcapError
-from sparkcap.loadgen.discover import DECLARED, FactRow, declared_facts
+from sparkcap.loadgen.discover import DECLARED, SPARKCAP, FactRow, declared_facts, sparkcap_facts
 from sparkcap.loadgen.metrics import labels_text
 from sparkcap.loadgen.records import MAX_COUNT, WaveRecord, stored_counts
 from sparkcap.settings import get_settings
@@ -300,34 +300,62 @@ def _facts_table(run_id: str, deployment: str, rows: Sequence[FactRow]) -> pa.Ta
 def _record_declared_facts(
     con: duckdb.DuckDBPyConnection, run_id: str, deployments: Sequence[Deployment]
 ) -> None:
-    """The declared facts of the deployments recorded now, replacing what they declared
-    before (a sweep joining its run again); what discovery found is replaced by discovery."""
+    """The declared facts of the deployments recorded now, and what sparkcap knows of them
+    (their settings' hash, this client host), replacing what was recorded before (a sweep
+    joining its run again); what discovery found is replaced by discovery."""
     con.execute(
-        "delete from raw.deployment_facts where run_id = ? and source = ? "
+        "delete from raw.deployment_facts where run_id = ? and source in (?, ?) "
         "and list_contains(?, deployment)",
-        [run_id, DECLARED, [d.name for d in deployments]],
+        [run_id, DECLARED, SPARKCAP, [d.name for d in deployments]],
     )
+    host = get_settings().client_host
     for d in deployments:
-        rows = declared_facts(d)
-        if rows:
-            _insert(con, "raw.deployment_facts", _facts_table(run_id, d.name, rows))
+        rows = declared_facts(d) + sparkcap_facts(d, host)
+        _insert(con, "raw.deployment_facts", _facts_table(run_id, d.name, rows))
 
 
 def record_discovered_facts_to(
     db_path: Path | str, run_id: str, deployment: str, rows: Sequence[FactRow]
 ) -> None:
     """Replace what discovery found for one deployment of a run, in one transaction; the
-    declared rows stay."""
+    declared rows and sparkcap's own stay."""
     with open_warehouse(db_path) as con:
         con.execute("begin transaction")
         try:
             con.execute(
                 "delete from raw.deployment_facts where run_id = ? and deployment = ? "
-                "and source <> ?",
-                [run_id, deployment, DECLARED],
+                "and source not in (?, ?)",
+                [run_id, deployment, DECLARED, SPARKCAP],
             )
             if rows:
                 _insert(con, "raw.deployment_facts", _facts_table(run_id, deployment, rows))
+            con.execute("commit")
+        except BaseException:
+            _rollback(con)
+            raise
+
+
+def record_client_hosts_to(db_path: Path | str, run_id: str, hosts: dict[str, str]) -> None:
+    """Replace each named deployment's ``client_host`` with the hosts that measured it: in a
+    distributed night the workers, not the parent that recorded the run (``hosts``: deployment
+    -> their names, joined)."""
+    with open_warehouse(db_path) as con:
+        con.execute("begin transaction")
+        try:
+            for deployment, host in hosts.items():
+                con.execute(
+                    "delete from raw.deployment_facts where run_id = ? and deployment = ? "
+                    "and fact = 'client_host' and source = ?",
+                    [run_id, deployment, SPARKCAP],
+                )
+                row = FactRow(
+                    "client_host",
+                    None,
+                    SPARKCAP,
+                    "the hosts the night's children ran on",
+                    text_value=host[:256],
+                )
+                _insert(con, "raw.deployment_facts", _facts_table(run_id, deployment, [row]))
             con.execute("commit")
         except BaseException:
             _rollback(con)

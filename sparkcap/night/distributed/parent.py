@@ -7,13 +7,16 @@ report) runs once, as on one machine."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from sparkcap.config import Deployment
 from sparkcap.config.fleet import Fleet
+from sparkcap.loadgen.discover import DISCOVERY, LISTING, FactRow, discover_facts
 from sparkcap.loadgen.sweep import new_run_id
 from sparkcap.night.distributed.child import (
     CHILD_ENTRYPOINT,
@@ -26,11 +29,17 @@ from sparkcap.night.distributed.rules import child_account
 from sparkcap.night.distributed.watch import ChildRun, FanOut, say_child, wait_for_children
 from sparkcap.night.plan import Night
 from sparkcap.night.schedule import ensure_limit
-from sparkcap.night.sweeps import RunResult
+from sparkcap.night.sweeps import PreflightError, RunResult, preflight
 from sparkcap.resources import part_dir
 from sparkcap.settings import get_settings
 from sparkcap.store.lake import Lake, stage_lake
-from sparkcap.store.warehouse import record_step_to, run_end_to, run_start_to
+from sparkcap.store.warehouse import (
+    record_client_hosts_to,
+    record_discovered_facts_to,
+    record_step_to,
+    run_end_to,
+    run_start_to,
+)
 
 # Prefect is imported in the functions that call it: loading it adds 0.44 s to the 0.8 s
 # import of sparkcap.night.steps, which every local (--no-prefect) night pays.
@@ -152,6 +161,23 @@ def record_night_start(night: Night, run_id: str, day: str, url: str) -> None:
         "endpoints": {d.name: str(d.endpoint) for d in deployments},
     }
     run_start_to(night.db_path, run_id, config, time.time_ns(), deployments)
+    # as a local night does: what each server says of itself, asked from the parent's host
+    for dep, rows in zip(deployments, asyncio.run(discover_night(deployments)), strict=True):
+        record_discovered_facts_to(night.db_path, run_id, dep.name, rows)
+
+
+async def discover_night(deployments: list[Deployment]) -> list[list[FactRow]]:
+    """Each deployment's facts and run context, after its own preflight; one the parent
+    cannot reach (its children may) is a ``discovery`` row saying so, never an error."""
+
+    async def one(dep: Deployment) -> list[FactRow]:
+        try:
+            listing = await preflight(dep)
+        except PreflightError as exc:
+            return [FactRow(DISCOVERY, None, LISTING, f"preflight from the parent: {exc}"[:300])]
+        return await discover_facts(dep, listing=listing, context=True)
+
+    return list(await asyncio.gather(*(one(d) for d in deployments)))
 
 
 def sweep_distributed(night: Night) -> RunResult:
@@ -210,6 +236,16 @@ def land(night: Night, lake: Lake, fan: FanOut, result: RunResult) -> RunResult:
     for dep, problems in staged.rejected_by_deployment.items():
         why.setdefault(dep, []).append(
             f"{len(problems)} wave(s) failed verification, not staged: {problems[0]}"
+        )
+    # the client host of record is the one each deployment's children measured from
+    hosts: dict[str, set[str]] = {}
+    for child in fan.children:
+        host = (lake.read_status(child.spec.key) or {}).get("host")
+        if isinstance(host, str) and host:
+            hosts.setdefault(child.spec.deployment, set()).add(host)
+    if hosts:
+        record_client_hosts_to(
+            night.db_path, run_id, {d: ", ".join(sorted(h)) for d, h in hosts.items()}
         )
     for d in night.fleet.deployments:
         reasons = why.get(d.name)

@@ -256,6 +256,13 @@ class SimProfile(BaseModel):
         "deployment: the simulator's own, or vLLM's, SGLang's, llama-server's, TGI's, "
         "TensorRT-LLM's",
     )
+    engine_version: str = Field(
+        "sim-1",
+        min_length=1,
+        max_length=80,
+        description="the engine's version its server reports: vLLM-style GET /version, "
+        "llama-server-style /props build_info (as b<N>-<hash>), for change detection",
+    )
     seed: int = 0
     faults: SimFaults = Field(default_factory=lambda: SimFaults())
 

@@ -8,18 +8,21 @@ client measured.
 
 Each deployment's ``metric_style`` chooses whose ``/metrics`` names it is shown under (the
 simulator's own, or one of five real engines' sets, only those names) and which facts its
-``/v1/models`` entry carries; a llama-server-style deployment also answers ``GET /props``. A
-page with several styles shows each deployment's samples in its own style, so the diagnosis's
-name map is tested against every engine at once.
+``/v1/models`` entry carries; a llama-server-style deployment also answers ``GET /props``, a
+vLLM-style one ``GET /version``. A page with several styles shows each deployment's samples in
+its own style, so the diagnosis's name map is tested against every engine at once; every page
+has the process's ``process_start_time_seconds``, so a restarted server is seen as one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import hmac
 import json
 import math
 import os
+import re
 import socket
 import threading
 import time
@@ -264,10 +267,11 @@ def _sim_lines(engines: dict[str, Engine]) -> list[str]:
     return lines
 
 
-def metrics_text(engines: dict[str, Engine]) -> str:
+def metrics_text(engines: dict[str, Engine], started_at_s: float | None = None) -> str:
     """The /metrics page: each style's families over the deployments of that style. An
     unlabelled style hosting more than one deployment labels them after all, so that the page
-    never repeats a sample."""
+    never repeats a sample. Every page ends with the standard ``process_start_time_seconds``
+    (``started_at_s``, seconds since the epoch): a restarted server's is a later one."""
     lines: list[str] = []
     by_style: dict[MetricStyle, dict[str, Engine]] = {}
     for model_name, eng in engines.items():
@@ -282,6 +286,13 @@ def metrics_text(engines: dict[str, Engine]) -> str:
         ]
         for name, kind, help_text, value in ENGINE_METRICS[style]:
             lines += _family_lines(name, kind, help_text, value, members)
+    if started_at_s is not None:
+        lines += [
+            "# HELP process_start_time_seconds Start time of the process since unix epoch in "
+            "seconds.",
+            "# TYPE process_start_time_seconds gauge",
+            f"process_start_time_seconds {started_at_s!r}",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -306,13 +317,22 @@ def model_entry(profile: SimProfile) -> dict[str, Any]:
     return entry
 
 
+def build_info(engine_version: str) -> str:
+    """llama-server's ``build_info``, ``b<build number>-<commit>``: a version of that shape as
+    it is, any other as build 0 and a commit derived from it (another version, another
+    commit)."""
+    if re.fullmatch(r"b[0-9]+-[0-9a-f]{7,40}", engine_version):
+        return engine_version
+    return f"b0-{hashlib.sha1(engine_version.encode()).hexdigest()[:7]}"
+
+
 def props(profile: SimProfile) -> dict[str, Any]:
-    """llama-server's ``GET /props``: the server's context, slots and model file."""
+    """llama-server's ``GET /props``: the server's context, slots, model file and build."""
     return {
         "default_generation_settings": {"n_ctx": profile.n_ctx},
         "total_slots": profile.max_slots,
         "model_path": f"{profile.model}.gguf",
-        "build_info": "sim",
+        "build_info": build_info(profile.engine_version),
     }
 
 
@@ -438,13 +458,22 @@ def create_app(
             return _error(404, "no llama-server-style model serves /props")
         return JSONResponse(props(eng.p))
 
+    async def version(request: Request) -> Response:
+        """vLLM's ``GET /version``: one process, one version (the first vLLM-style one's)."""
+        if unauthorized(request):
+            return _error(401, "missing or wrong API key")
+        vllm = [e for e in engines.values() if e.p.metric_style == "vllm"]
+        if not vllm:
+            return _error(404, "no vLLM-style model serves /version")
+        return JSONResponse({"version": vllm[0].p.engine_version})
+
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
     async def metrics(request: Request) -> Response:
         if unauthorized(request):  # behind the same gateway as the API, as often in practice
             return _error(401, "missing or wrong API key")
-        return PlainTextResponse(metrics_text(engines))
+        return PlainTextResponse(metrics_text(engines, app.state.started_at_s))
 
     async def sim_log(request: Request) -> Response:
         out = []
@@ -474,6 +503,7 @@ def create_app(
             Route("/v1/chat/completions", chat, methods=["POST"]),
             Route("/v1/models", models),
             Route("/props", server_props),
+            Route("/version", version),
             Route("/tokenize", tokenize, methods=["POST"]),
             Route("/health", health),
             Route("/metrics", metrics),
@@ -481,6 +511,7 @@ def create_app(
         ]
     )
     app.state.engines = engines
+    app.state.started_at_s = time.time()  # SimServer.start sets it again: a restart is later
     return app
 
 
@@ -654,6 +685,7 @@ class SimServer:
         return f"{self.base_url}/v1"
 
     def start(self, timeout_s: float = 10.0) -> SimServer:
+        self.app.state.started_at_s = time.time()
         self._thread = threading.Thread(
             target=self._server.run, kwargs={"sockets": [self._sock]}, daemon=True
         )
