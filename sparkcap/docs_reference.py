@@ -273,7 +273,7 @@ _LAYERS = (
 
 
 def _yaml_files(folder: Path) -> Iterable[dict[str, Any]]:
-    for path in sorted(folder.glob("_*.yml")):
+    for path in sorted(folder.rglob("_*.yml")):
         doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         if isinstance(doc, dict):
             yield doc
@@ -323,7 +323,7 @@ def marts_page() -> str:
                 unit_tests.setdefault(str(test.get("model")), []).append(test)
         described = {str(m.get("name")) for m in models}
         undescribed = sorted(
-            p.stem for p in (root / "models" / folder).glob("*.sql") if p.stem not in described
+            p.stem for p in (root / "models" / folder).rglob("*.sql") if p.stem not in described
         )
         lines += [f"## {title}", ""]
         for model in models:

@@ -144,7 +144,7 @@ def test_cli_page_names_every_command_and_option() -> None:
 
 def test_marts_page_describes_every_model_the_yaml_describes() -> None:
     page = (ROOT / "docs" / "reference" / "marts.md").read_text(encoding="utf-8")
-    for path in sorted((ROOT / "dbt" / "models").glob("*/_*.yml")):
+    for path in sorted((ROOT / "dbt" / "models").glob("**/_*.yml")):
         for model in yaml.safe_load(path.read_text()).get("models") or []:
             assert f"### `{model['name']}`" in page, (path.name, model["name"])
 
