@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkcap.servers.sim.engine import MetricStyle, SimProfile
-from sparkcap.servers.sim.server import SimServer
+from sparkcap.servers.sim.server import SimServer, build_info
 from tests.integration.helpers import fast_profile
 
 pytestmark = pytest.mark.integration
@@ -76,6 +76,8 @@ EXPECTED: dict[MetricStyle, dict[str, str]] = {
     },
 }
 UNLABELLED = {"llamacpp", "tgi"}
+# the process's own gauge, on every page whatever the style (a restart is seen by it)
+PROCESS = {"process_start_time_seconds": "gauge"}
 
 
 def _profile(model: str, style: MetricStyle) -> SimProfile:
@@ -146,8 +148,10 @@ def test_each_style_shows_exactly_its_engines_names(style: MetricStyle) -> None:
         _load(sim.base_url, "m")
         text = httpx.get(f"{sim.base_url}/metrics").text
     fams = _families(text)
-    assert {n: t for n, (t, _) in fams.items()} == EXPECTED[style]
-    for _, samples in fams.values():
+    assert {n: t for n, (t, _) in fams.items()} == EXPECTED[style] | PROCESS
+    for family, (_, samples) in fams.items():
+        if family in PROCESS:
+            continue
         for _, labels, _ in samples:
             has_model = labels.get("model_name") == "m"
             assert has_model is (style not in UNLABELLED)
@@ -196,7 +200,7 @@ def test_one_server_shows_each_deployment_in_its_own_style() -> None:
     fams = _families(text)
     assert {n: t for n, (t, _) in fams.items()} == {
         n: t for names in EXPECTED.values() for n, t in names.items()
-    }
+    } | PROCESS
     # a labelled style's samples name its own model only
     for style in ("sim", "vllm", "sglang", "trtllm"):
         for name in EXPECTED[style]:
@@ -234,7 +238,7 @@ def test_models_and_props_give_each_engines_facts() -> None:
             "default_generation_settings": {"n_ctx": 8192},
             "total_slots": 2,
             "model_path": "ll.gguf",
-            "build_info": "sim",
+            "build_info": build_info("sim-1"),
         }
     )
     assert missing.status_code == 404
