@@ -12,7 +12,10 @@
         'queued_ttft_min_s', 'probe_window_s', 'probe_step_s', 'dip_share',
         'search_min_samples', 'bound_above_tolerance', 'bound_far_below_share',
         'bandwidth_bound_share', 'kv_full_usage', 'prefill_phase_share',
-        'tier_thresholds_tok_s', 'tier_ttft_p90_ceilings_s'
+        'tier_thresholds_tok_s', 'tier_ttft_p90_ceilings_s',
+        'change_baseline_runs', 'change_min_baseline_runs', 'change_false_alarm_rate',
+        'change_min_effect_pct', 'change_permutations', 'drift_window_runs',
+        'drift_min_pct_per_run'
     ]) }}
 {%- endmacro %}
 

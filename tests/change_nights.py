@@ -1,0 +1,131 @@
+"""Nightly histories in model time, for change detection (issue 27).
+
+A night here is what a sweep would have recorded, without the sweep: each level's trials are
+waves whose streams decode 101 tokens at given rates, all released together, written through
+the store's staging API (run start with the deployment, each wave, the discovered engine
+version, run end) so that dbt judges them exactly as it judges a real night. Twelve real
+sweeps would take minutes; these take a second, and their rates are known exactly.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparkcap.config import Deployment
+from sparkcap.loadgen.discover import FactRow
+from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
+from sparkcap.store.warehouse import (
+    open_warehouse,
+    record_discovered_facts_to,
+    record_run_end,
+    record_run_start,
+    stage_wave,
+)
+
+LEVELS = (1, 2, 4, 8)
+# per-stream decode rates (tok/s) by level: at the 20 tok/s threshold the capacity is 4, and
+# 8 % slower it is 2 (21.0 → 19.3 at four streams)
+BASE_RATES_TOK_S = {1: 60.0, 2: 42.0, 4: 21.0, 8: 12.0}
+DAY_NS = 86_400 * 10**9
+FIRST_NIGHT_NS = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z
+TOKENS = 101
+
+
+@dataclass
+class Night:
+    """One night of one deployment: every rate times ``speed``; ``starved``: the client was
+    CPU-starved, its waves' timing error bound far past the tolerance (int_trials marks them
+    invalid); ``engine_version``: what the server's /version said (None: not asked)."""
+
+    speed: float = 1.0
+    starved: bool = False
+    engine_version: str | None = None
+
+
+@dataclass
+class History:
+    deployment: str
+    nights: Sequence[Night]
+    rates_tok_s: dict[int, float] = field(default_factory=lambda: dict(BASE_RATES_TOK_S))
+    trials: int = 3
+    levels: Sequence[int] = LEVELS
+    trial_noise: float = 0.01  # sd of a trial's rate, relative
+    stream_spread: float = 0.02  # a stream's rate within its trial: ± this, uniform
+
+
+def run_id_for(deployment: str, night: int) -> str:
+    return f"2026{night:04d}T000000Z-{deployment}"
+
+
+def _wave(
+    run_id: str, deployment: str, concurrency: int, trial: int, rates: Sequence[float], at_ns: int
+) -> WaveRecord:
+    wave = WaveRecord(
+        wave_id=f"{run_id}/{deployment}/code/c{concurrency}/t{trial}",
+        run_id=run_id,
+        deployment=deployment,
+        model="m",
+        endpoint="http://127.0.0.1:9/v1",
+        workload="code",
+        concurrency=concurrency,
+        trial=trial,
+        started_at_ns=at_ns,
+        anchor_perf_ns=0,
+    )
+    for i, rate in enumerate(rates):
+        req = RequestRecord(
+            request_id=f"{wave.wave_id}/s{i}",
+            stream_index=i,
+            prompt_id="p",
+            requested_tokens=TOKENS,
+            required_tokens=TOKENS,
+            temperature=0.0,
+            sent_ns=0,
+        )
+        req.status, req.completion_tokens, req.saw_done = Status.OK, TOKENS, True
+        req.first_token_ns = 100_000_000
+        req.last_token_ns = req.first_token_ns + int((TOKENS - 1) / rate * 1e9)
+        req.end_ns = req.last_token_ns
+        wave.requests.append(req)
+    return wave
+
+
+def stage_history(db_path: Path, history: History, seed: int) -> list[str]:
+    """Stage every night of ``history`` (night 1 first, one day apart); its run ids. One
+    connection for the whole history: a connection per wave made twelve nights take 25 s."""
+    rng = random.Random(f"{seed}/{history.deployment}")
+    deployment = Deployment(name=history.deployment, endpoint="http://127.0.0.1:9/v1", model="m")
+    run_ids = []
+    versions: dict[str, str] = {}
+    with open_warehouse(db_path) as con:
+        for index, night in enumerate(history.nights, start=1):
+            run_id = run_id_for(history.deployment, index)
+            start_ns = FIRST_NIGHT_NS + index * DAY_NS
+            record_run_start(con, run_id, {}, start_ns, [deployment])
+            for concurrency in history.levels:
+                for trial in range(1, history.trials + 1):
+                    trial_rate = (
+                        history.rates_tok_s[concurrency]
+                        * night.speed
+                        * rng.gauss(1.0, history.trial_noise)
+                    )
+                    spread = history.stream_spread
+                    rates = [
+                        trial_rate * (1 + rng.uniform(-spread, spread)) for _ in range(concurrency)
+                    ]
+                    at_ns = start_ns + (concurrency * 10 + trial) * 10**10
+                    wave = _wave(run_id, history.deployment, concurrency, trial, rates, at_ns)
+                    if night.starved:
+                        wave.timing_error_bound, wave.loop_lag_max_ms = 0.04, 250.0
+                    stage_wave(con, wave)
+            record_run_end(con, run_id, "complete")
+            if night.engine_version is not None:
+                versions[run_id] = night.engine_version
+            run_ids.append(run_id)
+    for run_id, engine_version in versions.items():
+        version = FactRow("engine_version", None, "vllm-version", text_value=engine_version)
+        record_discovered_facts_to(db_path, run_id, history.deployment, [version])
+    return run_ids
