@@ -198,19 +198,48 @@ def throughput_chart(data: dict[str, Any]) -> Any:
 
 
 def history_chart(data: dict[str, Any]) -> Any:
+    """Capacity per night, with the baseline band fct_changes tested each night against and
+    the nights it flagged ringed (no band for a warehouse without the mart, or before a
+    baseline has enough nights)."""
     h = data["history"].copy()
     h["series"] = h["deployment"] + " / " + h["workload"]
-    return (
-        alt.Chart(h)
-        .mark_line(point=True)
-        .encode(
-            x=alt.X("started_at:T", title="night"),
-            y=alt.Y("capacity_streams:Q", title="capacity (streams)"),
-            color=alt.Color("series:N", title="deployment / workload"),
-            shape=alt.Shape("method:N", title="method"),
-            tooltip=["run_id", "deployment", "workload", "method", "capacity_streams"],
-        )
-        .properties(width=640, height=200, title="Capacity across nights")
+    if "is_change" not in h:
+        h = h.assign(baseline_low_streams=None, baseline_high_streams=None, is_change=False)
+    base = alt.Chart(h).encode(
+        x=alt.X("started_at:T", title="night"),
+        color=alt.Color("series:N", title="deployment / workload"),
+    )
+    band = base.mark_area(opacity=0.15).encode(
+        y=alt.Y("baseline_low_streams:Q", title="capacity (streams)"),
+        y2="baseline_high_streams:Q",
+    )
+    line = base.mark_line(point=True).encode(
+        y=alt.Y("capacity_streams:Q", title="capacity (streams)"),
+        shape=alt.Shape("method:N", title="method"),
+        tooltip=[
+            "run_id",
+            "deployment",
+            "workload",
+            "method",
+            "capacity_streams",
+            "baseline_low_streams",
+            "baseline_high_streams",
+            "is_change",
+        ],
+    )
+    flagged = (
+        base.transform_filter("datum.is_change")
+        .mark_point(size=160, filled=False, color="#d62728", strokeWidth=2)
+        .encode(y="capacity_streams:Q")
+    )
+    return alt.layer(band, line, flagged).properties(
+        width=640,
+        height=200,
+        title=alt.Title(
+            "Capacity across nights",
+            subtitle="Band: the baseline of the comparable nights before; ringed: a change "
+            "fct_changes flagged",
+        ),
     )
 
 

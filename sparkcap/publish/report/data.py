@@ -42,17 +42,102 @@ def _latest_built_run(con: Any) -> str:
     return str(rows[0][0])
 
 
+def _has_mart(con: Any, name: str) -> bool:
+    """A warehouse built before a mart existed reports without its section."""
+    return bool(
+        con.execute(
+            "select count(*) from information_schema.tables "
+            "where table_schema = 'marts' and table_name = ?",
+            [name],
+        ).fetchall()[0][0]
+    )
+
+
 def _history(con: Any, run_id: str) -> pd.DataFrame:
     """Capacity of every night up to and including ``run_id``'s (never a later one), each
-    beside the previous night's, as ``marts.rpt_capacity_history`` has it."""
+    beside the previous night's, as ``marts.rpt_capacity_history`` has it, and beside the
+    baseline band and change flag ``marts.fct_changes`` gives its capacity."""
+    changes = _has_mart(con, "fct_changes")
+    band = (
+        ", c.baseline_low as baseline_low_streams, c.baseline_high as baseline_high_streams, "
+        "coalesce(c.is_change, false) as is_change"
+        if changes
+        else ", null as baseline_low_streams, null as baseline_high_streams, false as is_change"
+    )
+    join = (
+        "left join marts.fct_changes c on c.run_id = h.run_id and c.deployment = h.deployment "
+        "and c.workload = h.workload and c.subject = 'capacity' "
+        if changes
+        else ""
+    )
     return _df(
         con,
-        "select run_id, started_at, deployment, workload, method, capacity_streams, "
-        "previous_capacity_streams, previous_method, capacity_change "
-        "from marts.rpt_capacity_history "
-        "where started_at <= (select started_at from raw.runs where run_id = ?) "
-        "order by started_at, run_id",
+        "select h.run_id, h.started_at, h.deployment, h.workload, h.method, h.capacity_streams, "
+        f"h.previous_capacity_streams, h.previous_method, h.capacity_change{band} "
+        f"from marts.rpt_capacity_history h {join}"
+        "where h.started_at <= (select started_at from raw.runs where run_id = ?) "
+        "order by h.started_at, h.run_id",
         [run_id],
+    )
+
+
+def _nightly(con: Any, data: dict[str, Any], where: str, params: dict[str, Any]) -> None:
+    """Issue 27's sections, each read as its mart has it: the capacity tiers (rows: pair ×
+    TTFT ceiling, columns: threshold), the flagged changes, energy at the capacity point."""
+    data["tiers"] = pd.DataFrame()
+    data["tier_columns"] = {}
+    if _has_mart(con, "fct_capacity_tiers"):
+        t = _df(
+            con,
+            "select deployment, workload, threshold_tok_s::double as threshold_tok_s, "
+            "ttft_p90_ceiling_s::double as ceiling_s, case when not is_measured then "
+            "'not measured' when is_lower_bound then '≥ ' || capacity_streams "
+            "else capacity_streams::varchar end as cell from marts.fct_capacity_tiers "
+            f"{where} order by deployment, workload, ceiling_s nulls first, threshold_tok_s",
+            params,
+        )
+        if not t.empty:
+            t["ttft"] = t["ceiling_s"].map(
+                lambda c: "no TTFT ceiling" if pd.isna(c) else f"TTFT p90 ≤ {c:g} s"
+            )
+            t["column"] = t["threshold_tok_s"].map(lambda x: f"{x:g} tok/s")
+            order = list(dict.fromkeys(t.sort_values("threshold_tok_s")["column"]))
+            wide = t.pivot_table(
+                index=["deployment", "workload", "ttft"],
+                columns="column",
+                values="cell",
+                aggfunc="first",
+                sort=False,
+            ).reset_index()
+            data["tiers"] = wide[["deployment", "workload", "ttft", *order]]
+            data["tier_columns"] = {
+                "deployment": "deployment",
+                "workload": "workload",
+                "ttft": "TTFT",
+                **{c: c for c in order},
+            }
+    data["flagged_changes"] = (
+        _df(
+            con,
+            "select deployment, workload, subject, concurrency, round(change_pct, 1) "
+            "as change_pct, p_value, what_else_changed, verdict from marts.fct_changes "
+            f"{where} and is_change order by deployment, workload, subject, concurrency",
+            params,
+        )
+        if _has_mart(con, "fct_changes")
+        else pd.DataFrame()
+    )
+    data["energy"] = (
+        _df(
+            con,
+            "select deployment, workload, capacity_streams, round(tokens_per_joule, 3) as "
+            "tokens_per_joule, round(streams_per_kw, 1) as streams_per_kw, status, "
+            f"unavailable_reason from marts.fct_energy_at_capacity {where} "
+            "order by deployment, workload",
+            params,
+        )
+        if _has_mart(con, "fct_energy_at_capacity")
+        else pd.DataFrame()
     )
 
 
@@ -204,13 +289,12 @@ def load_combined(db_path: Path, run_ids: Sequence[str], label: str) -> dict[str
             p,
         )
         data["history"] = _history(con, str(newest[0]))
-        _why(
-            con,
-            data,
-            "where (run_id, deployment, workload) in (select (run_id, deployment, "
-            "workload) from marts.capacity_of($runs))",
-            p,
+        of_runs = (
+            "where (run_id, deployment, workload) in (select (run_id, deployment, workload) "
+            "from marts.capacity_of($runs))"
         )
+        _why(con, data, of_runs, p)
+        _nightly(con, data, of_runs, p)
         for key in ("prefill", "cache", "timeline", "output_length", "mixed", "links", "dq"):
             data[key] = pd.DataFrame()
         data["previous_run"] = None
@@ -277,6 +361,7 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
         data["search_path"] = _search_path(con, "where s.run_id = $run", {"run": run_id})
         data["history"] = _history(con, run_id)
         _why(con, data, "where run_id = $run", {"run": run_id})
+        _nightly(con, data, "where run_id = $run", {"run": run_id})
         has_probes = con.execute(
             "select count(*) from information_schema.tables "
             "where table_schema = 'marts' and table_name = 'fct_prefill_interference'"

@@ -8,6 +8,7 @@ from typing import Any
 import pandas as pd
 
 from sparkcap.publish.report import headline_chart, rate_chart, throughput_chart, ttft_chart
+from sparkcap.publish.report.charts import bound_chart, history_chart
 
 
 def _levels(levels: list[int], workloads: list[str]) -> pd.DataFrame:
@@ -133,3 +134,48 @@ def test_search_path_chart() -> None:
     assert colour["domain"] == ["pass", "fail", "straddles"]  # only the verdicts present
     shape = layers[1]["encoding"]["shape"]["scale"]
     assert shape["range"] == ["circle", "diamond"]
+
+
+def test_history_draws_the_baseline_band_and_rings_flagged_nights() -> None:
+    nights = pd.date_range("2026-11-01", periods=4, freq="D", tz="UTC")
+    history = pd.DataFrame(
+        dict(
+            run_id=[f"r{i}" for i in range(4)],
+            started_at=nights,
+            deployment="d",
+            workload="code",
+            method="grid",
+            capacity_streams=[8, 8, 8, 6],
+            baseline_low_streams=[None, None, 7.0, 7.0],
+            baseline_high_streams=[None, None, 9.0, 9.0],
+            is_change=[False, False, False, True],
+        )
+    )
+    spec = history_chart({"history": history}).to_dict()
+    assert [e["field"] for e in _encodings(spec, "y2")] == ["baseline_high_streams"]
+    assert {"filter": "datum.is_change"} in [
+        t for layer in spec["layer"] for t in layer.get("transform", [])
+    ]
+
+
+def test_the_bound_chart_sets_the_measured_curve_beside_the_bound() -> None:
+    bounds = pd.DataFrame(
+        dict(
+            deployment="d",
+            workload="code",
+            concurrency=[1, 2, 4],
+            median_decode_tok_s=[40.0, 30.0, 18.0],
+            bound_decode_tok_s=[50.0, 38.0, 22.0],
+            share_of_bound=[0.8, 0.79, 0.82],
+            threshold_tok_s=20,
+        )
+    )
+    data = {"bounds": bounds, **_data([1, 2, 4], ["code"])}
+    spec = bound_chart(data).to_dict()
+    values = next(iter(spec["datasets"].values()))
+    assert {v["series"] for v in values} == {"measured median", "memory-bandwidth bound"}
+    assert sorted(v["tok_s"] for v in values if v["series"] != "measured median") == [
+        22.0,
+        38.0,
+        50.0,
+    ]
