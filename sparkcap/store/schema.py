@@ -211,6 +211,24 @@ RAW_TABLES: dict[str, pa.Schema] = {
         _c("value", F64),
         _c("label_map", MAP, doc="the labels, structured: filter with element_at/map_values"),
     ),
+    "power_samples": _table(
+        "A deployment's power source (its fleet file's `power:`: a DCGM exporter, a node "
+        "exporter, NVML) read while each wave ran: a round just before the streams are "
+        "released, one every `interval_s`, one after the last ends. A reading the source "
+        "could not give is a row with status `unavailable` and its reason, never a 0; a "
+        "deployment without a power source has no rows. `intermediate.int_wave_energy` "
+        "integrates them.",
+        _c("wave_id", STR, null=False),
+        _c("seq", I32, null=False, doc="the sampling round within the wave (0: before it)"),
+        _c("t_ns", I64, null=False, doc="ns from the wave's anchor, like raw.chunks.t_ns"),
+        _c("source", STR, null=False, doc="dcgm | node-exporter | nvml"),
+        _c("sensor", STR, doc="gpu=0, rapl=package:0, hwmon=CHIP:SENSOR; NULL: the round failed"),
+        _c("metric", STR, doc="the series or NVML call read"),
+        _c("quantity", STR, doc="power_w (a draw, W) | energy_j (a counter, J)"),
+        _c("value", F64, doc="W or J; NULL when unavailable"),
+        _c("status", STR, null=False, doc="ok | unavailable"),
+        _c("reason", STR, doc="why the reading is unavailable"),
+    ),
     "dq_results": _table(
         None,
         _c("run_id", STR, null=False),

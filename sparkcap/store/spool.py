@@ -43,8 +43,17 @@ from sparkcap.store.warehouse import (
 
 log = logging.getLogger(__name__)
 
-TABLES = ("waves", "requests", "chunks", "server_metrics", "client_processes", "search_levels")
-_OPTIONAL = ("client_processes", "search_levels")  # absent from spools of sparkcap < 0.3 / 0.5
+TABLES = (
+    "waves",
+    "requests",
+    "chunks",
+    "server_metrics",
+    "client_processes",
+    "search_levels",
+    "power_samples",
+)
+# absent from spools of sparkcap < 0.3 / 0.5 / issue 27
+_OPTIONAL = ("client_processes", "search_levels", "power_samples")
 
 
 def spool_root() -> Path:

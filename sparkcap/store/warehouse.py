@@ -516,7 +516,28 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
         "chunks": chunks,
         "client_processes": client_processes,
         "search_levels": search_levels,
+        "power_samples": power_table(wave),
     }
+
+
+def power_table(wave: WaveRecord) -> pa.Table:
+    """The wave's power readings (loadgen/power.py); a value the sampler refused is NULL."""
+    rows = wave.power_samples
+    return raw_table(
+        "power_samples",
+        {
+            "wave_id": [wave.wave_id] * len(rows),
+            "seq": [r.seq for r in rows],
+            "t_ns": [r.t_ns for r in rows],
+            "source": [r.source for r in rows],
+            "sensor": [r.sensor for r in rows],
+            "metric": [r.metric for r in rows],
+            "quantity": [r.quantity for r in rows],
+            "value": [r.value for r in rows],
+            "status": [r.status for r in rows],
+            "reason": [r.reason for r in rows],
+        },
+    )
 
 
 def chunk_table(
@@ -569,11 +590,20 @@ def stage_tables(
                 "server_metrics",
                 "client_processes",
                 "search_levels",
+                "power_samples",
                 "waves",
             ):
                 con.execute(f"delete from raw.{name} where list_contains(?, wave_id)", [ids])
-        for name in ("waves", "requests", "chunks", "client_processes", "search_levels"):
-            if name in tables:  # older spools lack client_processes (< 0.3), search_levels
+        for name in (
+            "waves",
+            "requests",
+            "chunks",
+            "client_processes",
+            "search_levels",
+            "power_samples",
+        ):
+            # older spools lack client_processes (< 0.3), search_levels, power_samples
+            if name in tables:
                 _insert(con, f"raw.{name}", tables[name])
         if server_metrics is not None and server_metrics.num_rows:
             _insert(con, "raw.server_metrics", server_metrics)

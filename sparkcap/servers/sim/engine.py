@@ -256,6 +256,12 @@ class SimProfile(BaseModel):
         "deployment: the simulator's own, or vLLM's, SGLang's, llama-server's, TGI's, "
         "TensorRT-LLM's",
     )
+    idle_power_w: float = Field(
+        60.0, ge=0, le=1e4, description="the GPU's draw with no request admitted (/dcgm/metrics)"
+    )
+    power_per_stream_w: float = Field(
+        15.0, ge=0, le=1e4, description="the draw each admitted request adds (/dcgm/metrics)"
+    )
     engine_version: str = Field(
         "sim-1",
         min_length=1,
@@ -536,11 +542,29 @@ class Engine:
         self._recent_steps: deque[tuple[int, int]] = deque(maxlen=SPEC_ACCEPT_WINDOW_ITERATIONS)
         self._admissions = 0
         self._model_t_s: float | None = None  # set by schedule(): model time, not the wall's
+        # the simulated GPU's energy: the draw is constant between two meter readings, which
+        # are taken wherever the admitted set may change (every iteration, every wake-up)
+        self.energy_j = 0.0
+        self._metered_at_s = time.perf_counter()
+        self._metered_power_w = profile.idle_power_w
 
     # -- clock and gauges ------------------------------------------------------------------
     def now_s(self) -> float:
         """Model time: the wall clock when serving, the scheduled time inside :meth:`schedule`."""
         return time.perf_counter() if self._model_t_s is None else self._model_t_s
+
+    def power_w(self) -> float:
+        """The simulated draw now: idle plus each admitted request's share."""
+        return self.p.idle_power_w + self.p.power_per_stream_w * self.n_admitted()
+
+    def meter_energy(self) -> float:
+        """Joules drawn since the engine started, brought up to now (the exact integral of
+        :meth:`power_w` as far as the admitted set changes only where this is called)."""
+        now = time.perf_counter()
+        self.energy_j += self._metered_power_w * (now - self._metered_at_s)
+        self._metered_at_s = now
+        self._metered_power_w = self.power_w()
+        return self.energy_j
 
     def kv_used_tokens(self) -> int:
         """Context held in the KV cache: every admitted request's prompt + generated tokens
@@ -779,6 +803,7 @@ class Engine:
         loop_deadline = time.perf_counter()
         while True:
             self._admit()
+            self.meter_energy()
             if not self.prefilling and not self.running:
                 self._wake.clear()
                 if not self.waiting:

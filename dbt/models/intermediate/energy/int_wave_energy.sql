@@ -1,0 +1,155 @@
+-- Energy per wave from its power readings (loadgen/power.py): the counter's rise where an
+-- energy counter was read (DCGM's total energy, RAPL), else the trapezoid integral of the
+-- power draw, per sensor, summed over sensors. The window is the readings' own: from the
+-- round just before the streams were released to the one after the last ended. A wave is
+-- unavailable, with the reason, when no sensor gave two readings, when any sensor of the
+-- quantity used gave fewer than two (a partial sum would understate), or a counter went
+-- backwards (a reset): never 0 J.
+with samples as (
+    select * from {{ ref('stg_power_samples') }}
+),
+
+waves as (
+    select wave_id, run_id, deployment, workload, concurrency, trial, probe, superseded_reason
+    from {{ ref('stg_waves') }}
+),
+
+requests as (
+    select
+        wave_id,
+        count(*) filter (where status = 'ok') as n_ok_streams,
+        sum(completion_tokens) filter (where status = 'ok') as ok_tokens,
+        count(*) filter (where status = 'ok' and completion_tokens is null) as n_ok_uncounted
+    from {{ ref('stg_requests') }}
+    group by wave_id
+),
+
+-- the first reason a wave's source gave, in the order it was read
+first_problem as (
+    select wave_id, arg_min(reason, seq) as first_reason
+    from samples
+    where status = 'unavailable'
+    group by wave_id
+),
+
+ok as (
+    select * from samples where status = 'ok' and reading_value is not null
+),
+
+-- a counter counts only when some sensor gave two readings of it
+uses_counter as (
+    select wave_id, max(n) >= 2 as by_counter
+    from (
+        select wave_id, sensor, count(*) as n from ok where quantity = 'energy_j' group by all
+    )
+    group by wave_id
+),
+
+chosen as (
+    select
+        o.*,
+        coalesce(u.by_counter, false) as by_counter,
+        lag(o.t_ns) over sensor_series as prev_t_ns,
+        lag(o.reading_value) over sensor_series as prev_value
+    from ok as o
+    left join uses_counter as u on u.wave_id = o.wave_id
+    where o.quantity = case when coalesce(u.by_counter, false) then 'energy_j' else 'power_w' end
+    window sensor_series as (partition by o.wave_id, o.sensor order by o.t_ns, o.seq)
+),
+
+per_sensor as (
+    select
+        wave_id,
+        sensor,
+        any_value(by_counter) as by_counter,
+        count(*) as n_readings,
+        (max(t_ns) - min(t_ns)) / 1e9 as span_s,
+        bool_or(by_counter and reading_value < prev_value) as went_backwards,
+        case
+            when any_value(by_counter) then arg_max(reading_value, t_ns) - arg_min(reading_value, t_ns)
+            else sum((t_ns - prev_t_ns) / 1e9 * (reading_value + prev_value) / 2)
+                filter (where prev_t_ns is not null)
+        end as sensor_energy_j
+    from chosen
+    group by wave_id, sensor
+),
+
+per_wave as (
+    select
+        wave_id,
+        any_value(by_counter) as by_counter,
+        count(*) as n_sensors,
+        max(span_s) as span_s,
+        sum(sensor_energy_j) as summed_energy_j,
+        min(n_readings) as fewest_readings,
+        arg_min(sensor, n_readings) as sparsest_sensor,
+        bool_or(went_backwards) as went_backwards,
+        min(sensor) filter (where went_backwards) as reset_sensor
+    from per_sensor
+    group by wave_id
+),
+
+sampled_waves as (
+    select distinct wave_id, power_source from samples
+),
+
+judged as (
+    select
+        w.wave_id,
+        w.run_id,
+        w.deployment,
+        w.workload,
+        w.concurrency,
+        w.trial,
+        w.probe,
+        w.superseded_reason,
+        s.power_source,
+        case when p.by_counter then 'counter' when p.wave_id is not null then 'trapezoid' end
+            as energy_method,
+        p.n_sensors,
+        p.span_s,
+        case
+            when p.wave_id is null
+                then coalesce(f.first_reason, 'no power reading during the wave')
+            when p.went_backwards
+                then 'the energy counter of ' || p.reset_sensor || ' went backwards (a reset)'
+            when p.fewest_readings < 2
+                then 'only one reading of ' || coalesce(p.sparsest_sensor, 'the sensor')
+                    || coalesce(' (' || f.first_reason || ')', '')
+            when p.span_s <= 0 then 'every reading at one instant'
+        end as unavailable_reason,
+        p.summed_energy_j,
+        r.n_ok_streams,
+        case when coalesce(r.n_ok_uncounted, 0) = 0 then coalesce(r.ok_tokens, 0) end
+            as generated_tokens
+    from sampled_waves as s
+    inner join waves as w on w.wave_id = s.wave_id
+    left join per_wave as p on p.wave_id = s.wave_id
+    left join first_problem as f on f.wave_id = s.wave_id
+    left join requests as r on r.wave_id = s.wave_id
+),
+
+final as (
+    select
+        wave_id,
+        run_id,
+        deployment,
+        workload,
+        concurrency,
+        trial,
+        probe,
+        superseded_reason,
+        power_source,
+        energy_method,
+        n_sensors,
+        span_s,
+        case when unavailable_reason is null then 'measured' else 'unavailable' end as status,
+        unavailable_reason,
+        case when unavailable_reason is null then summed_energy_j end as energy_j,
+        case when unavailable_reason is null then summed_energy_j / span_s end as mean_power_w,
+        n_ok_streams,
+        generated_tokens
+    from judged
+)
+
+select * from final

@@ -1,0 +1,53 @@
+-- Energy per run, deployment, workload and level: the level's counted sweep waves (trials,
+-- not warm-ups, probes or superseded attempts) whose energy was measured (int_wave_energy),
+-- summed. Tokens and joules come from the same waves, so tokens per joule never mixes a
+-- wave's tokens with another's energy. A level none of whose waves could be measured is
+-- 'unavailable' with the first wave's reason and NULL figures, never 0. Only deployments
+-- that name a power source have rows.
+with waves as (
+    select *
+    from {{ ref('int_wave_energy') }}
+    where trial >= 1 and probe is null and superseded_reason is null
+),
+
+levels as (
+    select
+        run_id,
+        deployment,
+        workload,
+        concurrency,
+        count(*) as n_waves,
+        count(*) filter (where status = 'measured') as n_measured_waves,
+        sum(energy_j) filter (where status = 'measured') as measured_energy_j,
+        sum(span_s) filter (where status = 'measured') as measured_span_s,
+        -- NULL when a measured wave's ok streams lack token counts
+        case
+            when count(*) filter (where status = 'measured' and generated_tokens is null) = 0
+                then sum(generated_tokens) filter (where status = 'measured')
+        end as measured_tokens,
+        arg_min(unavailable_reason, trial) filter (where status = 'unavailable')
+            as first_reason
+    from waves
+    group by all
+),
+
+final as (
+    select
+        run_id,
+        deployment,
+        workload,
+        concurrency,
+        case when n_measured_waves > 0 then measured_energy_j end as energy_j,
+        case when n_measured_waves > 0 then measured_energy_j / measured_span_s end
+            as mean_power_w,
+        case when n_measured_waves > 0 then measured_tokens end as generated_tokens,
+        case when n_measured_waves > 0 then measured_tokens / nullif(measured_energy_j, 0) end
+            as tokens_per_joule,
+        case when n_measured_waves > 0 then 'measured' else 'unavailable' end as status,
+        case when n_measured_waves = 0 then first_reason end as unavailable_reason,
+        n_waves,
+        n_measured_waves
+    from levels
+)
+
+select * from final

@@ -1,0 +1,168 @@
+"""Energy per wave (issue 27 item 3) from the simulator's DCGM-style power page.
+
+The simulator draws idle_power_w plus power_per_stream_w for each admitted request, so the
+energy of a wave is known from what the client recorded: the idle draw over the readings'
+window plus each stream's share over the part of its life inside it. The marts must agree
+with that both from the energy counter and from the draw alone (trapezoid), and a deployment
+without a power source, or with one that answers 404, must never read 0 J.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.night.sweeps import run_sweeps
+from sparkcap.servers.sim.server import SimServer
+from sparkcap.transform.dbt_build import run_models
+from tests.integration.helpers import SHORT_STREAM_VARS, fast_profile
+
+pytestmark = pytest.mark.integration
+
+IDLE_W, PER_STREAM_W = 60.0, 15.0
+# capacity's bootstrap interval is not what this test reads: fewer resamples, a faster build
+DBT_VARS = {**SHORT_STREAM_VARS, "bootstrap_samples": 20}
+
+
+def known_energy_j(con: duckdb.DuckDBPyConnection, run_id: str, deployment: str) -> float:
+    """The simulator's integral over each counted wave's reading window, from the client's
+    own record of when each stream was sent and ended."""
+    (joules,) = con.execute(
+        """
+        with windows as (
+            select p.wave_id, min(p.t_ns) as t0, max(p.t_ns) as t1
+            from raw.power_samples as p join raw.waves as w using (wave_id)
+            where w.run_id = ? and w.deployment = ? and w.trial >= 1
+            group by p.wave_id
+        ),
+        streams as (
+            select x.wave_id, sum(greatest(0, least(r.end_ns, x.t1) - greatest(r.sent_ns, x.t0)))
+                / 1e9 as stream_s
+            from windows as x join raw.requests as r using (wave_id)
+            group by x.wave_id
+        )
+        select sum(? * (x.t1 - x.t0) / 1e9 + ? * s.stream_s)
+        from windows as x join streams as s using (wave_id)
+        """,
+        [run_id, deployment, IDLE_W, PER_STREAM_W],
+    ).fetchone() or (None,)
+    assert joules is not None
+    return float(joules)
+
+
+def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:
+    cur = con.execute(sql, params)
+    names = [c[0] for c in cur.description]
+    return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
+
+def test_energy_marts_match_the_simulated_integral(db_path: Path) -> None:
+    plan = SweepPlan(levels=(1, 4), trials=1, warmup=False, max_tokens=60, max_remeasures=0)
+    short = SweepPlan(levels=(1,), trials=1, warmup=False, max_tokens=40, max_remeasures=0)
+    power = dict(idle_power_w=IDLE_W, power_per_stream_w=PER_STREAM_W)
+    # one engine (one simulated GPU) per deployment, so that they can run side by side
+    profiles = [fast_profile(m, **power) for m in ("m", "n", "o", "p")]
+    with SimServer(profiles) as sim:
+        page = f"{sim.base_url}/dcgm/metrics"
+
+        def dep(name: str, model: str, **kw: Any) -> Deployment:
+            return Deployment(name=name, model=model, endpoint=sim.endpoint, **kw)
+
+        deps = [
+            # gpu 0 is model m's engine: its energy counter is read
+            dep(
+                "counted", "m", power={"kind": "dcgm", "url": page, "gpus": [0], "interval_s": 0.1}
+            ),
+            # gpu 1 (model n), its draw alone: the trapezoid
+            dep(
+                "drawn",
+                "n",
+                power={
+                    "kind": "dcgm",
+                    "url": page,
+                    "gpus": [1],
+                    "metric": "DCGM_FI_DEV_POWER_USAGE",
+                    "interval_s": 0.1,
+                },
+            ),
+            dep("unpowered", "o"),
+            dep("missing", "p", power={"kind": "dcgm", "url": f"{sim.base_url}/no/metrics"}),
+        ]
+        reqs = [
+            SweepRequest(deployment=d, workload="code", plan=plan if i < 2 else short)
+            for i, d in enumerate(deps)
+        ]
+        run_id = asyncio.run(run_sweeps(reqs, db_path, parallel_deployments=True)).run_id
+    run_models(db_path, ["+fct_energy_at_capacity"], DBT_VARS)
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        energy = {
+            (r["deployment"], r["concurrency"]): r
+            for r in rows(con, "select * from marts.fct_energy where run_id = ?", [run_id])
+        }
+        at_capacity = {
+            r["deployment"]: r
+            for r in rows(
+                con, "select * from marts.fct_energy_at_capacity where run_id = ?", [run_id]
+            )
+        }
+        methods = dict(
+            con.execute(
+                "select deployment, string_agg(distinct energy_method) "
+                "from intermediate.int_wave_energy where run_id = ? group by all",
+                [run_id],
+            ).fetchall()
+        )
+        known = {d: known_energy_j(con, run_id, d) for d in ("counted", "drawn")}
+        tokens = dict(
+            con.execute(
+                "select w.deployment, sum(r.completion_tokens) from raw.requests as r "
+                "join raw.waves as w using (wave_id) where w.run_id = ? and r.status = 'ok' "
+                "group by all",
+                [run_id],
+            ).fetchall()
+        )
+        capacity = dict(
+            con.execute(
+                "select deployment, capacity_streams from marts.fct_capacity where run_id = ?",
+                [run_id],
+            ).fetchall()
+        )
+        unpowered_samples = con.execute(
+            "select count(*) from raw.power_samples join raw.waves using (wave_id) "
+            "where run_id = ? and deployment = 'unpowered'",
+            [run_id],
+        ).fetchone()
+    assert methods == {"counted": "counter", "drawn": "trapezoid", "missing": None}
+    for d in ("counted", "drawn"):
+        levels = [energy[(d, 1)], energy[(d, 4)]]
+        assert all(r["status"] == "measured" and r["unavailable_reason"] is None for r in levels)
+        measured = sum(r["energy_j"] for r in levels)
+        assert measured == pytest.approx(known[d], rel=0.05), d
+        # more streams draw more: 4 streams at least 60 + 2 x 15 W on average
+        assert levels[1]["mean_power_w"] > levels[0]["mean_power_w"] > IDLE_W
+        assert sum(r["generated_tokens"] for r in levels) == tokens[d]
+        for r in levels:
+            assert r["tokens_per_joule"] == pytest.approx(r["generated_tokens"] / r["energy_j"])
+        cap = at_capacity[d]
+        assert cap["capacity_streams"] == capacity[d] >= 1
+        at = energy[(d, capacity[d])]
+        assert cap["status"] == "measured"
+        assert cap["tokens_per_joule"] == pytest.approx(at["tokens_per_joule"])
+        assert cap["streams_per_kw"] == pytest.approx(capacity[d] / (at["mean_power_w"] / 1000))
+    # no power source: no rows at all, never 0 J
+    assert unpowered_samples == (0,)
+    assert not any(d == "unpowered" for d, _ in energy) and "unpowered" not in at_capacity
+    # a power page that 404s: unavailable, with the reason, and no figure
+    for c in (1,):
+        missing = energy[("missing", c)]
+        assert missing["status"] == "unavailable" and missing["energy_j"] is None
+        assert missing["tokens_per_joule"] is None and missing["mean_power_w"] is None
+        assert "answered 404" in missing["unavailable_reason"]
+    assert at_capacity["missing"]["status"] == "unavailable"
+    assert at_capacity["missing"]["streams_per_kw"] is None
+    assert "answered 404" in at_capacity["missing"]["unavailable_reason"]
