@@ -4,8 +4,9 @@ Each deployment is a simulator profile built to be limited by one thing: the mem
 bandwidth (a dense model whose KV traffic grows with the streams), request slots (two slots,
 llama-server's metric names and /props), KV capacity (vLLM's names, a cache that holds four
 streams' context), a batch-size bucket (a padded batch of 5 slower than 8) and slow chunked
-prefills that stall the streams already decoding. One night sweeps all five; dbt's fct_bottlenecks must name each one's limit, and the bound it computes
-must be the simulator's own.
+prefills that stall the streams already decoding. One night sweeps all five; dbt's
+fct_bottlenecks must name each one's limit, and the bound it computes must be the
+simulator's own.
 """
 
 from __future__ import annotations
