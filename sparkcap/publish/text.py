@@ -201,8 +201,8 @@ def change_line(ch: ChangeRow) -> str:
         line += f" ({'; '.join(facts)})"
     if ch.verdict:
         line += f" — {ch.verdict}"
-    if ch.what_else_changed:
-        line += f"; also changed: {ch.what_else_changed}"
+    if ch.what_else_changed and ch.what_else_changed not in (ch.verdict or ""):
+        line += f"; also changed: {ch.what_else_changed}"  # the verdict may say it already
     return visible(line)
 
 
