@@ -11,9 +11,9 @@ and a bound missing a fact is reported as not computable, never guessed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 EngineName = Literal["vllm", "sglang", "llamacpp", "tgi", "trtllm", "sim"]
 # a byte count above a petabyte is a typo (or an exponent gone wrong), not a model
@@ -22,6 +22,14 @@ MAX_BYTES = 1e15
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_booleans(cls, v: Any) -> Any:
+        # no fact is a yes/no: YAML's `true` would otherwise pass as the number 1
+        if isinstance(v, bool):
+            raise ValueError("a number or text is expected here, not true/false")
+        return v
 
 
 class MoEFacts(_Strict):
