@@ -24,14 +24,17 @@ facts as (
 ),
 
 relevant as (
+    -- a server's page is untrusted: NaN and infinities (which DuckDB sorts above every
+    -- number, so a NaN KV gauge would read "full") are no reading
     select s.*, w.run_id, w.deployment
     from samples as s
     inner join waves as w on w.wave_id = s.wave_id
-    where s.metric_labels = ''
+    where isfinite(s.metric_value)
+        and (s.metric_labels = ''
         or coalesce(
             list_contains(map_values(s.metric_label_map), w.model),
             s.metric_labels like '%"' || w.model || '"%'
-        )
+        ))
 ),
 
 name_hits as (
@@ -111,11 +114,26 @@ final as (
         g.evidence,
         g.kind,
         b.metric_name,
-        case when g.kind = 'gauge' then b.peak_during else b.delta end as value,
-        case when g.kind = 'gauge' then b.mean_during end as mean_during,
+        case
+            when g.kind = 'gauge' and g.evidence = 'kv_cache_usage'
+                and not (b.peak_during between 0 and 1) then null
+            when g.kind = 'gauge' and b.peak_during < 0 then null
+            when g.kind = 'gauge' then b.peak_during
+            when b.delta < 0 then null
+            else b.delta
+        end as value,
+        case
+            when g.kind = 'gauge' and (b.peak_during < 0 or (g.evidence = 'kv_cache_usage'
+                and not (b.peak_during between 0 and 1))) then null
+            when g.kind = 'gauge' then b.mean_during
+        end as mean_during,
         coalesce(b.n_during, 0) as n_during_samples,
         case
+            when g.kind = 'gauge' and g.evidence = 'kv_cache_usage'
+                and not (b.peak_during between 0 and 1) then 'unavailable'
+            when g.kind = 'gauge' and b.peak_during < 0 then 'unavailable'
             when g.kind = 'gauge' and b.peak_during is not null then 'measured'
+            when g.kind <> 'gauge' and b.delta < 0 then 'unavailable'
             when g.kind <> 'gauge' and b.delta is not null then 'measured'
             else 'unavailable'
         end as status,
@@ -134,6 +152,13 @@ final as (
             )
             when g.kind = 'gauge' and b.peak_during is null
                 then 'no sample during the wave (' || b.metric_name || ')'
+            when g.kind = 'gauge' and g.evidence = 'kv_cache_usage'
+                and not (b.peak_during between 0 and 1)
+                then b.metric_name || ' read ' || b.peak_during || ', outside 0..1'
+            when g.kind = 'gauge' and b.peak_during < 0
+                then b.metric_name || ' read ' || b.peak_during || ', below 0'
+            when g.kind <> 'gauge' and b.delta < 0
+                then b.metric_name || ' went backwards during the wave (a restarted server?)'
             when g.kind <> 'gauge' and b.delta is null
                 then 'no before/after pair (' || b.metric_name || ')'
         end as unavailable_reason
