@@ -173,6 +173,7 @@ class ChangeRow(NamedTuple):
     n_baseline_runs: int | None
     what_else_changed: str | None
     verdict: str | None
+    is_tested: bool = True  # compared at all (enough baseline nights, a value)
 
 
 class TierRow(NamedTuple):

@@ -213,9 +213,10 @@ def change_lines(changes: Sequence[ChangeRow]) -> list[str]:
     flagged = [ch for ch in changes if ch.is_change]
     if flagged:
         return [change_line(ch) for ch in flagged]
-    if changes:
-        return [f"no change vs baseline ({len(changes)} comparison(s))"]
-    return []
+    tested = [ch for ch in changes if ch.is_tested]
+    if tested:
+        return [f"no change vs baseline ({len(tested)} comparison(s))"]
+    return []  # no baseline yet: nothing was compared, so nothing is said
 
 
 def changes_markdown(run_id: str, changes: Sequence[ChangeRow]) -> str:
@@ -223,10 +224,11 @@ def changes_markdown(run_id: str, changes: Sequence[ChangeRow]) -> str:
     flagged change as a row, or one line saying none was (or that there was no baseline)."""
     lines = [f"# Changes vs baseline, run {run_id}", ""]
     flagged = [ch for ch in changes if ch.is_change]
-    if not changes:
+    tested = [ch for ch in changes if ch.is_tested]
+    if not tested and not flagged:
         return "\n".join([*lines, "No baseline to compare with yet."])
     if not flagged:
-        return "\n".join([*lines, f"No change vs baseline ({len(changes)} comparison(s))."])
+        return "\n".join([*lines, f"No change vs baseline ({len(tested)} comparison(s))."])
     lines += [
         "| deployment | workload | subject | change | p | baseline | also changed | verdict |",
         "|---|---|---|---|---|---|---|---|",

@@ -26,14 +26,15 @@ NEW = """
 create table marts.fct_changes (run_id varchar, deployment varchar, workload varchar,
     subject varchar, concurrency integer, baseline_value double, baseline_low double,
     baseline_high double, value double, change_pct double, p_value double, is_change boolean,
-    direction varchar, n_baseline_runs bigint, what_else_changed varchar, verdict varchar);
+    direction varchar, n_baseline_runs bigint, what_else_changed varchar, verdict varchar,
+    is_tested boolean);
 insert into marts.fct_changes values
     ('r1', 'glm', 'code', 'level', 4, 50, 49, 51, 46, -8, 0.002, true, 'slower', 7,
-     'engine 0.11.2 → 0.12.0', '8 % slower than the baseline'),
+     'engine 0.11.2 → 0.12.0', '8 % slower than the baseline', true),
     ('r1', 'glm', 'code', 'capacity', null, 6, 6, 6, 6, 0, null, false, null, 7, null,
-     'as the baseline'),
+     'as the baseline', true),
     ('r2', 'glm', 'code', 'drift', null, null, null, null, null, -3.5, 0.01, true, 'slower', 9,
-     null, 'drifting down');
+     null, 'drifting down', true);
 create table marts.fct_capacity_tiers (run_id varchar, deployment varchar, workload varchar,
     threshold_tok_s decimal(4, 1), ttft_p90_ceiling_s decimal(4, 1), capacity_streams integer,
     is_lower_bound boolean, is_measured boolean, is_threshold_of_record boolean);
@@ -119,6 +120,10 @@ def test_nothing_flagged_is_one_line_and_no_baseline_is_none() -> None:
     quiet = change(is_change=False, direction=None, what_else_changed=None)
     assert text.change_lines([quiet, quiet]) == ["no change vs baseline (2 comparison(s))"]
     assert text.change_lines([]) == []
+    # a first night has rows, but none was compared: it says nothing, never "no change"
+    untested = change(is_change=False, direction=None, n_baseline_runs=0, is_tested=False)
+    assert text.change_lines([untested, untested]) == []
+    assert "No baseline" in text.changes_markdown("r1", [untested])
 
 
 def test_a_drift_without_a_baseline_band_still_reads_as_one_line() -> None:

@@ -82,6 +82,13 @@ select
     change_pct,
     p_value,
     is_change,
+    -- the night was compared at all: enough baseline nights and a value (a drift: a slope
+    -- interval), so "no change" is said only of what was tested
+    case
+        when subject = 'drift' then value_low is not null and value_high is not null
+        else coalesce(n_baseline_runs, 0) >= {{ var('change_min_baseline_runs') }}
+            and value is not null
+    end as is_tested,
     direction,
     n_baseline_runs,
     what_else_changed,
