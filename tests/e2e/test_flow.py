@@ -76,6 +76,8 @@ def test_flow_runs_the_whole_night(harness: None, tmp_path: Path) -> None:
     arts = _artifacts(state.state_details.flow_run_id)
     assert "capacity" in arts and "| deployment | workload |" in arts["capacity"]
     assert "file://" in arts.get("report", "") and "index.html" in arts["report"]
+    # the change list beside it: a first night has no baseline, and says so
+    assert "No baseline to compare with yet." in arts.get("changes", ""), arts.keys()
 
 
 def test_flow_searches_when_asked(harness: None, tmp_path: Path) -> None:
