@@ -36,10 +36,10 @@ BANDWIDTH = SimProfile(
 )
 SLOTS = fast_profile("slots", max_slots=2, draft_tokens=0, metric_style="llamacpp")
 KV = fast_profile("kv", draft_tokens=0, kv_capacity_tokens=600, metric_style="vllm")
-# slow, chunked prefill: eight streams' prompts take ~2 s, and every iteration that carries a
+# slow, chunked prefill: eight streams' prompts take ~4 s, and every iteration that carries a
 # prefill chunk stalls the streams already decoding (vLLM's names: waiting 0, running 8)
 PREFILL = fast_profile(
-    "prefill", draft_tokens=0, prefill_tok_s=300, prefill_chunk=32, metric_style="vllm"
+    "prefill", draft_tokens=0, prefill_tok_s=150, prefill_chunk=32, metric_style="vllm"
 )
 BUCKETS = fast_profile(
     "dip",
