@@ -110,9 +110,13 @@ def rate_chart(data: dict[str, Any]) -> Any:
         x=_concurrency_axis(lv),
         color=_workload_color(lv),
     )
-    band = base.mark_area(opacity=0.15).encode(
-        y=alt.Y("min_decode_tok_s:Q", title="decode rate per stream (tok/s)"),
-        y2="max_decode_tok_s:Q",
+    band = (
+        base.transform_filter("isValid(datum.baseline_low_streams)")
+        .mark_area(opacity=0.15)
+        .encode(
+            y=alt.Y("min_decode_tok_s:Q", title="decode rate per stream (tok/s)"),
+            y2="max_decode_tok_s:Q",
+        )
     )
     ci = base.mark_area(opacity=0.3).encode(y="ci_low_tok_s:Q", y2="ci_high_tok_s:Q")
     line = base.mark_line(point=True).encode(
@@ -209,9 +213,13 @@ def history_chart(data: dict[str, Any]) -> Any:
         x=alt.X("started_at:T", title="night"),
         color=alt.Color("series:N", title="deployment / workload"),
     )
-    band = base.mark_area(opacity=0.15).encode(
-        y=alt.Y("baseline_low_streams:Q", title="capacity (streams)"),
-        y2="baseline_high_streams:Q",
+    band = (
+        base.transform_filter("isValid(datum.baseline_low_streams)")
+        .mark_area(opacity=0.15)
+        .encode(
+            y=alt.Y("baseline_low_streams:Q", title="capacity (streams)"),
+            y2="baseline_high_streams:Q",
+        )
     )
     line = base.mark_line(point=True).encode(
         y=alt.Y("capacity_streams:Q", title="capacity (streams)"),
@@ -232,7 +240,14 @@ def history_chart(data: dict[str, Any]) -> Any:
         .mark_point(size=160, filled=False, color="#d62728", strokeWidth=2)
         .encode(y="capacity_streams:Q")
     )
-    return alt.layer(band, line, flagged).properties(
+    # a layer with no rows makes Vega warn of an infinite extent: draw the band and the
+    # rings only where there is one
+    layers = [line]
+    if h["baseline_low_streams"].notna().any() and h["baseline_high_streams"].notna().any():
+        layers.insert(0, band)
+    if h["is_change"].fillna(False).astype(bool).any():
+        layers.append(flagged)
+    return alt.layer(*layers).properties(
         width=640,
         height=200,
         title=alt.Title(
