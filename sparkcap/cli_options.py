@@ -224,7 +224,8 @@ VarOption = Annotated[
     typer.Option(
         "--var",
         help="override a dbt var, NAME=NUMBER (repeatable; e.g. probe_window_s=2, "
-        "dip_share=0.3, bootstrap_samples=500)",
+        "dip_share=0.3, bootstrap_samples=500); a list var NAME=10/20/30 "
+        "(tier_thresholds_tok_s, tier_ttft_p90_ceilings_s)",
     ),
 ]
 UnitTestsOption = Annotated[

@@ -399,7 +399,7 @@ def _var_lines(project_file: Path) -> list[str]:
         "## Vars",
         "",
         "Defaults from `dbt/dbt_project.yml`; `sparkcap build --var NAME=NUMBER` overrides one "
-        "for a build.",
+        "for a build (a list var: `NAME=10/20/30`).",
         "",
         "| var | default | meaning |",
         "| --- | --- | --- |",

@@ -43,7 +43,9 @@ class Settings(BaseSettings):
     # '{"timing_error_tolerance": 0.02}'): dbt builds, the live search judge and the capture's
     # decision to re-measure a client-spoiled wave all read them (build.judgement_vars), so
     # one setting moves the rule everywhere; `sparkcap build --var` still wins for one build
-    dbt_vars: dict[str, float] = Field(default_factory=dict, validation_alias="SPARKCAP_DBT_VARS")
+    dbt_vars: dict[str, float | list[float]] = Field(
+        default_factory=dict, validation_alias="SPARKCAP_DBT_VARS"
+    )
 
     # which client host a distributed worker runs on: names its stream budget (a Prefect
     # global concurrency limit) and the host a lost child is reported against

@@ -126,11 +126,27 @@ def known_vars() -> dict[str, Any]:
     return dict(project.get("vars") or {})
 
 
-def parse_var_overrides(items: list[str], source: str = "--var") -> dict[str, float | int]:
+def _number(source: str, name: str, value: str) -> float | int:
+    try:
+        number = float(value)
+    except ValueError:
+        raise BuildError(f"{source} {name}: {value!r} is not a number") from None
+    if number != number or number in (float("inf"), float("-inf")) or number < 0:
+        raise BuildError(f"{source} {name}: {value!r} must be a finite number >= 0")
+    if number == 0 and name in _POSITIVE_VARS:
+        raise BuildError(f"{source} {name}: must be greater than 0")
+    return int(number) if number.is_integer() else number
+
+
+def parse_var_overrides(
+    items: list[str], source: str = "--var"
+) -> dict[str, float | int | list[float | int]]:
     """``NAME=NUMBER`` pairs for ``sparkcap build --var`` (and ``SPARKCAP_DBT_VARS``); a typo
-    must not silently do nothing, so only declared vars are accepted."""
+    must not silently do nothing, so only declared vars are accepted. A var the project
+    declares as a list (the capacity tiers' thresholds and TTFT ceilings) takes
+    ``NAME=10/20/30`` (or ``[10, 20, 30]``), each a number as above."""
     known = known_vars()
-    out: dict[str, float | int] = {}
+    out: dict[str, float | int | list[float | int]] = {}
     for item in items:
         name, sep, value = item.partition("=")
         name = name.strip()
@@ -140,19 +156,17 @@ def parse_var_overrides(items: list[str], source: str = "--var") -> dict[str, fl
             raise BuildError(
                 f"{source} {name}: unknown dbt var (known: {', '.join(sorted(known))})"
             )
-        try:
-            number = float(value)
-        except ValueError:
-            raise BuildError(f"{source} {name}: {value!r} is not a number") from None
-        if number != number or number in (float("inf"), float("-inf")) or number < 0:
-            raise BuildError(f"{source} {name}: {value!r} must be a finite number >= 0")
-        if number == 0 and name in _POSITIVE_VARS:
-            raise BuildError(f"{source} {name}: must be greater than 0")
-        out[name] = int(number) if number.is_integer() else number
+        if isinstance(known[name], list):
+            parts = [p.strip() for p in value.strip().strip("[]").replace(",", "/").split("/")]
+            if not parts or any(not p for p in parts):
+                raise BuildError(f"{source} {name}: expected numbers like 10/20/30, got {value!r}")
+            out[name] = [_number(source, name, p) for p in parts]
+        else:
+            out[name] = _number(source, name, value)
     return out
 
 
-def environment_vars() -> dict[str, float | int]:
+def environment_vars() -> dict[str, float | int | list[float | int]]:
     """``SPARKCAP_DBT_VARS``, checked as ``--var`` is."""
     given = get_settings().dbt_vars
     return parse_var_overrides([f"{k}={v!r}" for k, v in given.items()], "SPARKCAP_DBT_VARS")

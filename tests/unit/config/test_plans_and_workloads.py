@@ -90,7 +90,17 @@ def test_build_var_overrides_accept_declared_numbers_only() -> None:
         "dip_share": 0.3,
     }
     assert isinstance(parse_var_overrides(["bootstrap_samples=500"])["bootstrap_samples"], int)
+    # a list var (the capacity tiers): slashes on the command line, a list from the environment
+    assert parse_var_overrides(["tier_thresholds_tok_s=10/25.5/40"]) == {
+        "tier_thresholds_tok_s": [10, 25.5, 40]
+    }
+    assert parse_var_overrides(["tier_ttft_p90_ceilings_s=[2, 8]"], "SPARKCAP_DBT_VARS") == {
+        "tier_ttft_p90_ceilings_s": [2, 8]
+    }
     for bad, why in [
+        ("tier_thresholds_tok_s=10//30", "numbers like"),
+        ("tier_thresholds_tok_s=10/x", "not a number"),
+        ("tier_ttft_p90_ceilings_s=5/-1", ">= 0"),
         ("probe_windows=2", "unknown dbt var"),
         ("probe_window_s", "expected NAME=NUMBER"),
         ("dip_share=half", "not a number"),
