@@ -15,6 +15,7 @@ import contextlib
 import json
 from collections.abc import Awaitable, Callable
 
+import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkcap.config import Deployment
@@ -27,6 +28,7 @@ MAX_METRICS_BYTES = 4 << 20
 # or a full KV cache lasts seconds; 600 samples cover a ten-minute wave
 DURING_INTERVAL_S = 1.0
 MAX_DURING_SCRAPES = 600
+MAX_DURING_BYTES = 64 << 20  # pages held until the wave ends
 
 
 class MetricsParseError(ValueError):
@@ -84,63 +86,96 @@ def scrape_into(
     (connect, headers and body), so a wave waits at most that long on each side of it.
 
     Gauges (waiting and running requests, KV-cache use) read ~0 before and after a wave: only
-    samples taken while it runs can show a queue or a full cache. The samples run in a task
-    of their own, so a slow ``/metrics`` delays no stream; a wave keeps at most
-    ``MAX_DURING_SCRAPES`` of them.
+    samples taken while it runs can show a queue or a full cache. The samples share the
+    wave's event loop with the streams it times, so while the wave runs a sample costs only
+    I/O: one client made before the wave starts (making one loads the TLS trust store, ~20 ms
+    of a blocked loop), and the pages kept as bytes, parsed after the wave ends. A wave keeps
+    at most ``MAX_DURING_SCRAPES`` samples and ``MAX_DURING_BYTES`` of them.
     """
     url = metrics_url(dep)
     absent: str | None = None  # set once the server has said it has no metrics endpoint
-    running: dict[str, asyncio.Task[None]] = {}
+    running: dict[str, tuple[asyncio.Task[None], httpx.AsyncClient, list[bytes]]] = {}
 
     def fail(wave: WaveRecord, phase: str, why: str) -> None:
         msg = f"{phase}: {why}"
         wave.metrics_error = msg if wave.metrics_error is None else f"{wave.metrics_error}; {msg}"
 
-    async def scrape(wave: WaveRecord, phase: str) -> bool:
+    def headers() -> dict[str, str]:
+        return {k: v for k, v in request_headers(dep, url).items() if k != "Accept"}
+
+    def page_of(wave: WaveRecord, phase: str, status: int, body: bytes) -> bytes | None:
         nonlocal absent
-        if absent is not None:
-            fail(wave, phase, absent)
-            return False
-        headers = {k: v for k, v in request_headers(dep, url).items() if k != "Accept"}
-        try:
-            async with make_client(dep, 1) as c:
-                status, body = await fetch_bounded(c, url, headers, timeout_s, MAX_METRICS_BYTES)
-        except FetchFailed as exc:
-            fail(wave, phase, str(exc))
-            return False
         if status == 404:
             absent = f"no metrics endpoint ({url} answered 404)"
             fail(wave, phase, absent)
-            return False
+            return None
         if status != 200:
             fail(wave, phase, f"HTTP {status} from {url}")
-            return False
+            return None
+        return body
+
+    def keep(wave: WaveRecord, phase: str, body: bytes) -> None:
         parse = parse_gauges if phase == "during" else parse_prometheus
         try:
             samples = parse(body.decode("utf-8", errors="replace"))
         except MetricsParseError as exc:
             fail(wave, phase, str(exc))
-            return False
+            return
         wave.server_metrics.extend((phase, n, lb, v) for n, lb, v in samples)
-        return True
 
-    async def sample_during(wave: WaveRecord, interval_s: float) -> None:
+    async def scrape(wave: WaveRecord, phase: str) -> None:
+        if absent is not None:
+            fail(wave, phase, absent)
+            return
+        try:
+            async with make_client(dep, 1) as c:
+                status, body = await fetch_bounded(c, url, headers(), timeout_s, MAX_METRICS_BYTES)
+        except FetchFailed as exc:
+            fail(wave, phase, str(exc))
+            return
+        page = page_of(wave, phase, status, body)
+        if page is not None:
+            keep(wave, phase, page)
+
+    async def sample_during(
+        wave: WaveRecord, client: httpx.AsyncClient, pages: list[bytes], interval_s: float
+    ) -> None:
+        kept = 0
+        sent = headers()
         for _ in range(MAX_DURING_SCRAPES):
             await asyncio.sleep(interval_s)
-            if not await scrape(wave, "during"):
+            try:
+                status, body = await fetch_bounded(client, url, sent, timeout_s, MAX_METRICS_BYTES)
+            except FetchFailed as exc:
+                fail(wave, "during", str(exc))
                 return  # one failure is said once; the wave's other samples stand
+            page = page_of(wave, "during", status, body)
+            if page is None:
+                return
+            kept += len(page)
+            if kept > MAX_DURING_BYTES:
+                fail(wave, "during", f"samples stopped at {MAX_DURING_BYTES >> 20} MiB of pages")
+                return
+            pages.append(page)
 
     async def before(wave: WaveRecord) -> None:
         await scrape(wave, "before")
         if during_interval_s is not None and absent is None:
-            running[wave.wave_id] = asyncio.create_task(sample_during(wave, during_interval_s))
+            client = make_client(dep, 1)
+            pages: list[bytes] = []
+            task = asyncio.create_task(sample_during(wave, client, pages, during_interval_s))
+            running[wave.wave_id] = (task, client, pages)
 
     async def after(wave: WaveRecord) -> None:
-        task = running.pop(wave.wave_id, None)
-        if task is not None:
+        held = running.pop(wave.wave_id, None)
+        if held is not None:
+            task, client, pages = held
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+            await client.aclose()
+            for page in pages:
+                keep(wave, "during", page)
         await scrape(wave, "after")
 
     return before, after

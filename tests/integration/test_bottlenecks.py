@@ -103,6 +103,12 @@ def test_each_simulated_limit_gets_its_verdict(db_path: Path) -> None:
             "order by concurrency",
             [run_id],
         ).fetchall()
+        sampled_during = con.execute(
+            "select count(*) from raw.server_metrics m join raw.waves w using (wave_id) "
+            "where w.run_id = ? and w.deployment = 'bw' and m.phase = 'during' "
+            "and m.name = 'sim:num_requests_running'",
+            [run_id],
+        ).fetchone()
         unavailable = con.execute(
             "select evidence, unavailable_reason from marts.fct_server_evidence "
             "where run_id = ? and deployment = 'slots' and evidence = 'preemptions' limit 1",
@@ -120,5 +126,7 @@ def test_each_simulated_limit_gets_its_verdict(db_path: Path) -> None:
         truth = bandwidth_bound_tok_s(BANDWIDTH, streams, context)
         assert bound == pytest.approx(truth, rel=0.01), (streams, bound, truth)
         assert 0.7 <= share <= 0.9, (streams, share)
+    # the gauges were sampled while the waves ran (the 16-stream wave lasts seconds)
+    assert sampled_during is not None and sampled_during[0] >= 3, sampled_during
     # llama-server publishes no preemption counter: unavailable, with the reason, never 0
     assert unavailable == [("preemptions", "llamacpp publishes no metric for this")]

@@ -307,4 +307,5 @@ def test_short_trials_on_a_server_sending_three_tokens_a_chunk_are_judged_at_ful
     (low, high, windowed, n, ratio) = rates[0]
     assert (low, high) == (128, 128) and windowed == n and n > 0, rates
     # the first chunk's two untimed tokens: (29 / 31) x (127 / 125) ~ 0.95 of the short formula
-    assert 0.93 < float(ratio) < 0.97, rates  # type: ignore[arg-type]
+    # (0.9297 once on a fully loaded machine, whose late chunks move the window estimate)
+    assert 0.92 < float(ratio) < 0.97, rates  # type: ignore[arg-type]

@@ -110,13 +110,9 @@ def rate_chart(data: dict[str, Any]) -> Any:
         x=_concurrency_axis(lv),
         color=_workload_color(lv),
     )
-    band = (
-        base.transform_filter("isValid(datum.baseline_low_streams)")
-        .mark_area(opacity=0.15)
-        .encode(
-            y=alt.Y("min_decode_tok_s:Q", title="decode rate per stream (tok/s)"),
-            y2="max_decode_tok_s:Q",
-        )
+    band = base.mark_area(opacity=0.15).encode(
+        y=alt.Y("min_decode_tok_s:Q", title="decode rate per stream (tok/s)"),
+        y2="max_decode_tok_s:Q",
     )
     ci = base.mark_area(opacity=0.3).encode(y="ci_low_tok_s:Q", y2="ci_high_tok_s:Q")
     line = base.mark_line(point=True).encode(

@@ -179,3 +179,11 @@ def test_the_bound_chart_sets_the_measured_curve_beside_the_bound() -> None:
         38.0,
         50.0,
     ]
+
+
+def test_the_rate_band_draws_every_level_it_has() -> None:
+    """The min–max band is every level's (a filter on another chart's columns once emptied it,
+    and Vega warned of an infinite extent in the report)."""
+    spec = rate_chart(_data([1, 2, 4], ["code"])).to_dict()
+    assert "baseline" not in str(spec)
+    assert [e["field"] for e in _encodings(spec, "y2")][:1] == ["max_decode_tok_s"]
