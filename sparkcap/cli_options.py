@@ -18,7 +18,7 @@ import typer
 from pydantic import ValidationError
 
 from sparkcap import __version__
-from sparkcap.config import ProbeName, Profile, WorkloadName
+from sparkcap.config import ProbeName, Profile, StreamWorkloadName, WorkloadName
 from sparkcap.publish.text import OutputFormat
 
 
@@ -147,7 +147,7 @@ ProbeIntervalOption = Annotated[float, typer.Option(help="seconds between probe 
 WarmRequestsOption = Annotated[int, typer.Option(help="warm repeats (prompt-cache)")]
 ConcurrencyOption = Annotated[int, typer.Option(help="streams (output-length, mixed)")]
 LengthsOption = Annotated[str, typer.Option(help="output lengths (output-length)")]
-ProbeWorkloadOption = Annotated[WorkloadName, typer.Option(help="prompts (output-length)")]
+ProbeWorkloadOption = Annotated[StreamWorkloadName, typer.Option(help="prompts (output-length)")]
 CodeShareOption = Annotated[float, typer.Option(help="share of code streams (mixed)")]
 ProbeTrialsOption = Annotated[int, typer.Option(help="counted waves (output-length, mixed)")]
 ProbeMaxTokensOption = Annotated[int | None, typer.Option(help="output length (mixed)")]

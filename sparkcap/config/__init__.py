@@ -28,9 +28,12 @@ from pydantic import (
 
 from sparkcap.config.facts import ModelFacts
 from sparkcap.config.power import PowerSource
+from sparkcap.config.sessions import SessionShape
 from sparkcap.errors import SparkcapError
 
-WorkloadName = Literal["code", "prose"]
+WorkloadName = Literal["code", "prose", "agent"]
+# the workloads whose every request is one prompt (probes build theirs from these)
+StreamWorkloadName = Literal["code", "prose"]
 # how much of a fleet file's plan a night runs (night.plan.PROFILES says what each changes)
 Profile = Literal["full", "demo", "smoke"]
 EnvVarName = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
@@ -425,6 +428,8 @@ class SweepPlan(Strict):
     min_streams_per_process: int = Field(16, ge=1, le=4096)
     # set: the levels are searched (see SearchPlan) instead of swept as a grid
     search: SearchPlan | None = None
+    # the agent workload's sessions (its levels count sessions); ignored by code and prose
+    sessions: SessionShape = Field(default_factory=lambda: SessionShape())
 
     @field_validator("levels", mode="before")
     @classmethod
@@ -487,7 +492,7 @@ class OutputLengthOptions(Strict):
     kind: Literal["output-length"] = "output-length"
     concurrency: int = Field(8, ge=1, le=4096)
     lengths: tuple[OutputTokens, ...] = Field((400, 1000), min_length=1)
-    workload: WorkloadName = "prose"
+    workload: StreamWorkloadName = "prose"
     trials: int = Field(2, ge=1, le=5)
 
     @field_validator("lengths")

@@ -89,6 +89,9 @@ class RequestRecord:
     token_ceiling: int | None = None
     # the output length a shortened (or lengthened) stream stands in for; None: its own
     full_tokens: int | None = None
+    # agent sessions: which session of the wave sent this turn, and which turn it was (from 0)
+    session_id: str | None = None
+    turn_index: int | None = None
     chunks: ChunkColumns = field(default_factory=ChunkColumns)
 
     @property
@@ -209,6 +212,9 @@ class WaveRecord:
     # each stream's length as a share of its full output length (a search's shortened trial:
     # dbt judges it by the rate its full-length stream would read)
     length_factor: float = 1.0
+    # what the server's prefix cache was told before the wave: "reset" (it answered the reset
+    # route), "unsupported" (no such route), "failed: ..." or None (no reset was asked)
+    cache_reset: str | None = None
     search_decision: SearchDecision | None = None  # on the wave after which it was made
     # why the capture-time rule (sweep.client_spoiled) distrusts this wave, for live decisions
     # only; never stored: dbt's int_trials judges the stored measurements

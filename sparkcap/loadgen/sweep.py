@@ -21,11 +21,13 @@ from urllib.parse import urlsplit
 from pydantic import SecretStr
 
 from sparkcap.config import Deployment, MissingSecret, SweepPlan, header_problem, planned_wave_count
+from sparkcap.loadgen.cache_reset import reset_prefix_cache
 from sparkcap.loadgen.connections import StreamClients
 from sparkcap.loadgen.plan import WavePlanItem, plan_waves
 from sparkcap.loadgen.procs import ClientPool, available_cores
 from sparkcap.loadgen.records import Status, WaveRecord
 from sparkcap.loadgen.search import Judge, run_search
+from sparkcap.loadgen.sessions import build_sessions, run_session_wave
 from sparkcap.loadgen.wave import run_wave
 from sparkcap.loadgen.workloads import build_streams
 from sparkcap.settings import read_secret
@@ -169,13 +171,21 @@ async def _one_wave(
     tag = f"{run_id[-6:]}-{deployment.name}-c{item.concurrency}-t{item.trial}"
     if item.probe:
         tag += f"-{item.probe}"
-    specs = build_streams(
-        workload,
-        item.concurrency,
-        wave_tag=tag if attempt == 1 else f"{tag}-a{attempt}",
-        max_tokens=item.max_tokens or plan.max_tokens,
-        length_factor=item.length_factor,
-        min_tokens=item.min_tokens,
+    wave_tag = tag if attempt == 1 else f"{tag}-a{attempt}"
+    sessions = (
+        build_sessions(plan.sessions, item.concurrency, wave_tag) if workload == "agent" else []
+    )
+    specs = (
+        []
+        if sessions
+        else build_streams(
+            workload,
+            item.concurrency,
+            wave_tag=wave_tag,
+            max_tokens=item.max_tokens or plan.max_tokens,
+            length_factor=item.length_factor,
+            min_tokens=item.min_tokens,
+        )
     )
     wave = WaveRecord(
         wave_id=wave_id(
@@ -201,16 +211,22 @@ async def _one_wave(
     kw: dict[str, Any] = dict(
         wave=wave,
         url=deployment.chat_url,
-        specs=specs,
         headers=headers,
         extra_body=deployment.extra_body,
         continuous_usage=deployment.continuous_usage,
         total_timeout_s=deployment.timeouts.total_s,
     )
-    if isinstance(client, ClientPool):
+    if sessions:
+        if not isinstance(client, StreamClients):
+            raise TypeError("agent sessions run on the sweep's own loop (client_process_count)")
+        if plan.sessions.reset_cache:
+            wave.cache_reset = await reset_prefix_cache(deployment, headers)
+        await run_session_wave(client, sessions=sessions, **kw)
+    elif isinstance(client, ClientPool):
+        kw["specs"] = specs
         await client.run_wave(**kw)
     else:
-        await run_wave(client, **kw)
+        await run_wave(client, specs=specs, **kw)
     if after_wave is not None:
         await after_wave(wave)
     return wave
@@ -306,7 +322,7 @@ async def run_sweep(
 ) -> list[WaveRecord]:
     """Sweep the plan's levels as a grid, or search them when the plan says so (then
     ``judge`` decides each level; see loadgen/search.py)."""
-    n_procs = client_process_count(plan)
+    n_procs = client_process_count(plan, workload)
     client_cm: contextlib.AbstractAsyncContextManager[StreamClients | ClientPool] = (
         ClientPool(deployment, n_procs, plan.min_streams_per_process)
         if n_procs > 0
@@ -335,13 +351,15 @@ async def run_sweep(
     return runner.waves
 
 
-def client_process_count(plan: SweepPlan) -> int:
+def client_process_count(plan: SweepPlan, workload: str = "code") -> int:
     """Worker processes a sweep starts (0: every stream runs on the sweep's own loop).
 
     Only as many as its largest wave can use: a wave is dealt over at most one process per
     ``min_streams_per_process`` streams (procs.py), so more would be interpreters that start,
     hold connections and never run a stream.
     """
+    if workload == "agent":
+        return 0  # a session's turns follow each other on one loop (sessions.py)
     wanted = plan.client_processes or available_cores()
     if wanted <= 1:
         return 0

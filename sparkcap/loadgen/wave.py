@@ -203,6 +203,7 @@ def prepare_streams(
 
 
 ReleaseGate = Callable[[], Awaitable[int]]
+FollowUp = Callable[[int], Awaitable[None]]
 SPIN_BEFORE_RELEASE_NS = 2_000_000  # sleep until 2 ms before the release, then spin
 
 
@@ -217,28 +218,37 @@ async def release_streams(
     total_timeout_s: float,
     process_index: int = 0,
     release_gate: ReleaseGate | None = None,
+    follow_up: FollowUp | None = None,
 ) -> ProcessTiming:
     """Run ``records``' streams on this loop, all released at one instant, and time the loop.
 
     Every stream is sent but for its last byte and parked at a gate first (client.py).
     ``release_gate`` (several processes share one wave) is awaited once all are parked and
     returns the ``perf_counter_ns`` instant of release, which every process of the wave was
-    given; without it the release is now.
+    given; without it the release is now. ``follow_up(i)`` runs after stream ``i`` ends,
+    inside the timed wave (an agent session's later turns): whatever records it appends to
+    ``records`` are timed and bounded like the released ones.
     """
     gate = asyncio.Event()
     answered_early: set[int] = set()
     parked = 0
     all_parked = asyncio.Event()
+    n_released = len(records)
 
     def on_parked() -> None:
         nonlocal parked
         parked += 1
-        if parked == len(records):
+        if parked == n_released:
             all_parked.set()
 
     async def one(i: int) -> None:
         rec = records[i]
         slot = rec.stream_index
+        await _released(i, rec, slot)
+        if follow_up is not None:
+            await follow_up(i)
+
+    async def _released(i: int, rec: RequestRecord, slot: int) -> None:
         await stream_request(
             clients[slot],
             url,
@@ -254,7 +264,7 @@ async def release_streams(
         )
 
     monitor = LoopMonitor()
-    tasks = [asyncio.create_task(one(i)) for i in range(len(records))]
+    tasks = [asyncio.create_task(one(i)) for i in range(n_released)]
     if records:
         await all_parked.wait()
     _collector_off()
@@ -266,7 +276,7 @@ async def release_streams(
             await asyncio.sleep(wait_ns / 1e9)
         while time.perf_counter_ns() < release_ns:
             pass  # the last 2 ms: a timer would wake up to a millisecond late
-        answered_early.update(clients.answered_early(r.stream_index for r in records))
+        answered_early.update(clients.answered_early(r.stream_index for r in records[:n_released]))
         released = time.perf_counter_ns()
         gate.set()
         await asyncio.gather(*tasks)
@@ -277,7 +287,7 @@ async def release_streams(
     return ProcessTiming(
         process_index=process_index,
         pid=os.getpid(),
-        n_streams=len(records),
+        n_streams=n_released,
         released_ns=released - anchor_perf_ns,
         ended_ns=ended - anchor_perf_ns,
         loop_lag_p99_ms=monitor.lag_p99_ms,
@@ -320,7 +330,8 @@ def settle_wave(wave: WaveRecord, timings: Sequence[ProcessTiming]) -> WaveRecor
         wave.duration_s = (
             max(t.ended_ns for t in timings) - min(t.released_ns for t in timings)
         ) / 1e9
-    sent = [r.sent_ns for r in wave.requests if r.sent_ns is not None]
+    # the release's raggedness: an agent session's later turns are sent after think time
+    sent = [r.sent_ns for r in wave.requests if r.sent_ns is not None and not r.turn_index]
     wave.start_skew_ms = (max(sent) - min(sent)) / 1e6 if sent else None
     wave.loop_lag_p99_ms = _max_or_none(t.loop_lag_p99_ms for t in timings)
     wave.loop_lag_max_ms = _max_or_none(t.loop_lag_max_ms for t in timings)

@@ -107,6 +107,11 @@ RAW_TABLES: dict[str, pa.Schema] = {
             F64,
             doc="stream length as a share of the full output length (NULL in older warehouses: 1)",
         ),
+        _c(
+            "cache_reset",
+            STR,
+            doc="prefix cache before the wave: reset | unsupported | failed: ... (NULL: not asked)",
+        ),
     ),
     "search_levels": _table(
         "What a live search decided after a level's last wave, and why (live figures; the "
@@ -174,6 +179,8 @@ RAW_TABLES: dict[str, pa.Schema] = {
         _c("first_token_exact", BOOL, doc="stamp = kernel arrival of that event alone (0.3+)"),
         _c("last_token_exact", BOOL),
         _c("full_tokens", I32, doc="the full output length a search's stream stands in for"),
+        _c("session_id", STR, doc="agent workload: the session that sent this turn"),
+        _c("turn_index", I32, doc="agent workload: the session's turn, from 0"),
     ),
     "chunks": _table(
         None,

@@ -420,6 +420,7 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "method": [wave.method],
             "search_step": [wave.search_step],
             "length_factor": [wave.length_factor],
+            "cache_reset": [wave.cache_reset],
         },
     )
     requests = raw_table(
@@ -453,6 +454,8 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "role": [r.role for r in reqs],
             "first_token_exact": [r.first_token_exact for r in reqs],
             "last_token_exact": [r.last_token_exact for r in reqs],
+            "session_id": [r.session_id for r in reqs],
+            "turn_index": [r.turn_index for r in reqs],
         },
     )
     counts = np.fromiter((len(r.chunks) for r in reqs), dtype=np.int64, count=len(reqs))

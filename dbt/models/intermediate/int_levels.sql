@@ -76,13 +76,19 @@ final as (
         concurrency * median(median_decode_tok_s) filter (where is_valid)
             as concurrency_x_median_tok_s,
         median(median_ttft_s) filter (where is_valid) as median_ttft_s,
+        median(ttft_quantile_s) filter (where is_valid) as ttft_quantile_s,
+        -- agent sessions: the next turn's first token must come within the ceiling
+        case when workload = 'agent' then {{ var('ttft_ceiling_s') }} end as ttft_ceiling_s,
         median(effective_concurrency) filter (where is_valid) as effective_concurrency,
         bool_or(queued) as any_queued,
         {{ var('threshold_tok_s') }} as threshold_tok_s,
         {{ level_passes(
             'median(median_decode_tok_s) filter (where is_valid)',
             'bool_or(queued)',
-            'count(*) filter (where is_valid) > 0'
+            'count(*) filter (where is_valid) > 0',
+            ttft_p90_s='median(ttft_quantile_s) filter (where is_valid)',
+            ttft_p90_ceiling_s="case when workload = 'agent' then "
+                ~ var('ttft_ceiling_s') ~ " end"
         ) }} as passes_threshold,
         string_agg(distinct invalid_reasons, '; ' order by invalid_reasons) as trial_reasons,
         max(run_watermark) as run_watermark,

@@ -77,6 +77,8 @@ final as (
         w.probe,
         r.request_role,
         r.stream_index,
+        r.session_id,
+        r.turn_index,
         r.prompt_id,
         r.status,
         r.http_status,

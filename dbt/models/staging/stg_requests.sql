@@ -26,7 +26,9 @@ final as (
         cast(http_status as integer) as http_status,
         cast(error as varchar) as error,
         cast(n_chunks as integer) as n_chunks,
-        cast(role as varchar) as request_role
+        cast(role as varchar) as request_role,
+        cast(session_id as varchar) as session_id,
+        cast(turn_index as integer) as turn_index
     from source
 )
 

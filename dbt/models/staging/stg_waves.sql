@@ -30,7 +30,8 @@ final as (
         cast(client_process_count as integer) as client_process_count,
         coalesce(cast(method as varchar), 'grid') as method,
         cast(search_step as integer) as search_step,
-        coalesce(cast(length_factor as double), 1.0) as length_factor
+        coalesce(cast(length_factor as double), 1.0) as length_factor,
+        cast(cache_reset as varchar) as cache_reset
     from source
 )
 

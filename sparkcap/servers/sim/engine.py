@@ -246,6 +246,11 @@ class SimProfile(BaseModel):
         "recompute preemption); None: unbounded",
     )
     n_ctx: int = Field(32768, ge=1, description="context one request may fill (/props, models)")
+    cache_reset: Literal["works", "ignored", "absent"] = Field(
+        "works",
+        description="POST /reset_prefix_cache: drops the prefix cache (vLLM), answers 200 and "
+        "forgets nothing (a broken route the verification must catch), or is not served",
+    )
     n_params: int | None = Field(
         None, ge=1, description="parameters, for llama-server's /v1/models meta (default: none)"
     )
@@ -502,6 +507,9 @@ class PrefixCache:
             self._lru.move_to_end(k)
             n += 1
         return n * self.block_tokens
+
+    def clear(self) -> None:
+        self._lru.clear()
 
     def insert(self, text: str) -> None:
         for k in self._keys(text):

@@ -495,6 +495,19 @@ def create_app(
             return _error(404, "no vLLM-style model serves /version")
         return JSONResponse({"version": vllm[0].p.engine_version})
 
+    async def reset_prefix_cache(request: Request) -> Response:
+        """vLLM's ``POST /reset_prefix_cache``: every deployment that serves it forgets its
+        prefix cache (as the profile says it does: ``cache_reset``)."""
+        if unauthorized(request):
+            return _error(401, "missing or wrong API key")
+        serving = [e for e in engines.values() if e.p.cache_reset != "absent"]
+        if not serving:
+            return _error(404, "Not Found")
+        for e in serving:
+            if e.p.cache_reset == "works":
+                e.cache.clear()
+        return JSONResponse({})
+
     async def health(_: Request) -> Response:
         return JSONResponse({"status": "ok"})
 
@@ -536,6 +549,7 @@ def create_app(
             Route("/props", server_props),
             Route("/version", version),
             Route("/tokenize", tokenize, methods=["POST"]),
+            Route("/reset_prefix_cache", reset_prefix_cache, methods=["POST"]),
             Route("/health", health),
             Route("/metrics", metrics),
             Route("/dcgm/metrics", dcgm_metrics),
