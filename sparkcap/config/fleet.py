@@ -31,6 +31,7 @@ from sparkcap.config import (
     SweepPlan,
     SweepRequest,
     WorkloadName,
+    check_searchable,
     planned_wave_count,
 )
 from sparkcap.errors import SparkcapError
@@ -193,6 +194,15 @@ class Fleet(_Strict):
         default_factory=Distributed,
         description="work pool, lake and budgets for `sparkcap run --distributed`",
     )
+
+    @model_validator(mode="after")
+    def _agent_is_a_grid(self) -> Fleet:
+        for wl, plan in self.workloads.items():
+            check_searchable(wl, plan)
+        for d in self.deployments:
+            for wl, plan in d.plans.items():
+                check_searchable(wl, plan)
+        return self
 
     @model_validator(mode="after")
     def _unique_names(self) -> Fleet:

@@ -93,26 +93,35 @@ final as (
         first_failing_tok_s,
         judgement_settings
     from joined
+),
+
+unit_named as (
+    -- an agent level counts sessions, each sending its turns one after another
+    select *, if(workload = 'agent', ' session', ' stream') as unit from final
 )
 
 select
-    *,
+    * exclude (unit),
     case
         when unmeasured_level is not null and level_capacity_streams = 0
             then 'no valid measurement at level ' || unmeasured_level || ': ' || unmeasured_reason
                 || if(n_measured_levels = 0 and n_levels > 1, ' (nor at any other level)', '')
         when unmeasured_level is not null
-            then capacity_streams || ' stream' || if(capacity_streams = 1, '', 's')
+            then capacity_streams || unit || if(capacity_streams = 1, '', 's')
                 || ' (no valid measurement at level ' || unmeasured_level || ': '
                 || unmeasured_reason || ')'
+        when capacity_streams = 0 and workload = 'agent'
+            then 'no level reaches ' || printf('%g', threshold_tok_s::double)
+                || ' tok/s with its turns'' TTFT p' || round(100 * {{ var('ttft_quantile') }})
+                || ' within ' || printf('%g', {{ var('ttft_ceiling_s') }}::double) || ' s'
         when capacity_streams = 0
             then 'below ' || printf('%g', threshold_tok_s::double)
                 || ' tok/s even at the lowest level'
         when is_lower_bound
-            then '≥ ' || capacity_streams || ' streams (all tested levels pass)'
+            then '≥ ' || capacity_streams || unit || 's (all tested levels pass)'
         when capacity_streams <> level_capacity_streams
-            then capacity_streams || ' stream' || if(capacity_streams = 1, '', 's')
-        else capacity_streams || ' stream' || if(capacity_streams = 1, '', 's')
+            then capacity_streams || unit || if(capacity_streams = 1, '', 's')
+        else capacity_streams || unit || if(capacity_streams = 1, '', 's')
             || ' (fails at ' || first_failing_level || ')'
     end
     || if(
@@ -126,4 +135,4 @@ select
         ' · undecided between ' || search_low_streams || ' and ' || search_high_streams,
         ''
     ) as capacity_verdict
-from final
+from unit_named

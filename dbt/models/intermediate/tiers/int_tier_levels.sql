@@ -8,7 +8,8 @@
 with levels as (
     select
         run_id, deployment, model, workload, method, 'level' as kind, concurrency,
-        n_valid_trials, median_decode_tok_s, any_queued, no_valid_trial_reason, run_watermark
+        n_valid_trials, median_decode_tok_s, any_queued, no_valid_trial_reason, run_watermark,
+        ttft_quantile_s
     from {{ ref('int_levels') }}
     where {{ changed_runs_filter('run_id') }}
 ),
@@ -17,7 +18,7 @@ sustain as (
     select
         run_id, deployment, null::varchar as model, workload, 'search' as method,
         'sustain' as kind, concurrency, n_valid_trials, median_decode_tok_s, any_queued,
-        null::varchar as no_valid_trial_reason, run_watermark
+        null::varchar as no_valid_trial_reason, run_watermark, null::double as ttft_quantile_s
     from {{ ref('int_search_levels') }}
     where kind = 'sustain' and {{ changed_runs_filter('run_id') }}
 ),
@@ -42,10 +43,15 @@ judged as (
         t.threshold_tok_s,
         t.ttft_p90_ceiling_s,
         f.ttft_p90_s,
+        -- an agent level is held to its turns' TTFT ceiling at every tier that sets none
+        -- of its own, as the capacity of record is (int_levels)
         {{ level_passes(
             'm.median_decode_tok_s', 'm.any_queued', 'm.n_valid_trials > 0',
             threshold_tok_s='t.threshold_tok_s',
-            ttft_p90_s='f.ttft_p90_s', ttft_p90_ceiling_s='t.ttft_p90_ceiling_s'
+            ttft_p90_s="case when t.ttft_p90_ceiling_s is null and m.workload = 'agent'"
+                ~ " then m.ttft_quantile_s else f.ttft_p90_s end",
+            ttft_p90_ceiling_s="case when t.ttft_p90_ceiling_s is null and m.workload = 'agent'"
+                ~ " then " ~ var('ttft_ceiling_s') ~ " else t.ttft_p90_ceiling_s end"
         ) }} as passes_tier
     from measured as m
     cross join tiers as t
