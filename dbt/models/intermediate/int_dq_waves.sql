@@ -21,7 +21,10 @@ final as (
         w.workload,
         w.concurrency,
         w.trial,
-        count(r.request_id) as n_recorded,
+        -- an agent wave's level counts sessions (each sends its turns): those are what it
+        -- must have recorded every one of
+        if(w.workload = 'agent', count(distinct r.session_id), count(r.request_id))
+            as n_recorded,
         count(r.request_id) filter (where r.status <> 'ok') / greatest(count(r.request_id), 1)
             as failure_rate
     from waves as w
