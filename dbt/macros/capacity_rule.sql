@@ -26,6 +26,46 @@
     )
 {%- endmacro %}
 
+{#- A stream's time to first token, s (queueing and prefill): from the instant its request
+    was complete to its first content chunk (ns offsets from the wave's anchor). -#}
+{% macro ttft_seconds(first_token_ns, sent_ns) -%}
+    ({{ first_token_ns }} - {{ sent_ns }}) / 1e9
+{%- endmacro %}
+
+{#- The TTFT an agent level is held to, written once: a trial's turns' TTFT at
+    var('ttft_quantile') (int_trials, and the live search judge on its waves so far). -#}
+{% macro ttft_quantile(ttft_s) -%}
+    quantile_cont({{ ttft_s }}, {{ var('ttft_quantile') }})
+{%- endmacro %}
+
+{#- The live search's TTFT rule for an agent level: each wave's TTFT quantile over its turns
+    (`turns`: wave_id, ttft_s), their median, and whether the level rule (level_passes, its
+    ceiling part alone) lets it pass, as int_levels judges the level. `turns`: wave_id,
+    first_token_ns, sent_ns. -#}
+{% macro session_ttft_within_ceiling(turns) -%}
+with t_waves as (
+    select
+        wave_id,
+        {{ ttft_quantile(ttft_seconds('first_token_ns', 'sent_ns')) }} as ttft_quantile_s
+    from {{ turns }}
+    group by wave_id
+)
+
+select
+    median(ttft_quantile_s) as ttft_quantile_s,
+    {{ within_session_ttft_ceiling('median(ttft_quantile_s)') }} as within_ceiling
+from t_waves
+{%- endmacro %}
+
+{#- The ceiling part of the level rule alone (level_passes with every other part met), for
+    the search's verdicts on an agent level. -#}
+{% macro within_session_ttft_ceiling(ttft_quantile_s) -%}
+    {{ level_passes(
+        '1', 'false', 'true', threshold_tok_s='0',
+        ttft_p90_s=ttft_quantile_s, ttft_p90_ceiling_s=var('ttft_ceiling_s')
+    ) }}
+{%- endmacro %}
+
 {#- Capacity: the largest tested level that passes with every smaller tested level passing,
     i.e. the largest passing level below the first failing one (an aggregate over a group's
     levels; `first_failing_level` is NULL when every level passes). -#}

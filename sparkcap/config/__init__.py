@@ -462,21 +462,6 @@ class SweepRequest(Strict):
     plan: SweepPlan = Field(default_factory=lambda: SweepPlan())
     seed: int = 0
 
-    @model_validator(mode="after")
-    def _searchable(self) -> SweepRequest:
-        check_searchable(self.workload, self.plan)
-        return self
-
-
-def check_searchable(workload: str, plan: SweepPlan) -> None:
-    """The live search judges stream rates only; an agent level also has to meet its turns'
-    TTFT ceiling, which the search cannot yet weigh, so agent levels are swept as a grid."""
-    if workload == "agent" and plan.search is not None:
-        raise ValueError(
-            "the agent workload cannot be searched yet (the search does not weigh the turns' "
-            "TTFT ceiling): give it levels to sweep as a grid"
-        )
-
 
 class PrefillInterferenceOptions(Strict):
     """A long uncached prompt sent while background streams decode; short probes measure

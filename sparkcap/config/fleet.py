@@ -31,7 +31,6 @@ from sparkcap.config import (
     SweepPlan,
     SweepRequest,
     WorkloadName,
-    check_searchable,
     planned_wave_count,
 )
 from sparkcap.errors import SparkcapError
@@ -194,15 +193,6 @@ class Fleet(_Strict):
         default_factory=Distributed,
         description="work pool, lake and budgets for `sparkcap run --distributed`",
     )
-
-    @model_validator(mode="after")
-    def _agent_is_a_grid(self) -> Fleet:
-        for wl, plan in self.workloads.items():
-            check_searchable(wl, plan)
-        for d in self.deployments:
-            for wl, plan in d.plans.items():
-                check_searchable(wl, plan)
-        return self
 
     @model_validator(mode="after")
     def _unique_names(self) -> Fleet:

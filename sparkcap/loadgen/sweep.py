@@ -204,7 +204,9 @@ async def _one_wave(
         probe=item.probe,
         method=item.method,
         search_step=item.search_step,
-        length_factor=item.length_factor,
+        # an agent wave's sessions always have the plan's shape (a search's shortened trial
+        # or longer sustain wave shapes only single-prompt streams)
+        length_factor=1.0 if sessions else item.length_factor,
     )
     if before_wave is not None:
         await before_wave(wave)

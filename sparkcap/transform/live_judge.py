@@ -28,7 +28,7 @@ from sparkcap.loadgen.search import LevelJudgement
 from sparkcap.transform.dbt_build import _release_dbt_logs, dbt_args, environment_vars
 
 _COMPILE_LOCK = threading.Lock()
-_COMPILED: dict[str, tuple[str, str, str, str, str]] = {}
+_COMPILED: dict[str, Rules] = {}
 
 
 class JudgeError(SparkcapError, RuntimeError):
@@ -52,14 +52,17 @@ _INLINE = "\n".join(
         "{{ window_decode_tok_s('live_stream_times', 'live_chunks') }}",
         _SPLIT,
         "{{ first_chunk_figures('live_chunks') }}",
+        _SPLIT,
+        "{{ session_ttft_within_ceiling('live_turns') }}",
     ]
 )
-_PARTS = 5
+_PARTS = 6
+Rules = tuple[str, str, str, str, str, str]
 
 
 def compile_search_rule(
     dbt_vars: dict[str, Any] | None = None,
-) -> tuple[str, str, str, str, str]:
+) -> Rules:
     """The SQL of ``search_level_interval('live_streams')``, of
     ``decode_overlap('live_requests')`` and of the level's stream rate (``level_decode_tok_s``,
     a shortened trial judged as the full-length stream it stands in for) under
@@ -100,7 +103,7 @@ def compile_search_rule(
         parts = str(results[0].node.compiled_code).split(_SPLIT)
         if len(parts) != _PARTS:
             raise JudgeError("could not compile dbt's search rule: a rule is missing")
-        _COMPILED[key] = (parts[0], parts[1], parts[2], parts[3], parts[4])
+        _COMPILED[key] = (parts[0], parts[1], parts[2], parts[3], parts[4], parts[5])
         return _COMPILED[key]
 
 
@@ -110,9 +113,11 @@ def live_valid(wave: WaveRecord) -> bool:
     verdict of record also weighs data quality and a TTFT spread; where it differs,
     fct_search_path says so."""
     reqs = wave.requests
+    # an agent level counts sessions, each of which sent its turns
+    recorded = len({r.session_id for r in reqs}) if wave.workload == "agent" else len(reqs)
     return (
         bool(reqs)
-        and len(reqs) == wave.concurrency
+        and recorded == wave.concurrency
         and wave.superseded_reason is None
         and wave.client_spoiled_live is None
         and all(r.status is Status.OK for r in reqs)
@@ -150,9 +155,16 @@ def live_chunks(streams: Sequence[tuple[WaveRecord, RequestRecord]]) -> Any:
 class SearchJudge:
     """Callable judge for ``loadgen.search.run_search``."""
 
-    def __init__(self, threshold_tok_s: float, sql: tuple[str, str, str, str, str]) -> None:
+    def __init__(self, threshold_tok_s: float, sql: Rules) -> None:
         self.threshold_tok_s = threshold_tok_s
-        self.interval_sql, self.overlap_sql, self.rate_sql, self.window_sql, self.k1_sql = sql
+        (
+            self.interval_sql,
+            self.overlap_sql,
+            self.rate_sql,
+            self.window_sql,
+            self.k1_sql,
+            self.session_ttft_sql,
+        ) = sql
 
     @classmethod
     def compile(cls, threshold_tok_s: float) -> SearchJudge:
@@ -176,12 +188,38 @@ class SearchJudge:
             rows = con.execute(self.overlap_sql).fetchall()
         return {str(r[0]) for r in rows if r[2]}
 
+    def over_ttft_ceiling(self, waves: Sequence[WaveRecord]) -> str | None:
+        """Why dbt's TTFT rule fails these agent waves' level (``None``: within the ceiling,
+        or no turn has a first token to judge)."""
+        import duckdb
+        import pyarrow as pa
+
+        turns = [(w.wave_id, r) for w in waves for r in w.requests]
+        live_turns = pa.table(
+            {
+                "wave_id": [wid for wid, _ in turns],
+                "first_token_ns": pa.array([r.first_token_ns for _, r in turns], pa.int64()),
+                "sent_ns": pa.array([r.sent_ns for _, r in turns], pa.int64()),
+            }
+        )
+        with duckdb.connect(":memory:") as con:
+            con.register("live_turns", live_turns)
+            row = con.execute(self.session_ttft_sql).fetchone()
+        if row is None or row[0] is None or row[1]:
+            return None
+        return f"turn TTFT {float(row[0]):.2f} s over the ceiling"
+
     def judge(self, key: str, waves: Sequence[WaveRecord], confidence: float) -> LevelJudgement:
         import duckdb
         import pyarrow as pa
 
         valid = [w for w in waves if live_valid(w)]
-        if valid and (queued := self.queued(valid)):
+        sessions = [w for w in valid if w.workload == "agent"]
+        if sessions and (over := self.over_ttft_ceiling(sessions)) is not None:
+            # as int_levels judges an agent level: turns whose first token comes later than
+            # the ceiling fail it, whatever their rate
+            return LevelJudgement(len(valid), None, None, None, "fail", False, why=over)
+        if valid and not sessions and (queued := self.queued(valid)):
             # as in dbt's level rule: a level whose counted trial queued streams cannot pass,
             # whatever its rate (the server has fewer slots than streams)
             return LevelJudgement(

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.config import Deployment, SearchPlan, SweepPlan, SweepRequest
 from sparkcap.config.sessions import SessionShape
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
@@ -124,3 +125,41 @@ def test_sessions_capacity_and_cache_state_are_what_the_servers_do(
     # the first wave had nothing before it to find; the second found the shared system prompt
     assert cache[("ignored", 1)][1] == "verified"
     assert cache[("ignored", 2)][1:] == ("did not take", True)
+
+
+def test_a_search_of_sessions_stops_where_the_turns_start_too_late(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One slot: the rate holds at any level, the turns' TTFT does not past one session. The
+    live search fails level 2 on dbt's TTFT rule after its first trial (never on the rate),
+    and the path of record agrees: capacity 1 session."""
+    for k, v in {
+        **RELAXED_TIMING,
+        "SPARKCAP_DBT_VARS": json.dumps(
+            {**json.loads(RELAXED_TIMING["SPARKCAP_DBT_VARS"]), "ttft_ceiling_s": CEILING_S}
+        ),
+    }.items():
+        monkeypatch.setenv(k, v)
+    plan = SweepPlan(levels=(1,), sessions=SHAPE, search=SearchPlan(max_level=4, trials_max=2))
+    with SimServer([PROFILES[0]]) as sim:
+        dep = Deployment(
+            name="oneslot", endpoint=sim.endpoint, model="oneslot", extra_body={"ignore_eos": True}
+        )
+        asyncio.run(
+            run_sweeps([SweepRequest(deployment=dep, workload="agent", plan=plan)], db_path)
+        )
+    run_models(db_path, ["+fct_capacity", "+int_search_levels"], {"bootstrap_samples": 20})
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        live = con.execute(
+            "select concurrency, live_verdict, stop_reason from raw.search_levels "
+            "where kind = 'level' order by search_step"
+        ).fetchall()
+        path = con.execute(
+            "select concurrency, verdict, verdict_reason from intermediate.int_search_levels "
+            "where kind = 'level' order by concurrency"
+        ).fetchall()
+        (verdict,) = con.execute("select capacity_verdict from marts.fct_capacity").fetchone()
+    assert [c for c, *_ in live] == [1, 2], live
+    assert live[1][1] == "fail" and "TTFT" in live[1][2], live
+    assert path[1][1:] == ("fail", "turn TTFT over the ceiling"), path
+    assert verdict.startswith("1 session"), verdict

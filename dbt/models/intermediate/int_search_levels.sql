@@ -56,6 +56,7 @@ per_level as (
         count(*) as n_trials,
         count(*) filter (where is_valid) as n_valid_trials,
         coalesce(bool_or(queued), false) as any_queued,
+        median(ttft_quantile_s) filter (where is_valid) as ttft_quantile_s,
         string_agg(distinct invalid_reasons, '; ') filter (where not is_valid)
             as invalid_reasons,
         max(run_watermark) as run_watermark
@@ -84,19 +85,29 @@ final as (
         case
             when d.wave_id is null then 'incomplete'
             when p.any_queued then 'fail'
+            when p.workload = 'agent' and p.ttft_quantile_s is not null
+                and not {{ within_session_ttft_ceiling('p.ttft_quantile_s') }} then 'fail'
             else coalesce(i.verdict, 'straddles')
         end as verdict,
         case
             when d.wave_id is null then 'the night ended before the level was decided'
             when p.any_queued then 'a counted trial queued streams'
+            when p.workload = 'agent' and p.ttft_quantile_s is not null
+                and not {{ within_session_ttft_ceiling('p.ttft_quantile_s') }}
+                then 'turn TTFT over the ceiling'
             when p.n_valid_trials = 0 then 'no valid trial'
             when i.verdict = 'pass' then 'interval above the threshold'
             when i.verdict = 'fail' then 'interval below the threshold'
             when i.n_samples < {{ var('search_min_samples') }} then 'too few stream rates'
             else 'interval straddles the threshold'
         end as verdict_reason,
-        {{ level_passes('i.median_decode_tok_s', 'p.any_queued', 'p.n_valid_trials > 0') }}
-            as passes_threshold,
+        {{ level_passes(
+            'i.median_decode_tok_s', 'p.any_queued', 'p.n_valid_trials > 0',
+            ttft_p90_s='p.ttft_quantile_s',
+            ttft_p90_ceiling_s="case when p.workload = 'agent' then "
+                ~ var('ttft_ceiling_s') ~ " end"
+        ) }} as passes_threshold,
+        p.ttft_quantile_s,
         d.live_median_tok_s,
         d.live_ci_low_tok_s,
         d.live_ci_high_tok_s,

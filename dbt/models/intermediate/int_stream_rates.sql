@@ -106,7 +106,7 @@ final as (
         {{ stream_decode_tok_s(
             'r.status', 'r.completion_tokens', 'r.first_token_ns', 'r.last_token_ns'
         ) }} as measured_decode_tok_s,
-        (r.first_token_ns - r.sent_ns) / 1e9 as ttft_s,
+        {{ ttft_seconds('r.first_token_ns', 'r.sent_ns') }} as ttft_s,
         (r.last_token_ns - r.first_token_ns) / 1e9 as decode_span_s,
         m.run_watermark,
         {{ judgement_settings() }} as judgement_settings

@@ -59,7 +59,7 @@ per_wave as (
         ) as effective_concurrency,
         median(ttft_s) as median_ttft_s,
         -- the TTFT an agent session's next turn must meet (int_levels), over every turn
-        quantile_cont(ttft_s, {{ var('ttft_quantile') }}) as ttft_quantile_s,
+        {{ ttft_quantile('ttft_s') }} as ttft_quantile_s,
         count(distinct session_id) as n_sessions,
         min(ttft_s) as min_ttft_s,
         max(ttft_s) as max_ttft_s,

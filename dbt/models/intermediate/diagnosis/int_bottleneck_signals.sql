@@ -147,6 +147,22 @@ signals as (
              when prefill_phase_share >= {{ var('prefill_phase_share') }} then 'supports'
              else 'against' end
     from at_limit
+    where workload <> 'agent'
+    union all
+    -- agent sessions: is it the cold first turns' prefill that breaks the TTFT ceiling?
+    select run_id, deployment, workload, limit_level, 'prefill', 'cold first turns', 6,
+        first_turn_ttft_quantile_s,
+        case when first_turn_ttft_quantile_s is null then 'no first turn started'
+             else 'first turns (uncached system prompt and repository) started in '
+                 || round(first_turn_ttft_quantile_s, 2) || ' s at the TTFT quantile, '
+                 || 'the ceiling is ' || ttft_ceiling_s || ' s (all turns: '
+                 || coalesce(round(ttft_quantile_s, 2)::varchar, '?') || ' s)' end,
+        'int_session_turns: turn 0 TTFT at var ttft_quantile',
+        case when first_turn_ttft_quantile_s is null then 'unavailable'
+             when first_turn_ttft_quantile_s > ttft_ceiling_s then 'supports'
+             else 'against' end
+    from at_limit
+    where workload = 'agent'
     union all
     select run_id, deployment, workload, limit_level, 'memory-bandwidth', 'share of the bound', 7,
         share_of_bound,

@@ -100,7 +100,20 @@ prefill_phase as (
         run_id, deployment, workload, concurrency,
         median((max_ttft_s - min_ttft_s) / nullif(median_decode_span_s, 0)) as prefill_phase_share
     from trials
-    where max_ttft_s is not null and median_decode_span_s > 0
+    -- an agent wave's turns are not released together: their TTFT spread is think time
+    where max_ttft_s is not null and median_decode_span_s > 0 and workload <> 'agent'
+    group by all
+),
+
+first_turns as (
+    -- agent sessions: the first turns carry the uncached system prompt and repository
+    -- context, so their TTFT is the prefill's (the later turns find their prefix cached)
+    select
+        t.run_id, t.deployment, 'agent' as workload, t.concurrency,
+        {{ ttft_quantile('t.ttft_s') }} as first_turn_ttft_quantile_s
+    from {{ ref('int_session_turns') }} as t
+    inner join trials as w on w.wave_id = t.wave_id
+    where t.turn_index = 0
     group by all
 ),
 
@@ -145,6 +158,9 @@ joined as (
         c.n_counted_trials,
         c.invalid_reasons,
         g.prefill_phase_share,
+        ft.first_turn_ttft_quantile_s,
+        l.ttft_quantile_s,
+        l.ttft_ceiling_s,
         k.tokens_per_chunk,
         case
             when s.server_generated_tokens > s.server_accepted_tokens
@@ -182,6 +198,9 @@ joined as (
     left join prefill_phase as g
         on g.run_id = l.run_id and g.deployment = l.deployment
         and g.workload = l.workload and g.concurrency = l.concurrency
+    left join first_turns as ft
+        on ft.run_id = l.run_id and ft.deployment = l.deployment
+        and ft.workload = l.workload and ft.concurrency = l.concurrency
     left join chunk_steps as k
         on k.run_id = l.run_id and k.deployment = l.deployment
         and k.workload = l.workload and k.concurrency = l.concurrency
