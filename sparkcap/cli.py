@@ -76,6 +76,8 @@ def print_levels(db: Path, run_id: str, fmt: text.OutputFormat = "table") -> Non
     levels, caps = marts.levels(db, run_id), marts.capacities(db, run_id)
     text.print_levels(out, sys.stdout, run_id, levels, caps, fmt, marts.bottlenecks(db, run_id))
     if fmt == "table":  # csv/json keep their documented shape
+        for line in text.session_cache_lines(marts.session_caches(db, run_id)):
+            out.print(line, highlight=False)
         for line in text.change_lines(marts.changes(db, run_id)):
             out.print(line, highlight=False)
 

@@ -79,6 +79,20 @@ class BottleneckRow(NamedTuple):
     unavailable_evidence: str | None
 
 
+class SessionCacheRow(NamedTuple):
+    """``marts.fct_session_cache``: the prefix cache an agent wave found against its plan's."""
+
+    deployment: str
+    concurrent_sessions: int
+    trial: int
+    attempt: int
+    cache_state: str | None
+    cache_hit_share: float | None
+    reset_verdict: str | None
+    is_flagged: bool
+    flag_reason: str | None
+
+
 class LevelBoundRow(NamedTuple):
     """``marts.fct_level_bounds``: a measured level beside its memory-bandwidth bound."""
 
@@ -252,6 +266,19 @@ def bottlenecks(db_path: Path, run_id: str) -> list[BottleneckRow]:
             [run_id],
         ).fetchall()
     return [BottleneckRow(*r) for r in rows]
+
+
+def session_caches(db_path: Path, run_id: str) -> list[SessionCacheRow]:
+    """Every agent wave's cache verdict (none from a warehouse built before 0.7)."""
+    with warehouse.open_warehouse(db_path, read_only=True) as con:
+        if not has_mart(con, "fct_session_cache"):
+            return []
+        rows = con.execute(
+            f"select {', '.join(SessionCacheRow._fields)} from marts.fct_session_cache "
+            "where run_id = ? order by deployment, concurrent_sessions, trial, attempt",
+            [run_id],
+        ).fetchall()
+    return [SessionCacheRow(*r) for r in rows]
 
 
 def level_bounds(db_path: Path, run_id: str) -> list[LevelBoundRow]:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
         QueryResult,
         RecordedRun,
         SearchDisagreement,
+        SessionCacheRow,
     )
 
 OutputFormat = Literal["table", "csv", "json"]
@@ -121,6 +122,31 @@ def bottleneck_line(b: BottleneckRow) -> str | None:
     if b.bound_flags:
         line += f"; check: {b.bound_flags}"
     return visible(line)
+
+
+def session_cache_lines(rows: Sequence[SessionCacheRow]) -> list[str]:
+    """One line per deployment's agent waves: the cache state they found (and the reset's
+    verdict), then one line per wave whose cache was not what its plan assumed."""
+    out: list[str] = []
+    by_dep: dict[str, list[SessionCacheRow]] = {}
+    for r in rows:
+        by_dep.setdefault(r.deployment, []).append(r)
+    for dep, waves in by_dep.items():
+        states = sorted({w.cache_state or "nothing to judge" for w in waves})
+        resets = sorted({w.reset_verdict for w in waves if w.reset_verdict})
+        line = f"  sessions' cache {dep}/agent: {', '.join(states)} over {len(waves)} wave(s)"
+        if resets:
+            line += f"; cache reset: {', '.join(resets)}"
+        out.append(visible(line))
+        out.extend(
+            visible(
+                f"  flagged {dep}/agent {w.concurrent_sessions} session(s) trial {w.trial}: "
+                f"{w.flag_reason}"
+            )
+            for w in waves
+            if w.is_flagged
+        )
+    return out
 
 
 def fleet_line(f: FleetRow) -> str:

@@ -317,3 +317,19 @@ def test_a_search_step_decided_otherwise_live_is_named_with_the_records_reason()
     )
     bare = d._replace(live_verdict=None, verdict_reason=None, invalid_reasons="dq: lengths")
     assert search_disagreement_words(bare).endswith("undecided; the record says fail (dq: lengths)")
+
+
+def test_session_cache_lines_name_each_deployments_state_and_every_flagged_wave() -> None:
+    from sparkcap.publish.marts import SessionCacheRow
+    from sparkcap.publish.text import session_cache_lines
+
+    rows = [
+        SessionCacheRow("a", 1, 1, 1, "as planned", 0.95, "verified", False, None),
+        SessionCacheRow("a", 2, 1, 1, "evicted", 0.3, "verified", True, "turns found 30%"),
+        SessionCacheRow("b", 1, 1, 1, None, None, None, False, None),
+    ]
+    assert session_cache_lines(rows) == [
+        "  sessions' cache a/agent: as planned, evicted over 2 wave(s); cache reset: verified",
+        "  flagged a/agent 2 session(s) trial 1: turns found 30%",
+        "  sessions' cache b/agent: nothing to judge over 1 wave(s)",
+    ]
