@@ -182,7 +182,7 @@ def probe(
     model: opt.ModelOption,
     deployment: opt.DeploymentOption = None,
     prompt_tokens: opt.PromptTokensOption = 4000,
-    background_streams: opt.BackgroundStreamsOption = 4,
+    background_streams: opt.BackgroundStreamsOption = None,
     background_tokens: opt.BackgroundTokensOption = 400,
     probe_interval: opt.ProbeIntervalOption = 0.5,
     warm_requests: opt.WarmRequestsOption = 3,
@@ -192,6 +192,8 @@ def probe(
     code_share: opt.CodeShareOption = 0.5,
     trials: opt.ProbeTrialsOption = 2,
     max_tokens: opt.ProbeMaxTokensOption = None,
+    start_tokens: opt.StartTokensOption = 1024,
+    context_tokens: opt.ContextTokensOption = None,
     api_key_env: opt.ApiKeyEnvOption = "OPENAI_API_KEY",
     extra_body: opt.ExtraBodyOption = None,
     db: opt.DbOption = None,
@@ -219,6 +221,8 @@ def probe(
         code_share=code_share,
         trials=trials,
         max_tokens=max_tokens,
+        start_tokens=start_tokens,
+        context_tokens=context_tokens,
     )
     path = _db(db)
     result = sweeps.run_interruptibly(sweeps.run_probe(dep, options, path))
