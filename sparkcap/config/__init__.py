@@ -538,9 +538,9 @@ class ContextLadderOptions(Strict):
     step_tokens: int | None = Field(None, ge=16, le=MAX_TOKENS)
     context_tokens: int | None = Field(None, ge=32, le=MAX_TOKENS)
     background_streams: int = Field(2, ge=1, le=64)
-    # each background request's length: short, so a stream restarted after the ladder's end
-    # holds the probe up for seconds at most (they restart until the last rung is done)
-    background_tokens: int = Field(256, ge=2, le=MAX_TOKENS)
+    # each background request's length: the probe waits out one after its last rung (they
+    # restart until it is done), so short; a restart inside a prefill waits with it
+    background_tokens: int = Field(128, ge=2, le=MAX_TOKENS)
     answer_tokens: int = Field(32, ge=2, le=4096)
 
 
