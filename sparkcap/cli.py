@@ -78,6 +78,8 @@ def print_levels(db: Path, run_id: str, fmt: text.OutputFormat = "table") -> Non
     if fmt == "table":  # csv/json keep their documented shape
         for line in text.change_lines(marts.changes(db, run_id)):
             out.print(line, highlight=False)
+        for ladder in marts.context_ladders(db, run_id):
+            out.print(text.context_ladder_line(ladder), highlight=False)
 
 
 def print_fleet(db: Path, run_id: str, console: Any = None) -> None:
