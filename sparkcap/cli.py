@@ -185,7 +185,7 @@ def probe(
     deployment: opt.DeploymentOption = None,
     prompt_tokens: opt.PromptTokensOption = 4000,
     background_streams: opt.BackgroundStreamsOption = None,
-    background_tokens: opt.BackgroundTokensOption = 400,
+    background_tokens: opt.BackgroundTokensOption = None,
     probe_interval: opt.ProbeIntervalOption = 0.5,
     warm_requests: opt.WarmRequestsOption = 3,
     concurrency: opt.ConcurrencyOption = 8,

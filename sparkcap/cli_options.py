@@ -144,7 +144,9 @@ PromptTokensOption = Annotated[int, typer.Option(help="long prompt / document le
 BackgroundStreamsOption = Annotated[
     int | None, typer.Option(help="decode streams held (default: 4; context-ladder 2)")
 ]
-BackgroundTokensOption = Annotated[int, typer.Option(help="their output length")]
+BackgroundTokensOption = Annotated[
+    int | None, typer.Option(help="their output length (default: 400; context-ladder 128)")
+]
 ProbeIntervalOption = Annotated[float, typer.Option(help="seconds between probe requests")]
 WarmRequestsOption = Annotated[int, typer.Option(help="warm repeats (prompt-cache)")]
 ConcurrencyOption = Annotated[int, typer.Option(help="streams (output-length, mixed)")]

@@ -582,7 +582,7 @@ def probe_flags(
     *,
     prompt_tokens: int,
     background_streams: int | None,
-    background_tokens: int,
+    background_tokens: int | None,
     probe_interval_s: float,
     warm_requests: int,
     concurrency: int,
@@ -626,6 +626,7 @@ def probe_flags(
             "start_tokens": start_tokens,
             "context_tokens": context_tokens,
             "background_streams": background_streams,
+            "background_tokens": background_tokens,
             "answer_tokens": max_tokens,
         },
     }

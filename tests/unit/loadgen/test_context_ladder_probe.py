@@ -77,7 +77,6 @@ def test_the_served_context_is_a_slots_or_vllms_and_never_the_training_context(
 def test_the_cli_flags_and_a_fleet_file_give_the_same_options() -> None:
     flags: dict[str, Any] = dict(
         prompt_tokens=4000,
-        background_tokens=400,
         probe_interval_s=0.5,
         warm_requests=3,
         concurrency=8,
@@ -86,22 +85,28 @@ def test_the_cli_flags_and_a_fleet_file_give_the_same_options() -> None:
         code_share=0.5,
         trials=2,
     )
-    # an unset --background-streams is the ladder's own default (2), not prefill's (4)
-    by_flags = probe_flags("context-ladder", background_streams=None, max_tokens=None, **flags)
-    assert by_flags == ContextLadderOptions()
-    assert probe_flags(
-        "prefill-interference", background_streams=None, max_tokens=None, **flags
-    ) == probe_options("prefill-interference", long_prompt_tokens=4000, background_tokens=400)
+    unset: dict[str, Any] = dict(background_streams=None, background_tokens=None, max_tokens=None)
+    # unset --background-streams/--background-tokens are the ladder's own defaults (2, 128),
+    # not prefill-interference's (4, 400)
+    assert probe_flags("context-ladder", **unset, **flags) == ContextLadderOptions()
+    assert probe_flags("prefill-interference", **unset, **flags) == probe_options(
+        "prefill-interference", long_prompt_tokens=4000
+    )
     by_flags = probe_flags(
         "context-ladder",
         background_streams=3,
+        background_tokens=256,
         max_tokens=16,
         start_tokens=512,
         context_tokens=4096,
         **flags,
     )
     assert by_flags == ContextLadderOptions(
-        background_streams=3, answer_tokens=16, start_tokens=512, context_tokens=4096
+        background_streams=3,
+        background_tokens=256,
+        answer_tokens=16,
+        start_tokens=512,
+        context_tokens=4096,
     )
     d = FleetDeployment.model_validate(
         {
