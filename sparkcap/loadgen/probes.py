@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from sparkcap.config import (
+    MAX_TOKENS,
     ContextLadderOptions,
     Deployment,
     GapAttributionOptions,
@@ -489,6 +490,9 @@ def ladder_rungs(options: ContextLadderOptions, context_tokens: int | None) -> l
     if context_tokens is None:
         top = LADDER_UNBOUNDED_TOP
     else:
+        # a server's claim is checked only against the facts' bound (16M): no ladder builds
+        # documents past MAX_TOKENS
+        context_tokens = min(context_tokens, MAX_TOKENS)
         room = options.answer_tokens + LADDER_TEMPLATE_TOKENS
         top = context_tokens - room - int(context_tokens * LADDER_SIZING_SHARE)
     rungs: list[int] = []
@@ -501,7 +505,9 @@ def ladder_rungs(options: ContextLadderOptions, context_tokens: int | None) -> l
             size = max(size + 1, int(size * options.step_factor))
     if top >= 16 and (not rungs or rungs[-1] < top):
         rungs.append(top)
-    return rungs
+    # a context too small for any prompt and its answer: one rung still, for the server to
+    # refuse (or not), so the summary says what happened instead of showing nothing
+    return rungs or [options.start_tokens]
 
 
 def ladder_label(context_tokens: int | None, source: str) -> str:

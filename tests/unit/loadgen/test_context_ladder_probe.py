@@ -23,6 +23,10 @@ def test_rungs_double_from_the_start_to_the_context_less_room_for_the_answer() -
     assert ladder_rungs(options, 2048) == [1024, 2048 - 32 - 64 - 40]
     # the context itself below the first rung: one rung, at the top
     assert ladder_rungs(options, 1100) == [1100 - 32 - 64 - 22]
+    # no room at all (a server claiming 40 tokens): the first rung, for the server to refuse
+    assert ladder_rungs(options, 40) == [1024]
+    # a claim past what any ladder builds stops there
+    assert ladder_rungs(options, 1 << 24)[-1] == (1 << 20) - 32 - 64 - int((1 << 20) * 0.02)
     stepped = ContextLadderOptions(start_tokens=1000, step_tokens=3000, answer_tokens=16)
     assert ladder_rungs(stepped, 8192) == [1000, 4000, 7000, 8192 - 16 - 64 - 163]
     # nothing known: doubling until the server refuses, never past the hard top
