@@ -80,6 +80,8 @@ def print_levels(db: Path, run_id: str, fmt: text.OutputFormat = "table") -> Non
             out.print(line, highlight=False)
         for line in text.change_lines(marts.changes(db, run_id)):
             out.print(line, highlight=False)
+        for ladder in marts.context_ladders(db, run_id):
+            out.print(text.context_ladder_line(ladder), highlight=False)
 
 
 def print_fleet(db: Path, run_id: str, console: Any = None) -> None:
@@ -184,8 +186,8 @@ def probe(
     model: opt.ModelOption,
     deployment: opt.DeploymentOption = None,
     prompt_tokens: opt.PromptTokensOption = 4000,
-    background_streams: opt.BackgroundStreamsOption = 4,
-    background_tokens: opt.BackgroundTokensOption = 400,
+    background_streams: opt.BackgroundStreamsOption = None,
+    background_tokens: opt.BackgroundTokensOption = None,
     probe_interval: opt.ProbeIntervalOption = 0.5,
     warm_requests: opt.WarmRequestsOption = 3,
     concurrency: opt.ConcurrencyOption = 8,
@@ -194,6 +196,8 @@ def probe(
     code_share: opt.CodeShareOption = 0.5,
     trials: opt.ProbeTrialsOption = 2,
     max_tokens: opt.ProbeMaxTokensOption = None,
+    start_tokens: opt.StartTokensOption = 1024,
+    context_tokens: opt.ContextTokensOption = None,
     api_key_env: opt.ApiKeyEnvOption = "OPENAI_API_KEY",
     extra_body: opt.ExtraBodyOption = None,
     db: opt.DbOption = None,
@@ -221,6 +225,8 @@ def probe(
         code_share=code_share,
         trials=trials,
         max_tokens=max_tokens,
+        start_tokens=start_tokens,
+        context_tokens=context_tokens,
     )
     path = _db(db)
     result = sweeps.run_interruptibly(sweeps.run_probe(dep, options, path))

@@ -141,8 +141,12 @@ JoinRunOption = Annotated[
 ProbeNameArgument = Annotated[ProbeName, typer.Argument(help="which probe")]
 ProbeEndpointOption = Annotated[str, typer.Option(help="OpenAI-compatible base URL")]
 PromptTokensOption = Annotated[int, typer.Option(help="long prompt / document length in tokens")]
-BackgroundStreamsOption = Annotated[int, typer.Option(help="decode streams held")]
-BackgroundTokensOption = Annotated[int, typer.Option(help="their output length")]
+BackgroundStreamsOption = Annotated[
+    int | None, typer.Option(help="decode streams held (default: 4; context-ladder 2)")
+]
+BackgroundTokensOption = Annotated[
+    int | None, typer.Option(help="their output length (default: 400; context-ladder 128)")
+]
 ProbeIntervalOption = Annotated[float, typer.Option(help="seconds between probe requests")]
 WarmRequestsOption = Annotated[int, typer.Option(help="warm repeats (prompt-cache)")]
 ConcurrencyOption = Annotated[int, typer.Option(help="streams (output-length, mixed)")]
@@ -150,7 +154,13 @@ LengthsOption = Annotated[str, typer.Option(help="output lengths (output-length)
 ProbeWorkloadOption = Annotated[StreamWorkloadName, typer.Option(help="prompts (output-length)")]
 CodeShareOption = Annotated[float, typer.Option(help="share of code streams (mixed)")]
 ProbeTrialsOption = Annotated[int, typer.Option(help="counted waves (output-length, mixed)")]
-ProbeMaxTokensOption = Annotated[int | None, typer.Option(help="output length (mixed)")]
+ProbeMaxTokensOption = Annotated[
+    int | None, typer.Option(help="output length (mixed; context-ladder: the answer)")
+]
+StartTokensOption = Annotated[int, typer.Option(help="first rung's prompt (context-ladder)")]
+ContextTokensOption = Annotated[
+    int | None, typer.Option(help="declared context (context-ladder; default: the server's)")
+]
 
 # link-check, compare, sql
 LinksFleetOption = Annotated[Path, typer.Option(help="fleet file with deployments' links")]

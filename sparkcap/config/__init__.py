@@ -528,8 +528,34 @@ class GapAttributionOptions(Strict):
     max_tokens: int | None = Field(None, ge=2, le=MAX_TOKENS)
 
 
+class ContextLadderOptions(Strict):
+    """Single prompts from ``start_tokens`` up to the served context, each rung cold and warm
+    while background streams decode (issue 28: the study never reached full context).
+
+    ``context_tokens`` None: the server's own figure (llama-server's per-slot ``n_ctx``, vLLM's
+    ``max_model_len``), else the deployment's declared one; with neither the ladder climbs
+    until the server refuses a prompt. ``step_tokens`` set: rungs that far apart instead of
+    ``step_factor`` times the last."""
+
+    kind: Literal["context-ladder"] = "context-ladder"
+    start_tokens: int = Field(1024, ge=16, le=MAX_TOKENS)
+    step_factor: float = Field(2.0, gt=1.0, le=16.0)
+    step_tokens: int | None = Field(None, ge=16, le=MAX_TOKENS)
+    context_tokens: int | None = Field(None, ge=32, le=MAX_TOKENS)
+    background_streams: int = Field(2, ge=1, le=64)
+    # each background request's length: the probe waits out one after its last rung (they
+    # restart until it is done), so short; a restart inside a prefill waits with it
+    background_tokens: int = Field(128, ge=2, le=MAX_TOKENS)
+    answer_tokens: int = Field(32, ge=2, le=4096)
+
+
 ProbeName = Literal[
-    "prefill-interference", "prompt-cache", "output-length", "mixed", "gap-attribution"
+    "prefill-interference",
+    "prompt-cache",
+    "output-length",
+    "mixed",
+    "gap-attribution",
+    "context-ladder",
 ]
 # One options model per probe, told apart by ``kind``: the CLI, fleet files and the probes
 # themselves all take these, so an option means the same everywhere and a typo is rejected.
@@ -538,7 +564,8 @@ ProbeOptions = Annotated[
     | PromptCacheOptions
     | OutputLengthOptions
     | MixedOptions
-    | GapAttributionOptions,
+    | GapAttributionOptions
+    | ContextLadderOptions,
     Field(discriminator="kind"),
 ]
 _PROBE_ADAPTER: Any = None
@@ -559,8 +586,8 @@ def probe_flags(
     kind: str,
     *,
     prompt_tokens: int,
-    background_streams: int,
-    background_tokens: int,
+    background_streams: int | None,
+    background_tokens: int | None,
     probe_interval_s: float,
     warm_requests: int,
     concurrency: int,
@@ -569,6 +596,8 @@ def probe_flags(
     code_share: float,
     trials: int,
     max_tokens: int | None,
+    start_tokens: int = 1024,
+    context_tokens: int | None = None,
 ) -> ProbeOptions:
     """``sparkcap probe``'s flags, shared by the four probes, as probe ``kind``'s own options
     (one flag, one meaning: ``--prompt-tokens`` is the long prompt of prefill-interference and
@@ -598,8 +627,16 @@ def probe_flags(
             "trials": trials,
             "max_tokens": max_tokens,
         },
+        "context-ladder": {
+            "start_tokens": start_tokens,
+            "context_tokens": context_tokens,
+            "background_streams": background_streams,
+            "background_tokens": background_tokens,
+            "answer_tokens": max_tokens,
+        },
     }
-    return probe_options(kind, **by_kind[kind])
+    # a flag left unset (None) is the probe's own default, which differs between probes
+    return probe_options(kind, **{k: v for k, v in by_kind[kind].items() if v is not None})
 
 
 def redacted_config(obj: BaseModel) -> dict[str, Any]:

@@ -15,12 +15,15 @@ import contextlib
 import random
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
 import httpx
 
 from sparkcap.config import (
+    MAX_TOKENS,
+    ContextLadderOptions,
     Deployment,
     GapAttributionOptions,
     MixedOptions,
@@ -30,7 +33,8 @@ from sparkcap.config import (
 )
 from sparkcap.loadgen.client import stream_request
 from sparkcap.loadgen.connections import StreamClients, make_client
-from sparkcap.loadgen.records import RequestRecord, WaveRecord, is_count
+from sparkcap.loadgen.discover import discover_facts
+from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord, is_count
 from sparkcap.loadgen.sweep import request_headers
 from sparkcap.loadgen.wave import LoopMonitor, build_body, run_wave, token_ceiling
 from sparkcap.loadgen.workloads import (
@@ -197,7 +201,7 @@ class _Probe:
 
 
 async def _until_decoding(
-    wave: WaveRecord, tasks: list[asyncio.Task[RequestRecord]], n: int, limit_s: float
+    wave: WaveRecord, tasks: Sequence[asyncio.Task[Any]], n: int, limit_s: float
 ) -> None:
     """Wait until all ``n`` background streams have their first token (or ended), bounded."""
     deadline = time.monotonic() + limit_s
@@ -453,3 +457,133 @@ async def gap_attribution(
 
 
 PROBES["gap-attribution"] = gap_attribution
+
+
+# What a ladder's top rung leaves free of the context: the answer, the chat template and the
+# question (a few dozen tokens), and the document's sizing tolerance (``document`` stops
+# within 1 % of its target, either side), so the top rung fits a server that counts exactly.
+LADDER_TEMPLATE_TOKENS = 64
+LADDER_SIZING_SHARE = 0.02
+# with no context known the ladder climbs until refused, but never past this many tokens
+LADDER_UNBOUNDED_TOP = 1 << 17
+# where the served context comes from, best first: a slot's context is what one prompt may
+# fill (llama-server's n_ctx_train is the model's training context, not the server's)
+CONTEXT_SOURCES = ("llama-props", "vllm-models")
+
+
+async def served_context(dep: Deployment) -> tuple[int | None, str]:
+    """The context one prompt may fill and who said so: the deployment's declared
+    ``facts.context_tokens``, else the server's (discovery's checked figures), else none."""
+    if dep.facts.context_tokens is not None:
+        return dep.facts.context_tokens, "declared"
+    rows = await discover_facts(dep)
+    for source in CONTEXT_SOURCES:
+        for row in rows:
+            if row.fact == "context_tokens" and row.source == source and row.value is not None:
+                return int(row.value), source
+    return None, "none"
+
+
+def ladder_rungs(options: ContextLadderOptions, context_tokens: int | None) -> list[int]:
+    """Each rung's target prompt tokens: ``start_tokens`` then steps, ending at the context
+    less room for the answer (or, with no context known, at ``LADDER_UNBOUNDED_TOP``)."""
+    if context_tokens is None:
+        top = LADDER_UNBOUNDED_TOP
+    else:
+        # a server's claim is checked only against the facts' bound (16M): no ladder builds
+        # documents past MAX_TOKENS
+        context_tokens = min(context_tokens, MAX_TOKENS)
+        room = options.answer_tokens + LADDER_TEMPLATE_TOKENS
+        top = context_tokens - room - int(context_tokens * LADDER_SIZING_SHARE)
+    rungs: list[int] = []
+    size = options.start_tokens
+    while size < top:
+        rungs.append(size)
+        if options.step_tokens is not None:
+            size += options.step_tokens
+        else:
+            size = max(size + 1, int(size * options.step_factor))
+    if top >= 16 and (not rungs or rungs[-1] < top):
+        rungs.append(top)
+    # a context too small for any prompt and its answer: one rung still, for the server to
+    # refuse (or not), so the summary says what happened instead of showing nothing
+    return rungs or [options.start_tokens]
+
+
+def ladder_label(context_tokens: int | None, source: str) -> str:
+    """The wave's label, which is how dbt learns the context the ladder climbed to and its
+    source (``int_ladder_requests`` parses it): ``ctx0008192-llama-props``, ``ctx-none``."""
+    return "ctx-none" if context_tokens is None else f"ctx{context_tokens:07d}-{source}"
+
+
+async def context_ladder(dep: Deployment, run_id: str, options: ContextLadderOptions) -> WaveRecord:
+    """One cold and one warm prompt per rung, from ``start_tokens`` up to the context, while
+    background streams decode. Roles ``ladder_cold``, ``ladder_warm``, ``background``; prompt
+    ids ``ladder-L004096-cold`` carry the rung's target for dbt.
+
+    The ladder ends at the first rung whose cold prompt does not stream (a refusal as too
+    long is the context limit showing); nothing is retried. Background streams are short
+    requests restarted as they finish until the last rung is done, so they decode through
+    every prefill whatever the ladder's length, and the probe outlasts it by one of them."""
+    context_tokens: int | None
+    if options.context_tokens is not None:
+        context_tokens, source = options.context_tokens, "declared"
+    else:
+        context_tokens, source = await served_context(dep)
+    n_background = options.background_streams
+    p = _Probe(dep, run_id, "context-ladder", "prose", n_background)
+    p.wave.wave_id = (
+        f"{run_id}/{dep.name}/context-ladder/{ladder_label(context_tokens, source)}"
+        f"/c{n_background:04d}/t1"
+    )
+    monitor = LoopMonitor()
+    ladder_done = asyncio.Event()
+    specs = build_streams(
+        "prose", n_background, f"{run_id[-6:]}-cl", max_tokens=options.background_tokens
+    )
+
+    async def background(client: httpx.AsyncClient, slot: int) -> None:
+        k = 0
+        while not ladder_done.is_set():
+            spec = replace(specs[slot], prompt_id=f"background-{slot}-{k}")
+            rec = await p.send(client, spec, "background")
+            k += 1
+            if rec.status is not Status.OK:
+                return  # a failing server is not hammered: this stream ends here
+
+    async with make_client(dep, n_background + 4) as client:
+        monitor.start()
+        streams = [asyncio.create_task(background(client, i)) for i in range(n_background)]
+        try:
+            await _until_decoding(p.wave, streams, n_background, dep.timeouts.total_s)
+            for target in ladder_rungs(options, context_tokens):
+                doc, _ = await document(client, dep, target, secrets.token_hex(6))
+                rung = f"ladder-L{target:06d}"
+                cold = await p.send(
+                    client,
+                    _spec(
+                        f"{rung}-cold",
+                        doc + "\nQuestion 0: what is this about?",
+                        options.answer_tokens,
+                    ),
+                    "ladder_cold",
+                )
+                if cold.status is not Status.OK:
+                    break
+                await p.send(
+                    client,
+                    _spec(
+                        f"{rung}-warm",
+                        doc + "\nQuestion 1: name one word in it.",
+                        options.answer_tokens,
+                    ),
+                    "ladder_warm",
+                )
+        finally:
+            ladder_done.set()
+            await asyncio.gather(*streams)
+            await monitor.stop()
+    return p.finish(monitor)
+
+
+PROBES["context-ladder"] = context_ladder

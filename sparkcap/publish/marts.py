@@ -453,3 +453,33 @@ def query(db_path: Path, sql: str) -> QueryResult | None:
         if cur.description is None:
             return None
         return QueryResult([d[0] for d in cur.description], cur.fetchall())
+
+
+class ContextLadderRow(NamedTuple):
+    """``marts.fct_context_ladder_summary``: one ladder's largest prompt within the TTFT
+    ceiling; a ``status`` of 'unavailable' leaves the figures ``None`` and says why."""
+
+    deployment: str
+    context_tokens: int | None
+    context_source: str
+    ttft_ceiling_s: float
+    n_rungs: int
+    n_measured_rungs: int
+    largest_cold_prompt_tokens: int | None
+    largest_warm_prompt_tokens: int | None
+    first_failing_rung: int | None
+    refused_rung_tokens: int | None
+    limited_by: str
+    status: str
+    status_reason: str | None
+
+
+def context_ladders(db_path: Path, run_id: str) -> list[ContextLadderRow]:
+    rows = _mart_rows(
+        db_path,
+        "fct_context_ladder_summary",
+        ", ".join(ContextLadderRow._fields),
+        "where run_id = ? order by deployment, wave_id",
+        [run_id],
+    )
+    return [ContextLadderRow(*r) for r in rows]

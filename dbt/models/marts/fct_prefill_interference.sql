@@ -57,16 +57,16 @@ windows as (
 rates as (
     select
         w.wave_id,
-        -- no chunk at all in a window is a rate of 0, not unknown
-        coalesce(sum(b.tokens) filter (
+        -- no chunk at all in a window is a rate of 0, not unknown (macros/window_rate.sql)
+        {{ window_stream_tok_s('sum(b.tokens) filter (
             where b.t_s >= w.prefill_start_s - w.before_s and b.t_s < w.prefill_start_s
-        ), 0) / w.before_s / w.n_background as before_tok_s,
-        coalesce(sum(b.tokens) filter (
+        )', 'w.before_s', 'w.n_background') }} as before_tok_s,
+        {{ window_stream_tok_s('sum(b.tokens) filter (
             where b.t_s >= w.prefill_start_s and b.t_s < w.prefill_end_s
-        ), 0) / w.window_s / w.n_background as during_tok_s,
-        coalesce(sum(b.tokens) filter (
+        )', 'w.window_s', 'w.n_background') }} as during_tok_s,
+        {{ window_stream_tok_s('sum(b.tokens) filter (
             where b.t_s >= w.prefill_end_s and b.t_s < w.prefill_end_s + w.after_s
-        ), 0) / w.after_s / w.n_background as after_tok_s
+        )', 'w.after_s', 'w.n_background') }} as after_tok_s
     from windows as w
     left join background as b on b.wave_id = w.wave_id
     group by w.wave_id, w.window_s, w.before_s, w.after_s, w.n_background

@@ -475,3 +475,80 @@ def bound_chart(data: dict[str, Any]) -> Any:
             "the rule: the threshold",
         ),
     )
+
+
+def context_ladder_chart(data: dict[str, Any]) -> Any:
+    """TTFT against prompt size, cold and warm, with the ceiling as a rule; below it what each
+    cold prefill did to the background streams' decode rate (during it and outside)."""
+    rungs = data["ladder_rungs"]
+    rungs = rungs[rungs["cold_prompt_tokens"].notna()]
+    ttft = _long_form(
+        rungs,
+        ["deployment", "cold_prompt_tokens"],
+        {"cold_ttft_s": "cold (new document)", "warm_ttft_s": "warm (same document)"},
+        "case",
+        "ttft_s",
+    )
+    ttft["series"] = ttft["deployment"] + ": " + ttft["case"]
+    x = alt.X("cold_prompt_tokens:Q", title="prompt tokens (usage)")
+    lines = (
+        alt.Chart(ttft)
+        .mark_line(point=True)
+        .encode(
+            x=x,
+            y=alt.Y("ttft_s:Q", title="time to first token (s)"),
+            color=alt.Color("series:N", title=None),
+            tooltip=[
+                "deployment",
+                "case",
+                "cold_prompt_tokens",
+                alt.Tooltip("ttft_s:Q", format=".2f"),
+            ],
+        )
+    )
+    ceiling = pd.DataFrame({"ttft_ceiling_s": [float(rungs["ttft_ceiling_s"].max())]})
+    rule = (
+        alt.Chart(ceiling)
+        .mark_rule(strokeDash=[4, 4], color="#b00")
+        .encode(
+            y="ttft_ceiling_s:Q", tooltip=[alt.Tooltip("ttft_ceiling_s:Q", title="ceiling (s)")]
+        )
+    )
+    background = _long_form(
+        rungs,
+        ["deployment", "cold_prompt_tokens"],
+        {
+            "background_prefill_tok_s": "during the cold prefill",
+            "background_outside_tok_s": "outside prefills",
+        },
+        "window",
+        "tok_s",
+    )
+    background["series"] = background["deployment"] + ": " + background["window"]
+    decode = (
+        alt.Chart(background)
+        .mark_line(point=True)
+        .encode(
+            x=x,
+            y=alt.Y("tok_s:Q", title="background decode (tok/s per stream)"),
+            color=alt.Color("series:N", title=None),
+            tooltip=[
+                "deployment",
+                "window",
+                "cold_prompt_tokens",
+                alt.Tooltip("tok_s:Q", format=".1f"),
+            ],
+        )
+        .properties(width=520, height=160)
+    )
+    return alt.vconcat(
+        (lines + rule).properties(
+            width=520,
+            height=220,
+            title=alt.TitleParams(
+                "Context ladder: time to first token by prompt size",
+                subtitle="dashed red: the TTFT ceiling (dbt var ttft_ceiling_s)",
+            ),
+        ),
+        decode,
+    ).resolve_scale(color="independent")

@@ -383,6 +383,11 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
 
         data["prefill"] = newest("fct_prefill_interference", "p.deployment")
         data["cache"] = newest("fct_prompt_cache", "p.deployment")
+        if _has_mart(con, "fct_context_ladder_summary"):  # a warehouse built before lacks it
+            data["ladder"] = newest("fct_context_ladder_summary", "p.deployment")
+            data["ladder_rungs"] = newest(
+                "fct_context_ladder", "p.deployment, p.rung_tokens", rank="dense_rank"
+            )
         data["timeline"] = (
             _df(
                 con,

@@ -18,9 +18,11 @@ from markupsafe import Markup
 from sparkcap import __version__
 from sparkcap.pages import render, table
 from sparkcap.publish.compare import compare
+from sparkcap.publish.marts import ContextLadderRow
 from sparkcap.publish.report.charts import (
     bound_chart,
     cache_chart,
+    context_ladder_chart,
     headline_chart,
     history_chart,
     output_length_chart,
@@ -39,6 +41,7 @@ from sparkcap.publish.report.data import (
     load_data,
     runs_of_night,
 )
+from sparkcap.publish.text import context_ladder_line
 from sparkcap.settings import get_settings
 
 
@@ -130,6 +133,9 @@ def render_report(
         charts["cache"] = cache_chart(data)
     if not data["output_length"].empty:
         charts["output_length"] = output_length_chart(data)
+    ladder_rungs = data.get("ladder_rungs", pd.DataFrame())
+    if not ladder_rungs.empty and ladder_rungs["cold_prompt_tokens"].notna().any():
+        charts["ladder"] = context_ladder_chart(data)
     if not data["search_path"].empty:
         charts["search"] = search_path_chart(data)
     bounds = data.get("bounds", pd.DataFrame())
@@ -210,6 +216,11 @@ def render_report(
         prefill=_records(data["prefill"]) if "prefill" in charts else [],
         cache=_records(data["cache"]),
         output_length="output_length" in charts,
+        ladder=[
+            context_ladder_line(ContextLadderRow(**{f: r[f] for f in ContextLadderRow._fields}))
+            for r in _records(data.get("ladder", pd.DataFrame()))
+        ],
+        ladder_chart="ladder" in charts,
         mixed=data["mixed"],
         links=links,
         comparison=comparison,

@@ -364,6 +364,26 @@ def props(profile: SimProfile) -> dict[str, Any]:
     }
 
 
+def context_refusal(n_prompt_tokens: int, n_ctx: int) -> JSONResponse:
+    """llama-server's answer to a prompt that does not fit a slot's context (it refuses one
+    of ``n_ctx`` tokens or more, leaving no room for a token of answer): HTTP 400 before any
+    stream starts, never a truncation, so a context ladder sees the limit as a refusal."""
+    message = (
+        f"request ({n_prompt_tokens} tokens) exceeds the available context size "
+        f"({n_ctx} tokens), try increasing it"
+    )
+    body = {
+        "error": {
+            "code": 400,
+            "message": message,
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": n_prompt_tokens,
+            "n_ctx": n_ctx,
+        }
+    }
+    return JSONResponse(body, status_code=400)
+
+
 def prompt_text(messages: list[Any]) -> str:
     """What the engine prefills for a chat: one string, so its token count (and the prefill
     time) is what a benchmark replaying the model (``Engine.schedule``) must give it too."""
@@ -408,6 +428,9 @@ def create_app(
         if not isinstance(messages, list) or not messages:
             return _error(400, "messages must be a non-empty list")
         prompt = prompt_text(messages)
+        n_prompt_tokens = count_prompt_tokens(prompt)
+        if n_prompt_tokens >= engine.p.n_ctx:
+            return context_refusal(n_prompt_tokens, engine.p.n_ctx)
         try:
             max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 256)
             temperature = float(body.get("temperature", 1.0))

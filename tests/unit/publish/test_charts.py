@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 
 from sparkcap.publish.report import headline_chart, rate_chart, throughput_chart, ttft_chart
-from sparkcap.publish.report.charts import bound_chart, history_chart
+from sparkcap.publish.report.charts import bound_chart, context_ladder_chart, history_chart
 
 
 def _levels(levels: list[int], workloads: list[str]) -> pd.DataFrame:
@@ -187,3 +187,26 @@ def test_the_rate_band_draws_every_level_it_has() -> None:
     spec = rate_chart(_data([1, 2, 4], ["code"])).to_dict()
     assert "baseline" not in str(spec)
     assert [e["field"] for e in _encodings(spec, "y2")][:1] == ["max_decode_tok_s"]
+
+
+def test_the_context_ladder_chart_draws_both_ttfts_the_ceiling_and_the_background() -> None:
+    rungs = pd.DataFrame(
+        dict(
+            deployment="d",
+            rung_tokens=[1024, 2048, 8000],
+            cold_prompt_tokens=[1030, 2060, None],  # the refused rung has no point
+            cold_ttft_s=[0.3, 0.6, None],
+            warm_ttft_s=[0.05, 0.06, None],
+            background_prefill_tok_s=[4.0, 2.0, None],
+            background_outside_tok_s=[30.0, 29.0, None],
+            ttft_ceiling_s=0.8,
+        )
+    )
+    spec = context_ladder_chart({"ladder_rungs": rungs}).to_dict()
+    datasets = list(spec["datasets"].values())
+    cases = {v.get("case") for d in datasets for v in d} - {None}
+    assert cases == {"cold (new document)", "warm (same document)"}
+    windows = {v.get("window") for d in datasets for v in d} - {None}
+    assert windows == {"during the cold prefill", "outside prefills"}
+    assert [v["ttft_ceiling_s"] for d in datasets for v in d if len(v) == 1] == [0.8]
+    assert all(v.get("cold_prompt_tokens") is not None for d in datasets for v in d if len(v) > 1)

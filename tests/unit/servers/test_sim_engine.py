@@ -11,9 +11,11 @@ import asyncio
 import itertools
 import time
 
+import httpx
 import pytest
 
 from sparkcap.servers.sim.engine import MAX_CATCH_UP_S, Engine, SimProfile, SimRequest
+from sparkcap.servers.sim.server import create_app, prompt_text
 
 STEP_S = 0.02  # one token per 20 ms: 50 tok/s by design
 
@@ -101,3 +103,34 @@ def test_defaults_keep_one_chunk_per_step_and_the_unpadded_step() -> None:
         ]
         ctx = 1 + 0.03 * 500 / 1000
         assert engine._decode_step_s() == pytest.approx(0.01 * (1 + 0.2 * (n - 1)) * ctx)
+
+
+def test_a_prompt_of_the_slots_context_is_refused_as_llama_server_refuses_it() -> None:
+    """HTTP 400 before any stream, with llama-server's error type and counts; one token less
+    is served (a context ladder must see the limit as a refusal, never as a truncation)."""
+    n_ctx = 256
+    app = create_app([SimProfile(model="m", n_ctx=n_ctx, step_s1=0.001)])
+
+    def body(chars: int) -> dict[str, object]:
+        messages = [{"role": "user", "content": "x" * chars}]
+        return {"model": "m", "messages": messages, "max_tokens": 2, "stream": True}
+
+    overhead = len(prompt_text([{"role": "user", "content": ""}]))
+
+    async def ask(chars: int) -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sim") as client:
+            return await client.post("/v1/chat/completions", json=body(chars), timeout=10)
+
+    at_limit = asyncio.run(ask(n_ctx * 4 - overhead))  # four characters a token
+    assert at_limit.status_code == 400
+    assert at_limit.json()["error"] == {
+        "code": 400,
+        "message": "request (256 tokens) exceeds the available context size (256 tokens), "
+        "try increasing it",
+        "type": "exceed_context_size_error",
+        "n_prompt_tokens": 256,
+        "n_ctx": 256,
+    }
+    below = asyncio.run(ask((n_ctx - 1) * 4 - overhead))
+    assert below.status_code == 200 and "data: [DONE]" in below.text
