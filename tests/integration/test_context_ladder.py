@@ -113,14 +113,18 @@ def test_context_ladder_against_the_simulator(db_path: Path) -> None:
         assert isinstance(tokens, int) and isinstance(rung, int)
         assert abs(tokens - rung) <= max(16, rung // 100) + 20
         truth = predicted_cold_ttft_s(tokens)
-        assert isinstance(cold, float) and truth - 0.03 <= cold <= truth + TTFT_SLACK_S, (
+        # below the model by up to one decode step: a background stream restarting just then
+        # leaves a chunk's iteration with one stream, or none, decoding beside it
+        assert isinstance(cold, float) and truth - 0.04 <= cold <= truth + TTFT_SLACK_S, (
             rung,
             cold,
             truth,
         )
         # the same document again: only the blocks past the cache's last full one prefill
         assert isinstance(warm, float) and warm < 0.15 and warm < cold / 3
-        assert isinstance(cached, int) and tokens - 64 <= cached < tokens
+        # all of the document's full 64-token blocks, but the question after it differs: the
+        # block it begins in is the first not cached
+        assert isinstance(cached, int) and tokens - 128 <= cached < tokens
         assert meets is (cold <= CEILING_S) and refused is False
         # one token per stream per prefill iteration against one per step outside
         assert isinstance(bg_prefill, float) and isinstance(bg_outside, float)

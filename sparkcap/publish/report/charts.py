@@ -336,6 +336,43 @@ def cache_chart(data: dict[str, Any]) -> Any:
     )
 
 
+def session_turns_chart(data: dict[str, Any]) -> Any:
+    """How agent sessions fare as their context grows: per turn, the turns' median decode
+    rate and their TTFT at the quantile the level rule holds to the ceiling, one line per
+    deployment and level (concurrent sessions)."""
+    st = data["session_turns"].copy()
+    st["series"] = st["deployment"] + " @ " + st["concurrent_sessions"].astype(str) + " sessions"
+    base = alt.Chart(st).encode(
+        x=alt.X("turn_index:O", title="turn (context grows)"),
+        color=alt.Color("series:N", title=None),
+        tooltip=[
+            "series",
+            "turn_index",
+            alt.Tooltip("median_prompt_tokens:Q", title="prompt tokens", format=",.0f"),
+            alt.Tooltip("median_cached_tokens:Q", title="cached tokens", format=",.0f"),
+            alt.Tooltip("median_decode_tok_s:Q", format=".1f"),
+            alt.Tooltip("ttft_quantile_s:Q", title="TTFT (quantile) s", format=".2f"),
+        ],
+    )
+    rate = base.mark_line(point=True).encode(
+        y=alt.Y("median_decode_tok_s:Q", title="median turn decode rate (tok/s)")
+    )
+    ttft = base.mark_line(point=True).encode(
+        y=alt.Y("ttft_quantile_s:Q", title="turn TTFT at the quantile (s)")
+    )
+    ceiling = (
+        alt.Chart(pd.DataFrame({"ttft_ceiling_s": [float(st["ttft_ceiling_s"].iloc[0])]}))
+        .mark_rule(strokeDash=[4, 3], color="#d62728")
+        .encode(y="ttft_ceiling_s:Q", tooltip=[alt.Tooltip("ttft_ceiling_s:Q", title="ceiling s")])
+    )
+    return alt.hconcat(
+        rate.properties(width=300, height=200, title="Decode rate by turn"),
+        (ttft + ceiling).properties(
+            width=300, height=200, title="Time to first token by turn (dashed: the ceiling)"
+        ),
+    )
+
+
 def output_length_chart(data: dict[str, Any]) -> Any:
     ol = data["output_length"].copy()
     ol["series"] = (

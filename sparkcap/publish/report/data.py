@@ -358,6 +358,20 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
             "order by deployment, workload, concurrency, trial",
             [run_id],
         )
+        if _has_mart(con, "fct_session_turns"):  # a warehouse built before 0.7 lacks them
+            data["session_turns"] = _df(
+                con,
+                "select * from marts.fct_session_turns where run_id = ? "
+                "order by deployment, concurrent_sessions, turn_index",
+                [run_id],
+            )
+            data["session_cache"] = _df(
+                con,
+                "select deployment, concurrent_sessions, trial, cache_state, cache_hit_share, "
+                "reset_verdict, is_flagged, flag_reason from marts.fct_session_cache "
+                "where run_id = ? order by deployment, concurrent_sessions, trial, attempt",
+                [run_id],
+            )
         data["search_path"] = _search_path(con, "where s.run_id = $run", {"run": run_id})
         data["history"] = _history(con, run_id)
         _why(con, data, "where run_id = $run", {"run": run_id})

@@ -30,6 +30,7 @@ from sparkcap.publish.report.charts import (
     probe_ttft_chart,
     rate_chart,
     search_path_chart,
+    session_turns_chart,
     threshold_of,
     throughput_chart,
     ttft_chart,
@@ -133,6 +134,8 @@ def render_report(
         charts["cache"] = cache_chart(data)
     if not data["output_length"].empty:
         charts["output_length"] = output_length_chart(data)
+    if not data.get("session_turns", pd.DataFrame()).empty:
+        charts["sessions"] = session_turns_chart(data)
     ladder_rungs = data.get("ladder_rungs", pd.DataFrame())
     if not ladder_rungs.empty and ladder_rungs["cold_prompt_tokens"].notna().any():
         charts["ladder"] = context_ladder_chart(data)
@@ -221,6 +224,8 @@ def render_report(
             for r in _records(data.get("ladder", pd.DataFrame()))
         ],
         ladder_chart="ladder" in charts,
+        sessions="sessions" in charts,
+        session_cache=_records(data.get("session_cache", pd.DataFrame())),
         mixed=data["mixed"],
         links=links,
         comparison=comparison,

@@ -210,3 +210,26 @@ def test_the_context_ladder_chart_draws_both_ttfts_the_ceiling_and_the_backgroun
     assert windows == {"during the cold prefill", "outside prefills"}
     assert [v["ttft_ceiling_s"] for d in datasets for v in d if len(v) == 1] == [0.8]
     assert all(v.get("cold_prompt_tokens") is not None for d in datasets for v in d if len(v) > 1)
+
+
+def test_the_session_turns_chart_draws_rate_and_ttft_per_turn_with_the_ceiling() -> None:
+    from sparkcap.publish.report.charts import session_turns_chart
+
+    turns = pd.DataFrame(
+        dict(
+            deployment="d",
+            concurrent_sessions=[1, 1, 2, 2],
+            turn_index=[0, 1, 0, 1],
+            median_prompt_tokens=[400, 480, 400, 480],
+            median_cached_tokens=[0, 384, 0, 384],
+            median_decode_tok_s=[50.0, 49.0, 45.0, 44.0],
+            ttft_quantile_s=[0.2, 0.05, 0.6, 0.3],
+            ttft_ceiling_s=5.0,
+        )
+    )
+    spec = session_turns_chart({"session_turns": turns}).to_dict()
+    rows = [v for d in spec["datasets"].values() for v in d]
+    assert {v.get("series") for v in rows} - {None} == {"d @ 1 sessions", "d @ 2 sessions"}
+    assert [v["ttft_ceiling_s"] for v in rows if len(v) == 1] == [5.0]
+    fields = {c["encoding"]["y"]["field"] for c in spec["hconcat"][1]["layer"]}
+    assert fields == {"ttft_quantile_s", "ttft_ceiling_s"}

@@ -26,6 +26,7 @@ final as (
         median(t.ttft_s) as median_ttft_s,
         quantile_cont(t.ttft_s, {{ var('ttft_quantile') }}) as ttft_quantile_s,
         {{ var('ttft_quantile') }}::double as ttft_quantile,
+        {{ var('ttft_ceiling_s') }}::double as ttft_ceiling_s,
         max(t.run_watermark) as run_watermark
     from turns as t
     inner join trials as v on v.wave_id = t.wave_id
