@@ -1,12 +1,13 @@
 """The live judge of a search: dbt's own rules, run in-process on the figures just measured.
 
 A search must decide after every trial whether a level is settled, before anything is staged
-or built. Rather than write the rules again in Python, the judge compiles two dbt macros once
+or built. Rather than write the rules again in Python, the judge compiles dbt macros once
 (``dbt compile --inline``, a few seconds per night, with the night's threshold and bootstrap
 vars): ``decode_overlap`` (a wave whose streams never all decoded at once was queued, and
-its level cannot pass, as in the grid's rule) and ``search_level_interval`` (the interval of
-the level median and its verdict), and runs that SQL with an in-memory DuckDB on the level's
-live measurements.
+its level cannot pass, as in the grid's rule), ``search_level_interval`` (the interval of
+the level median and its verdict) and, for agent sessions, ``session_ttft_within_ceiling``
+(the turns' TTFT at the quantile against the ceiling), and runs that SQL with an in-memory
+DuckDB on the level's live measurements.
 ``int_trials`` and ``int_search_levels`` run the same macros on the staged waves, so a live
 interval and the recorded one differ only where dbt's verdict weighs what the live one cannot
 (data quality, a TTFT spread against the lowest level); ``fct_search_path`` says where.
@@ -152,6 +153,26 @@ def live_chunks(streams: Sequence[tuple[WaveRecord, RequestRecord]]) -> Any:
     )
 
 
+def _on_request_times(
+    sql: str, view: str, waves: Sequence[WaveRecord], columns: tuple[str, ...]
+) -> list[tuple[Any, ...]]:
+    """Run a compiled rule on the waves' requests as ``view`` (wave_id and the named ns
+    timestamps, as raw.requests stores them) in an in-memory DuckDB."""
+    import duckdb
+    import pyarrow as pa
+
+    reqs = [(w.wave_id, r) for w in waves for r in w.requests]
+    table = pa.table(
+        {
+            "wave_id": [wid for wid, _ in reqs],
+            **{c: pa.array([getattr(r, c) for _, r in reqs], pa.int64()) for c in columns},
+        }
+    )
+    with duckdb.connect(":memory:") as con:
+        con.register(view, table)
+        return con.execute(sql).fetchall()
+
+
 class SearchJudge:
     """Callable judge for ``loadgen.search.run_search``."""
 
@@ -172,39 +193,18 @@ class SearchJudge:
 
     def queued(self, waves: Sequence[WaveRecord]) -> set[str]:
         """Waves dbt's overlap rule calls queued (the server ran fewer streams than asked)."""
-        import duckdb
-        import pyarrow as pa
-
-        reqs = [(w.wave_id, r) for w in waves for r in w.requests]
-        live_requests = pa.table(
-            {
-                "wave_id": [wid for wid, _ in reqs],
-                "first_token_ns": pa.array([r.first_token_ns for _, r in reqs], pa.int64()),
-                "last_token_ns": pa.array([r.last_token_ns for _, r in reqs], pa.int64()),
-            }
+        rows = _on_request_times(
+            self.overlap_sql, "live_requests", waves, ("first_token_ns", "last_token_ns")
         )
-        with duckdb.connect(":memory:") as con:
-            con.register("live_requests", live_requests)
-            rows = con.execute(self.overlap_sql).fetchall()
         return {str(r[0]) for r in rows if r[2]}
 
     def over_ttft_ceiling(self, waves: Sequence[WaveRecord]) -> str | None:
         """Why dbt's TTFT rule fails these agent waves' level (``None``: within the ceiling,
         or no turn has a first token to judge)."""
-        import duckdb
-        import pyarrow as pa
-
-        turns = [(w.wave_id, r) for w in waves for r in w.requests]
-        live_turns = pa.table(
-            {
-                "wave_id": [wid for wid, _ in turns],
-                "first_token_ns": pa.array([r.first_token_ns for _, r in turns], pa.int64()),
-                "sent_ns": pa.array([r.sent_ns for _, r in turns], pa.int64()),
-            }
+        rows = _on_request_times(
+            self.session_ttft_sql, "live_turns", waves, ("first_token_ns", "sent_ns")
         )
-        with duckdb.connect(":memory:") as con:
-            con.register("live_turns", live_turns)
-            row = con.execute(self.session_ttft_sql).fetchone()
+        row = rows[0] if rows else None
         if row is None or row[0] is None or row[1]:
             return None
         return f"turn TTFT {float(row[0]):.2f} s over the ceiling"
