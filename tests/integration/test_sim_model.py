@@ -89,6 +89,7 @@ def test_long_prefill_stalls_other_streams() -> None:
         draft_tokens=0,
         prefill_tok_s=10_000,
         prefill_chunk=1000,
+        n_ctx=100_000,  # the sim refuses a prompt its context cannot hold, as llama-server does
     )
     long_doc = "word " * 50_000  # ~62k tokens at 4 chars/token -> ~6 s of prefill
     with SimServer([prof]) as s:
