@@ -111,9 +111,10 @@ select
                 || ' (no valid measurement at level ' || unmeasured_level || ': '
                 || unmeasured_reason || ')'
         when capacity_streams = 0 and workload = 'agent'
-            then 'no level reaches ' || printf('%g', threshold_tok_s::double)
-                || ' tok/s with its turns'' TTFT p' || round(100 * {{ var('ttft_quantile') }})
-                || ' within ' || printf('%g', {{ var('ttft_ceiling_s') }}::double) || ' s'
+            -- failed turns, the rate or the TTFT: the levels and the why line say which
+            then 'no level passes (median turn ≥ ' || printf('%g', threshold_tok_s::double)
+                || ' tok/s, turn TTFT p' || round(100 * {{ var('ttft_quantile') }})
+                || ' ≤ ' || printf('%g', {{ var('ttft_ceiling_s') }}::double) || ' s)'
         when capacity_streams = 0
             then 'below ' || printf('%g', threshold_tok_s::double)
                 || ' tok/s even at the lowest level'
