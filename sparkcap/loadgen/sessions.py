@@ -32,12 +32,12 @@ import orjson
 from sparkcap.config.sessions import SessionShape
 from sparkcap.loadgen.client import stream_request
 from sparkcap.loadgen.connections import StreamClients
-from sparkcap.loadgen.records import RequestRecord, WaveRecord
+from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.wave import (
     build_body,
+    new_request,
     prepare_streams,
     release_streams,
-    required_tokens_for,
     settle_wave,
     token_ceiling,
 )
@@ -181,16 +181,9 @@ async def run_session_wave(
         for k in range(1, len(session.turns)):
             await pause(session.think_before_s[k])
             spec = session.turns[k]
-            rec = RequestRecord(
-                request_id=f"{wave.wave_id}/s{i:03d}/turn{k:02d}",
-                stream_index=i,
-                prompt_id=spec.prompt_id,
-                requested_tokens=spec.max_tokens,
-                required_tokens=required_tokens_for(spec, extra_body),
-                temperature=spec.temperature,
-                session_id=f"{wave.wave_id}/{session.session_id}",
-                turn_index=k,
-            )
+            rec = new_request(f"{wave.wave_id}/s{i:03d}/turn{k:02d}", i, spec, extra_body)
+            rec.session_id = f"{wave.wave_id}/{session.session_id}"
+            rec.turn_index = k
             body = build_body(spec, wave.model, continuous_usage, extra_body)
             rec.token_ceiling = token_ceiling(body)
             records.append(rec)

@@ -166,6 +166,21 @@ def required_tokens_for(spec: StreamSpec, extra_body: dict[str, Any]) -> int:
     return spec.max_tokens
 
 
+def new_request(
+    request_id: str, stream_index: int, spec: StreamSpec, extra_body: dict[str, Any]
+) -> RequestRecord:
+    """The record of one stream before it is sent: what was asked and what it must deliver."""
+    return RequestRecord(
+        request_id=request_id,
+        stream_index=stream_index,
+        prompt_id=spec.prompt_id,
+        requested_tokens=spec.max_tokens,
+        required_tokens=required_tokens_for(spec, extra_body),
+        temperature=spec.temperature,
+        full_tokens=spec.full_tokens,
+    )
+
+
 def prepare_streams(
     wave: WaveRecord,
     specs: Sequence[StreamSpec],
@@ -179,16 +194,7 @@ def prepare_streams(
     stream only writes bytes, so the release is as tight as the loop can make it.
     """
     wave.requests = [
-        RequestRecord(
-            request_id=f"{wave.wave_id}/s{i:03d}",
-            stream_index=i,
-            prompt_id=s.prompt_id,
-            requested_tokens=s.max_tokens,
-            required_tokens=required_tokens_for(s, extra_body),
-            temperature=s.temperature,
-            full_tokens=s.full_tokens,
-        )
-        for i, s in enumerate(specs)
+        new_request(f"{wave.wave_id}/s{i:03d}", i, s, extra_body) for i, s in enumerate(specs)
     ]
     built = [build_body(s, wave.model, continuous_usage, extra_body) for s in specs]
     for rec, body in zip(wave.requests, built, strict=True):
