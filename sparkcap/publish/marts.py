@@ -34,6 +34,10 @@ class LevelRow(NamedTuple):
     median_decode_tok_s: float | None
     min_decode_tok_s: float | None
     median_ttft_s: float | None
+    # agent levels only: the turn TTFT at this quantile is what their rule holds to the ceiling
+    ttft_quantile: float | None
+    ttft_quantile_s: float | None
+    ttft_ceiling_s: float | None
     n_failed_streams: int
     any_queued: bool | None
 

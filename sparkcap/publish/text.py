@@ -339,9 +339,12 @@ def _figure(x: float | None, digits: int = 1) -> str:
 
 
 def levels_table(run_id: str, levels: Sequence[LevelRow]) -> Table:
-    """Short headers with units and light borders: readable at 80 columns."""
+    """Short headers with units and light borders: readable at 80 columns. Agent levels are
+    judged on the turns' TTFT at a quantile, not the median: when the run has any, a column
+    shows that figure (and '>' where it is over the ceiling)."""
+    quantiles = {lv.ttft_quantile for lv in levels if lv.ttft_quantile is not None}
     table = Table(title=f"run {run_id}", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
-    for col, justify in (
+    columns = [
         ("deployment", "left"),
         ("workload", "left"),
         ("streams", "right"),
@@ -349,12 +352,16 @@ def levels_table(run_id: str, levels: Sequence[LevelRow]) -> Table:
         ("med tok/s", "right"),
         ("min tok/s", "right"),
         ("TTFT s", "right"),
-        ("failed", "right"),
-        ("queued", "left"),
-    ):
+    ]
+    if quantiles:
+        # one quantile per build (a dbt var): its name, else the generic word
+        q = next(iter(quantiles)) if len(quantiles) == 1 else None
+        columns.append((f"TTFT p{q * 100:g} s" if q is not None else "TTFT q s", "right"))
+    columns += [("failed", "right"), ("queued", "left")]
+    for col, justify in columns:
         table.add_column(col, justify=justify, no_wrap=True)  # type: ignore[arg-type]
     for lv in levels:
-        table.add_row(
+        cells = [
             lv.deployment,
             lv.workload,
             str(lv.concurrency),
@@ -362,10 +369,19 @@ def levels_table(run_id: str, levels: Sequence[LevelRow]) -> Table:
             _figure(lv.median_decode_tok_s),
             _figure(lv.min_decode_tok_s),
             _figure(lv.median_ttft_s, 2),
-            str(lv.n_failed_streams),
-            "yes" if lv.any_queued else "",
-        )
+        ]
+        if quantiles:
+            cells.append(_quantile_ttft_cell(lv))
+        cells += [str(lv.n_failed_streams), "yes" if lv.any_queued else ""]
+        table.add_row(*cells)
     return table
+
+
+def _quantile_ttft_cell(lv: LevelRow) -> str:
+    if lv.ttft_ceiling_s is None:
+        return ""  # a code or prose level: its rule reads no TTFT
+    over = lv.ttft_quantile_s is not None and lv.ttft_quantile_s > lv.ttft_ceiling_s
+    return _figure(lv.ttft_quantile_s, 2) + (f" > {lv.ttft_ceiling_s:g}" if over else "")
 
 
 # the levels output's columns: marts.LevelRow's fields (a unit test keeps them equal), named
@@ -379,6 +395,9 @@ LEVEL_COLUMNS = (
     "median_decode_tok_s",
     "min_decode_tok_s",
     "median_ttft_s",
+    "ttft_quantile",
+    "ttft_quantile_s",
+    "ttft_ceiling_s",
     "n_failed_streams",
     "any_queued",
 )

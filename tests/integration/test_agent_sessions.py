@@ -75,7 +75,7 @@ def test_sessions_capacity_and_cache_state_are_what_the_servers_do(
 
     run_models(
         db_path,
-        ["+fct_session_turns", "+fct_session_cache", "+int_levels"],
+        ["+fct_session_turns", "+fct_session_cache", "+fct_levels"],
         {"ttft_ceiling_s": CEILING_S, "bootstrap_samples": 20},
     )
     with duckdb.connect(str(db_path), read_only=True) as con:
@@ -91,13 +91,17 @@ def test_sessions_capacity_and_cache_state_are_what_the_servers_do(
                 "from marts.fct_session_cache"
             ).fetchall()
         }
+        # the levels as users read them: the mart carries the figure the rule holds
         levels = {
             (d, c): (rate, ttft, passes)
             for d, c, rate, ttft, passes in con.execute(
                 "select deployment, concurrency, median_decode_tok_s, ttft_quantile_s, "
-                "passes_threshold from intermediate.int_levels"
+                "passes_threshold from marts.fct_levels"
             ).fetchall()
         }
+        rule = con.execute(
+            "select distinct ttft_quantile, ttft_ceiling_s from marts.fct_levels"
+        ).fetchall()
         turns = con.execute(
             "select turn_index, median_prompt_tokens from marts.fct_session_turns "
             "where deployment = 'oneslot' and concurrent_sessions = 1 order by turn_index"
@@ -115,6 +119,7 @@ def test_sessions_capacity_and_cache_state_are_what_the_servers_do(
     (r1, t1, p1), (r2, t2, p2) = levels[("oneslot", 1)], levels[("oneslot", 2)]
     assert r1 >= 20 and r2 >= 20 and abs(r2 - r1) / r1 < 0.15, levels
     assert t1 < CEILING_S < t2, levels
+    assert rule == [(0.9, CEILING_S)]
     assert p1 and not p2
 
     assert cache[("oneslot", 1)] == ("as planned", "verified", False)

@@ -30,6 +30,11 @@ final as (
         l.aggregate_tok_s,
         l.concurrency_x_median_tok_s,
         l.median_ttft_s,
+        -- agent levels: the turn TTFT their rule holds to the ceiling (NULL for streams)
+        case when l.ttft_ceiling_s is not null then cast({{ var('ttft_quantile') }} as double) end
+            as ttft_quantile,
+        case when l.ttft_ceiling_s is not null then l.ttft_quantile_s end as ttft_quantile_s,
+        cast(l.ttft_ceiling_s as double) as ttft_ceiling_s,
         l.effective_concurrency,
         b.ci_low_tok_s,
         b.ci_high_tok_s,

@@ -203,8 +203,8 @@ HOSTILE = 'dep,"quoted"\nline'
 
 def _levels() -> tuple[list[LevelRow], list[CapacityRow]]:
     levels = [
-        LevelRow(HOSTILE, "code", 1, 1, 1, 120.5, 110.25, 0.01, 0, False),
-        LevelRow(HOSTILE, "code", 2, 0, 1, None, None, None, 2, None),
+        LevelRow(HOSTILE, "code", 1, 1, 1, 120.5, 110.25, 0.01, None, None, None, 0, False),
+        LevelRow(HOSTILE, "code", 2, 0, 1, None, None, None, None, None, None, 2, None),
     ]
     caps = [capacity('≥ 1 stream, "odd"\nreason', deployment=HOSTILE, is_lower_bound=True)]
     return levels, caps
@@ -243,6 +243,29 @@ def test_levels_as_a_table_show_missing_figures_as_dashes() -> None:
     printed = buf.getvalue()
     assert "120.5" in printed and "0/1" in printed and "—" in printed
     assert printed.rstrip().endswith('≥ 1 stream, "odd"\nreason')
+
+
+def test_agent_levels_show_the_turn_ttft_their_rule_reads_and_streams_leave_it_blank() -> None:
+    levels = [
+        LevelRow("d", "agent", 1, 1, 1, 30.0, 28.0, 1.2, 0.9, 3.97, 5.0, 0, False),
+        LevelRow("d", "agent", 2, 1, 1, 25.0, 22.0, 4.1, 0.9, 13.05, 5.0, 0, False),
+        LevelRow("d", "code", 4, 1, 1, 40.0, 38.0, 0.2, None, None, None, 0, False),
+    ]
+    buf = io.StringIO()
+    text.print_levels(Console(file=buf, width=200), io.StringIO(), "r1", levels, [])
+    lines = buf.getvalue().splitlines()
+    (header,) = [line for line in lines if "TTFT p90 s" in line]
+    agent_1, agent_2, code = (
+        next(x for x in lines if x.split()[1:3] == w)
+        for w in (["agent", "1"], ["agent", "2"], ["code", "4"])
+    )
+    assert "3.97" in agent_1 and ">" not in agent_1
+    assert "13.05 > 5" in agent_2  # the rule's figure, over its ceiling: the level fails on it
+    assert len(code.split()) == len(agent_1.split()) - 1  # no TTFT rule, no figure
+    # a run without agent levels keeps its columns
+    buf = io.StringIO()
+    text.print_levels(Console(file=buf, width=200), io.StringIO(), "r1", levels[2:], [])
+    assert "p90" not in buf.getvalue() and header
 
 
 def test_sql_rows_as_csv_and_json_escape_their_cells() -> None:
