@@ -15,7 +15,8 @@
         'tier_thresholds_tok_s', 'tier_ttft_p90_ceilings_s',
         'change_baseline_runs', 'change_min_baseline_runs', 'change_false_alarm_rate',
         'change_min_effect_pct', 'change_permutations', 'drift_window_runs',
-        'drift_min_pct_per_run', 'ttft_ceiling_s', 'ttft_quantile', 'cache_hit_min_share'
+        'drift_min_pct_per_run', 'ttft_ceiling_s', 'ttft_quantile', 'cache_hit_min_share',
+        'cold_cached_max_share'
     ]) }}
 {%- endmacro %}
 
@@ -29,9 +30,10 @@
     bootstrap hashes one text per pick, since DuckDB's hash of integers differing in the last
     gave complementary low bits and 2-trial intervals picked one trial twice, and
     gap-attribution waves get int_trials' verdicts; 10: agent sessions, a level held to its
-    turns' TTFT ceiling and int_trials not calling a session's sequential turns queued), so nights
+    turns' TTFT ceiling and int_trials not calling a session's sequential turns queued; 11: a
+    context-ladder rung whose cold prompt was served from the cache is not counted as cold), so nights
     built by an older sparkcap are rebuilt once by the new rules. -#}
-{% macro rules_version() -%}10{%- endmacro %}
+{% macro rules_version() -%}11{%- endmacro %}
 
 {#- A scalar var renders as a float ('threshold_tok_s=20.0' whether 20 or 20.0 was given, as
     nights already built stored it); a list var (the capacity tiers) as its sorted floats

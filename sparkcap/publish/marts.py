@@ -469,6 +469,7 @@ class ContextLadderRow(NamedTuple):
     ttft_ceiling_s: float
     n_rungs: int
     n_measured_rungs: int
+    n_not_cold_rungs: int
     largest_cold_prompt_tokens: int | None
     largest_warm_prompt_tokens: int | None
     first_failing_rung: int | None

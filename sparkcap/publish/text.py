@@ -200,9 +200,15 @@ def context_ladder_line(c: ContextLadderRow) -> str:
         if c.context_tokens is None
         else f"context {c.context_tokens:,} ({c.context_source})"
     )
+    # a rung whose cold prompt the server served from its cache measured no cold prefill
+    not_cold = (
+        f"; {c.n_not_cold_rungs} rung(s) served from the cache, not counted as cold"
+        if c.n_not_cold_rungs
+        else ""
+    )
     return (
         f"{head}: largest prompt with {ceiling}: {tokens(c.largest_cold_prompt_tokens)} cold, "
-        f"{tokens(c.largest_warm_prompt_tokens)} warm; {stop}; {context}"
+        f"{tokens(c.largest_warm_prompt_tokens)} warm; {stop}; {context}{not_cold}"
     )
 
 

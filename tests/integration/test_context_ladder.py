@@ -102,14 +102,16 @@ def test_context_ladder_against_the_simulator(db_path: Path) -> None:
         f"""
         select rung_tokens, cold_prompt_tokens, cold_ttft_s, warm_ttft_s, warm_cached_tokens,
                background_prefill_tok_s, background_outside_tok_s, meets_ceiling, is_refused,
-               context_tokens, context_source
+               context_tokens, context_source, cold_cache_state
         from marts.fct_context_ladder where run_id = '{run_id}' order by rung_tokens
         """,
     )
     top = N_CTX - ANSWER_TOKENS - 64 - int(N_CTX * 0.02)  # answer, template and sizing room
     assert [r[0] for r in rungs] == [1024, 2048, 4096, top]
     assert {(r[9], r[10]) for r in rungs} == {(N_CTX, "llama-props")}
-    for rung, tokens, cold, warm, cached, bg_prefill, bg_outside, meets, refused, _, _ in rungs:
+    # every cold prompt a never-seen document: the server's own count says it found it cold
+    assert {r[11] for r in rungs} == {"cold"}
+    for rung, tokens, cold, warm, cached, bg_prefill, bg_outside, meets, refused, *_ in rungs:
         assert isinstance(tokens, int) and isinstance(rung, int)
         assert abs(tokens - rung) <= max(16, rung // 100) + 20
         truth = predicted_cold_ttft_s(tokens)
@@ -136,7 +138,7 @@ def test_context_ladder_against_the_simulator(db_path: Path) -> None:
         db_path,
         f"""
         select context_tokens, largest_cold_prompt_tokens, largest_warm_prompt_tokens,
-               first_failing_rung, limited_by, status, ttft_ceiling_s
+               first_failing_rung, limited_by, status, ttft_ceiling_s, n_not_cold_rungs
         from marts.fct_context_ladder_summary where run_id = '{run_id}'
         """,
     )
@@ -144,7 +146,7 @@ def test_context_ladder_against_the_simulator(db_path: Path) -> None:
         db_path,
         f"select max(warm_prompt_tokens) from marts.fct_context_ladder where run_id = '{run_id}'",
     )[0][0]
-    assert summary == [(N_CTX, predicted_largest, largest_warm, 4096, "ttft", "measured", 0.8)]
+    assert summary == [(N_CTX, predicted_largest, largest_warm, 4096, "ttft", "measured", 0.8, 0)]
 
     assert q(
         db_path,

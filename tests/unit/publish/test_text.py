@@ -367,6 +367,7 @@ def _ladder(**kw: object) -> ContextLadderRow:
         ttft_ceiling_s=5.0,
         n_rungs=4,
         n_measured_rungs=4,
+        n_not_cold_rungs=0,
         largest_cold_prompt_tokens=2061,
         largest_warm_prompt_tokens=7982,
         first_failing_rung=4096,
@@ -407,6 +408,12 @@ def _ladder(**kw: object) -> ContextLadderRow:
             _ladder(limited_by="none", first_failing_rung=None, ttft_ceiling_s=0.5),
             "gemma context ladder: largest prompt with TTFT ≤ 0.5 s: 2,061 tokens cold, 7,982 "
             "tokens warm; every rung met it; context 8,192 (llama-props)",
+        ),
+        (
+            _ladder(limited_by="none", first_failing_rung=None, n_not_cold_rungs=1),
+            "gemma context ladder: largest prompt with TTFT ≤ 5 s: 2,061 tokens cold, 7,982 "
+            "tokens warm; every rung met it; context 8,192 (llama-props); 1 rung(s) served "
+            "from the cache, not counted as cold",
         ),
         (
             _ladder(

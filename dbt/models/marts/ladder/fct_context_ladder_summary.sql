@@ -16,6 +16,7 @@ per_wave as (
         any_value(ttft_ceiling_s) as ttft_ceiling_s,
         count(*) as n_rungs,
         count(cold_ttft_s) as n_measured_rungs,
+        count(*) filter (where cold_cache_state = 'served from cache') as n_not_cold_rungs,
         min(rung_tokens) filter (where not coalesce(meets_ceiling, false)) as first_failing_rung,
         min(rung_tokens) filter (where not coalesce(warm_meets_ceiling, false))
             as first_warm_failing_rung,
@@ -32,6 +33,8 @@ largest as (
         w.wave_id,
         max(r.cold_prompt_tokens) filter (
             where r.meets_ceiling and r.rung_tokens < coalesce(w.first_failing_rung, 2147483647)
+                -- a rung that found its document cached measured no cold prefill
+                and r.cold_cache_state is distinct from 'served from cache'
         ) as largest_cold_prompt_tokens,
         max(r.warm_prompt_tokens) filter (
             where r.warm_meets_ceiling
@@ -52,6 +55,7 @@ final as (
         w.ttft_ceiling_s,
         w.n_rungs,
         w.n_measured_rungs,
+        w.n_not_cold_rungs,
         l.largest_cold_prompt_tokens,
         l.largest_warm_prompt_tokens,
         w.first_failing_rung,
