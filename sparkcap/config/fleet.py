@@ -8,6 +8,7 @@ llama-server for the run (``fleets/local.yaml``).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -224,15 +225,16 @@ class Fleet(_Strict):
 
     def with_profile(self, **plan_overrides: Any) -> Fleet:
         """The same fleet with every plan adjusted (e.g. the demo's shorter outputs)."""
+        return self.map_plans(lambda _, p: p.model_copy(update=plan_overrides))
 
-        def adj(p: SweepPlan) -> SweepPlan:
-            return p.model_copy(update=plan_overrides)
-
+    def map_plans(self, adj: Callable[[str, SweepPlan], SweepPlan]) -> Fleet:
+        """The same fleet with ``adj(workload, plan)`` applied to every plan, the fleet's and
+        each deployment's own."""
         return self.model_copy(
             update={
-                "workloads": {k: adj(v) for k, v in self.workloads.items()},
+                "workloads": {k: adj(k, v) for k, v in self.workloads.items()},
                 "deployments": tuple(
-                    d.model_copy(update={"plans": {k: adj(v) for k, v in d.plans.items()}})
+                    d.model_copy(update={"plans": {k: adj(k, v) for k, v in d.plans.items()}})
                     for d in self.deployments
                 ),
             }

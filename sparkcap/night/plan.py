@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkcap.config import SearchPlan
+from sparkcap.config import SearchPlan, SweepPlan
 from sparkcap.config.fleet import Fleet, load_fleet
 from sparkcap.night.sweeps import DEMO_PROFILE, ProgressFn, RunResult
 from sparkcap.publish import marts
@@ -23,6 +23,21 @@ PROFILES: dict[str, dict[str, Any]] = {
     # the smallest meaningful night: used by the scheduled-run test
     "smoke": {"levels": (1, 2), "trials": 1, "max_tokens": 8, "warmup": False},
 }
+# an agent session's turns answer ``answer_tokens``, not the plan's max_tokens: a profile's
+# shorter outputs cap them too, and the smoke night's sessions are two short turns
+SESSION_CAPS: dict[str, dict[str, Any]] = {
+    "full": {},
+    "demo": {"answer_tokens": DEMO_PROFILE["max_tokens"]},
+    "smoke": {"turns": 2, "answer_tokens": PROFILES["smoke"]["max_tokens"], "think_s": 0.2},
+}
+
+
+def _capped_sessions(workload: str, plan: SweepPlan, caps: dict[str, Any]) -> SweepPlan:
+    if workload != "agent":
+        return plan  # code and prose plans carry the default shape unread: left as they were
+    shape = plan.sessions
+    smaller = {k: min(getattr(shape, k), v) for k, v in caps.items()}
+    return plan.model_copy(update={"sessions": shape.model_copy(update=smaller)})
 
 
 def fleet_for(
@@ -40,6 +55,9 @@ def fleet_for(
     fleet = load_fleet(fleet_path)
     changes = {**PROFILES[profile], **{k: v for k, v in overrides.items() if v is not None}}
     fleet = fleet.with_profile(**changes) if changes else fleet
+    if SESSION_CAPS[profile]:
+        caps = SESSION_CAPS[profile]
+        fleet = fleet.map_plans(lambda w, p: _capped_sessions(w, p, caps))
     if profile == "smoke":  # the smallest night: no probes
         fleet = fleet.model_copy(
             update={
