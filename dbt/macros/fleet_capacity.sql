@@ -15,6 +15,9 @@
         sum(c.ci_low_streams * coalesce(d.replicas, 1)) as ci_low_streams,
         sum(c.ci_high_streams * coalesce(d.replicas, 1)) as ci_high_streams,
         count(*) as n_deployments,
+        -- a sweep that ran but measured nothing (is_measured false) adds 0 to the sum: the
+        -- fleet figure is then partial, never "0 streams" as if the deployment were too slow
+        count(*) filter (where c.is_measured) as n_measured_deployments,
         sum(coalesce(d.replicas, 1)) as n_replicas,
         bool_or(coalesce(d.replicas, 1) > 1) as is_extrapolated,
         string_agg(c.deployment, ', ' order by c.deployment) filter (
@@ -35,7 +38,8 @@
   - capacity_of(runs): each deployment x workload's capacity row from the newest of `runs`
     that measured it;
   - fleet_capacity_of(runs): the fleet formula above over those rows, with the deployments
-    the runs tried but none measured (and why), as in fct_fleet_capacity.
+    the runs tried but none measured, or whose sweep of the workload measured nothing (and
+    why), as in fct_fleet_capacity.
   A run that built only some models (validation's frames, a link check's health) into a
   warehouse whose marts were never built has nothing for them to read: they wait for a build.
 #}
@@ -65,16 +69,25 @@
         {% do run_query(
             "create or replace macro marts.fleet_capacity_of(runs) as table "
             ~ "with per_workload as (" ~ per_workload ~ "), "
-            ~ "not_measured as ("
-            ~ "  select string_agg(distinct deployment, ', ' order by deployment) as deployments, "
-            ~ "  string_agg(distinct deployment || ': ' || coalesce(reason, outcome), '; ' "
-            ~ "    order by deployment || ': ' || coalesce(reason, outcome)) as reasons "
+            ~ "missing as ("
+            ~ "  select null::varchar as workload, deployment, coalesce(reason, outcome) as reason "
             ~ "  from marts.fct_step_outcomes "
             ~ "  where list_contains(runs, run_id) and is_failed and step in ('preflight', 'sweep') "
-            ~ "    and deployment not in (select deployment from marts.capacity_of(runs))) "
+            ~ "    and deployment not in (select deployment from marts.capacity_of(runs)) "
+            ~ "  union all "
+            ~ "  select workload, deployment, capacity_verdict from marts.capacity_of(runs) "
+            ~ "  where not is_measured), "
+            ~ "not_measured as ("
+            ~ "  select p.workload, "
+            ~ "  string_agg(distinct u.deployment, ', ' order by u.deployment) as deployments, "
+            ~ "  string_agg(distinct u.deployment || ': ' || u.reason, '; ' "
+            ~ "    order by u.deployment || ': ' || u.reason) as reasons "
+            ~ "  from per_workload as p join missing as u "
+            ~ "    on u.workload is null or u.workload = p.workload "
+            ~ "  group by p.workload) "
             ~ "select p.*, m.deployments as not_measured_deployments, "
             ~ "m.reasons as not_measured_reasons, m.deployments is null as is_complete "
-            ~ "from per_workload as p cross join not_measured as m"
+            ~ "from per_workload as p left join not_measured as m using (workload)"
         ) %}
     {% endif %}
 {% endmacro %}

@@ -129,6 +129,8 @@ def render(night: NightMetrics) -> str:
             add("sparkcap_capacity_streams", c.capacity_streams, **at)
             add("sparkcap_capacity_is_lower_bound", 1 if c.is_lower_bound else 0, **at)
     for f in night.fleet:
+        if f.n_measured_deployments == 0:
+            continue  # no deployment measured it: a 0 would read as a fleet too slow
         at = {"workload": f.workload, "threshold_tok_s": _label_number(f.threshold_tok_s)}
         add("sparkcap_fleet_capacity_streams", f.capacity_streams, **at)
     for t in night.tiers:

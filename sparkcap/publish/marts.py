@@ -117,6 +117,8 @@ class FleetRow(NamedTuple):
     threshold_tok_s: float
     extrapolated_deployments: str | None
     not_measured_deployments: str | None
+    # 0: no deployment measured this workload, and the sum is no measurement at all
+    n_measured_deployments: int
 
 
 class FailedStep(NamedTuple):
@@ -255,7 +257,8 @@ def fleet_capacities(db_path: Path, run_id: str) -> list[FleetRow]:
     with warehouse.open_warehouse(db_path, read_only=True) as con:
         rows = con.execute(
             "select workload, capacity_streams, threshold_tok_s::double, "
-            "extrapolated_deployments, not_measured_deployments from marts.fct_fleet_capacity "
+            "extrapolated_deployments, not_measured_deployments, n_measured_deployments "
+            "from marts.fct_fleet_capacity "
             "where run_id = ? order by workload",
             [run_id],
         ).fetchall()

@@ -153,15 +153,17 @@ def session_cache_lines(rows: Sequence[SessionCacheRow]) -> list[str]:
 def fleet_line(f: FleetRow) -> str:
     """The fleet's capacity for a workload, with what it rests on: replicas counted from one
     measured replica, deployments that measured nothing (the sum is then partial)."""
+    head = f"fleet capacity at {f.threshold_tok_s:g} tok/s — {f.workload}: "
+    if f.n_measured_deployments == 0:
+        # nothing measured is never printed as a capacity of 0
+        return head + f"not measured ({f.not_measured_deployments or 'no deployment measured'})"
     note = ""
     if f.extrapolated_deployments:
         note += f" (replicas extrapolated: {f.extrapolated_deployments})"
     if f.not_measured_deployments:
         note += f" (partial: {f.not_measured_deployments} not measured)"
-    return (
-        f"fleet capacity at {f.threshold_tok_s:g} tok/s — {f.workload}: "
-        f"{f.capacity_streams} streams{note}"
-    )
+    unit = "sessions" if f.workload == "agent" else "streams"
+    return head + f"{f.capacity_streams} {unit}{note}"
 
 
 def step_gap_words(s: FailedStep) -> str:

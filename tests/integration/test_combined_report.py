@@ -71,13 +71,13 @@ def test_runs_of_hand_made_sweeps_read_as_one_report(tmp_path: Path) -> None:
     page = index.read_text(encoding="utf-8")
     assert "Runs in this report" in page
     assert all(r in page for r in runs)
-    assert f"<b>≈ {own['a'] + own['b']} code</b>" in page
+    assert f"<b>≈ {own['a'] + own['b']} code streams</b>" in page
 
     if day == datetime.now(UTC).date():  # the runs did not straddle midnight UTC
         done = run_cli(*args, "--night", day.isoformat())
         assert done.returncode == 0, done.stderr[-2000:]
         night_page = (out / f"night-{day.isoformat()}" / "index.html").read_text()
-        assert f"<b>≈ {own['a'] + own['b']} code</b>" in night_page
+        assert f"<b>≈ {own['a'] + own['b']} code streams</b>" in night_page
 
     bad = run_cli(*args, "--run", run_a, "--run", "no-such-run")
     assert bad.returncode != 0

@@ -167,7 +167,9 @@ def render_report(
                 result.charts.append(path)
 
     fleet = data["fleet"]
-    result.headline = {str(r.workload): int(r.capacity_streams) for r in fleet.itertuples()}
+    # a workload no deployment measured has no fleet figure (its sum of 0 is no capacity)
+    measured_fleet = [r for r in fleet.itertuples() if r.n_measured_deployments > 0]
+    result.headline = {str(r.workload): int(r.capacity_streams) for r in measured_fleet}
     dq = data["dq"]
     dq_links = [
         (href, label)
@@ -191,8 +193,9 @@ def render_report(
         "report.html.j2",
         table=_table_markup,
         t_text=f"{t:g}",
-        headline_text=" or ".join(
-            f"≈ {int(r.capacity_streams)} {r.workload}" for r in fleet.itertuples()
+        headline_text=" or ".join(_headline_part(r) for r in measured_fleet),
+        unmeasured_text=", ".join(
+            str(r.workload) for r in fleet.itertuples() if r.n_measured_deployments == 0
         ),
         extrapolated=", ".join(
             sorted({str(x) for x in fleet["extrapolated_deployments"].dropna()})
@@ -264,3 +267,10 @@ def render_report(
         os.replace(tmp, latest)
         result.latest = latest / "index.html"
     return result
+
+
+def _headline_part(r: Any) -> str:
+    """One measured workload of the headline (agent levels count sessions); a workload no
+    deployment measured is named apart, never as a sum of zeros."""
+    unit = "agent sessions" if r.workload == "agent" else f"{r.workload} streams"
+    return f"≈ {int(r.capacity_streams)} {unit}"

@@ -85,7 +85,7 @@ NIGHT = NightMetrics(
         capacity("r429", 0, measured=False),
         capacity(HOSTILE, 2),
     ],
-    fleet=[FleetRow("code", 8, 20.0, None, "r429")],
+    fleet=[FleetRow("code", 8, 20.0, None, "r429", 1)],
     tiers=[
         TierRow("glm", "code", 20.0, None, 6, True, True, True),
         TierRow("glm", "code", 10.0, 1.0, 9, False, True, False),

@@ -32,7 +32,7 @@ create table marts.fct_capacity (run_id varchar, deployment varchar, workload va
     sustain_result varchar, n_valid_trials integer, capacity_verdict varchar);
 create table marts.fct_fleet_capacity (run_id varchar, workload varchar,
     threshold_tok_s decimal(3, 1), capacity_streams hugeint, extrapolated_deployments varchar,
-    not_measured_deployments varchar);
+    not_measured_deployments varchar, n_measured_deployments bigint);
 create table marts.fct_step_outcomes (run_id varchar, deployment varchar, step varchar,
     outcome varchar, reason varchar, is_failed boolean);
 insert into raw.runs values
@@ -49,7 +49,7 @@ insert into marts.fct_capacity values
      'not run (grid)', 0, 'no valid measurement at level 1: 2 of 2 rejected (429)'),
     ('r1', 'm', 'code', 'grid', 15.0, 1, 1, 2, 1, false, false, true, null, null, 0,
      'not run (grid)', 1, '1 stream (fails at 2)');
-insert into marts.fct_fleet_capacity values ('r1', 'code', 15.0, 1, null, 'r429');
+insert into marts.fct_fleet_capacity values ('r1', 'code', 15.0, 1, null, 'r429', 1);
 insert into marts.fct_step_outcomes values
     ('r1', 'b', 'probe:mixed', 'probe failed', 'boom', true),
     ('r1', null, 'link-check', 'link-check failed', null, true),

@@ -102,15 +102,24 @@ def test_a_threshold_prints_as_its_number(threshold: float, shown: str) -> None:
 def test_the_fleet_line_says_what_the_sum_rests_on(
     extrapolated: str | None, missing: str | None, note: str
 ) -> None:
-    line = text.fleet_line(FleetRow("code", 28, 20.0, extrapolated, missing))
+    line = text.fleet_line(FleetRow("code", 28, 20.0, extrapolated, missing, 3))
     assert line == f"fleet capacity at 20 tok/s — code: 28 streams{note}"
+
+
+def test_a_fleet_figure_nothing_measured_is_said_so_and_sessions_are_counted_as_sessions() -> None:
+    assert text.fleet_line(FleetRow("agent", 0, 20.0, None, "gemma", 0)) == (
+        "fleet capacity at 20 tok/s — agent: not measured (gemma)"
+    )
+    assert text.fleet_line(FleetRow("agent", 3, 20.0, None, "dead", 1)) == (
+        "fleet capacity at 20 tok/s — agent: 3 sessions (partial: dead not measured)"
+    )
 
 
 def test_the_artifact_uses_the_fleet_line_and_keeps_each_verdict_in_its_cell() -> None:
     hostile = "no valid measurement at level 1: a | b\nc \\ d"
     markdown = text.capacity_markdown(
         "r1",
-        [FleetRow("code", 4, 20.0, "m", None)],
+        [FleetRow("code", 4, 20.0, "m", None, 1)],
         [
             capacity("≥ 2 streams (all tested levels pass)", first_failing_level=None),
             capacity(hostile, measured=False, deployment="r429", capacity_streams=0),
