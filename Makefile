@@ -39,7 +39,7 @@ test: $(STAMP)
 	$(PY) -m sparkcap.docs_reference --check
 	@# pytest exits 5 when it collects nothing: say so rather than fail or pass silently
 	@# then the tests that hold the client's own timing to a tolerance, alone on the machine
-	@$(PY) -m pytest -q -p no:cacheprovider --durations=15 -n $(TEST_WORKERS) --dist loadgroup \
+	@$(PY) -m pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadgroup \
 	  -m "not client_timing"; rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; \
 	  $(PY) -m pytest -q -p no:cacheprovider --durations=5 -m client_timing; rc2=$$?; \
