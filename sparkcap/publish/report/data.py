@@ -295,6 +295,28 @@ def load_combined(db_path: Path, run_ids: Sequence[str], label: str) -> dict[str
         )
         _why(con, data, of_runs, p)
         _nightly(con, data, of_runs, p)
+        if _has_mart(con, "fct_session_turns"):
+            # each deployment's sessions from the run its agent capacity came from
+            of_agent_runs = (
+                "join marts.capacity_of($runs) c on c.run_id = s.run_id "
+                "and c.deployment = s.deployment and c.workload = 'agent'"
+            )
+            data["session_turns"] = _df(
+                con,
+                f"select s.* from marts.fct_session_turns s {of_agent_runs} "
+                "order by s.deployment, s.concurrent_sessions, s.turn_index",
+                p,
+            )
+            data["session_cache"] = _df(
+                con,
+                "select s.deployment, s.concurrent_sessions, s.trial, s.cache_state, "
+                "s.cache_hit_share, s.reset_verdict, s.is_flagged, s.flag_reason "
+                f"from marts.fct_session_cache s {of_agent_runs} "
+                "order by s.deployment, s.concurrent_sessions, s.trial, s.attempt",
+                p,
+            )
+        # probes (the ladder among them) measure a deployment, not a sweep: a report over
+        # several runs shows its runs' sweeps only
         for key in ("prefill", "cache", "timeline", "output_length", "mixed", "links", "dq"):
             data[key] = pd.DataFrame()
         data["previous_run"] = None
