@@ -102,6 +102,7 @@ def sweep(
     trials: opt.SweepTrialsOption = 3,
     no_warmup: opt.NoWarmupOption = False,
     max_tokens: opt.SweepMaxTokensOption = None,
+    sessions: opt.SessionsOption = None,
     max_remeasures: opt.MaxRemeasuresOption = 2,
     client_processes: opt.ClientProcessesOption = None,
     api_key_env: opt.ApiKeyEnvOption = "OPENAI_API_KEY",
@@ -145,6 +146,7 @@ def sweep(
             max_remeasures=max_remeasures,
             client_processes=client_processes,
             search=searching,
+            sessions=config.parse_session_shape(sessions, workload),
         ),
     )
     # the options are checked before the stages they run are imported (a typo fails at once)

@@ -131,6 +131,13 @@ LevelsOption = Annotated[str, typer.Option(help="concurrency levels")]
 SweepTrialsOption = Annotated[int, typer.Option(help="counted trials per level (1..5)")]
 NoWarmupOption = Annotated[bool, typer.Option("--no-warmup", help="skip warm-up waves")]
 SweepMaxTokensOption = Annotated[int | None, typer.Option(help="override the required length")]
+SessionsOption = Annotated[
+    str | None,
+    typer.Option(
+        help="agent sessions' shape as NAME=VALUE pairs, e.g. turns=3,answer_tokens=48,think_s=0.5 "
+        "(the fleet file's sessions: fields; --workload agent only)"
+    ),
+]
 CaBundleOption = Annotated[Path | None, typer.Option(help="CA bundle for TLS verification")]
 JoinRunOption = Annotated[
     str | None,

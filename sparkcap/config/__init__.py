@@ -22,6 +22,7 @@ from pydantic import (
     Field,
     HttpUrl,
     SecretStr,
+    ValidationError,
     field_validator,
     model_validator,
 )
@@ -169,6 +170,34 @@ def parse_extra_body(text: str | None, flag: str = "--extra-body") -> dict[str, 
     if problem is not None:
         raise OptionError(problem)
     return value
+
+
+def parse_session_shape(text: str | None, workload: str, flag: str = "--sessions") -> SessionShape:
+    """``--sessions turns=3,answer_tokens=48``: an agent session's shape on the command line,
+    the fleet file's ``sessions:`` as NAME=VALUE pairs; what is not named keeps its default.
+    Refused with one line naming ``flag``: a pair without ``=``, an unknown or repeated name,
+    a value the shape does not allow, or a shape for a workload that sends no sessions."""
+    if not text or not text.strip():
+        return SessionShape()
+    if workload != "agent":
+        raise OptionError(f"{flag} shapes agent sessions; --workload {workload} sends none")
+    given: dict[str, str] = {}
+    for part in text.split(","):
+        name, sep, value = (x.strip() for x in part.partition("="))
+        if not sep or not name or not value:
+            raise OptionError(f"{flag}: {part.strip()!r} is not NAME=VALUE")
+        if name not in SessionShape.model_fields:
+            known = ", ".join(SessionShape.model_fields)
+            raise OptionError(f"{flag}: unknown {name!r} (choose from {known})")
+        if name in given:
+            raise OptionError(f"{flag}: {name} is given twice")
+        given[name] = value
+    try:
+        return SessionShape.model_validate(given)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        loc = ".".join(str(x) for x in e["loc"]) or "the shape"
+        raise OptionError(f"{flag}: {loc}: {e['msg']}") from None
 
 
 def parse_header_options(

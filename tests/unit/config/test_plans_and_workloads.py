@@ -136,3 +136,41 @@ def test_probe_options_are_one_model_per_probe() -> None:
         probe_options("prompt-cache", warm_requets=2)
     with pytest.raises(ValidationError):
         probe_options("mixed", code_share=1.5)
+
+
+def test_sessions_on_the_command_line_are_the_fleet_files_fields() -> None:
+    from sparkcap.config import SessionShape, parse_session_shape
+
+    assert parse_session_shape(None, "agent") == SessionShape()
+    shape = parse_session_shape(" turns=3, answer_tokens=48,think_s=0.5,reset_cache=false", "agent")
+    assert (shape.turns, shape.answer_tokens, shape.think_s, shape.reset_cache) == (
+        3,
+        48,
+        0.5,
+        False,
+    )
+    assert shape.system_tokens == SessionShape().system_tokens  # what is not named: default
+
+
+@pytest.mark.parametrize(
+    ("text", "workload", "words"),
+    [
+        ("turns", "agent", "--sessions: 'turns' is not NAME=VALUE"),
+        ("turns=", "agent", "--sessions: 'turns=' is not NAME=VALUE"),
+        ("trns=3", "agent", "--sessions: unknown 'trns' (choose from turns, "),
+        ("turns=3,turns=4", "agent", "--sessions: turns is given twice"),
+        ("turns=65", "agent", "--sessions: turns: Input should be less than or equal to 64"),
+        ("turns=x", "agent", "--sessions: turns: Input should be a valid integer"),
+        ("answer_tokens=100000,turns=64", "agent", "--sessions: the shape: Value error, a session"),
+        ("turns=3", "code", "--sessions shapes agent sessions; --workload code sends none"),
+        ("\x1b[31m=1", "agent", "--sessions: unknown '\\x1b[31m'"),  # shown as text, escaped
+    ],
+)
+def test_a_session_shape_that_cannot_be_taken_is_one_line_naming_the_flag(
+    text: str, workload: str, words: str
+) -> None:
+    from sparkcap.config import OptionError, parse_session_shape
+
+    with pytest.raises(OptionError) as exc:
+        parse_session_shape(text, workload)
+    assert str(exc.value).startswith(words) and "\n" not in str(exc.value)
