@@ -81,11 +81,16 @@ def test_two_processes_time_their_streams_against_one_anchor(tmp_path: Path) -> 
         for r in w.requests:
             assert r.status == Status.OK, r.error
             s = log[r.request_id]
-            # the same instants, seen from two processes sharing CLOCK_MONOTONIC
-            # (never before the server sent them: an arrival stamp is never early)
+            # the same instants, seen from two processes sharing CLOCK_MONOTONIC (never
+            # before the server sent them, but for the kernel's arrival stamps: they are
+            # CLOCK_REALTIME, turned monotonic by an offset read after the poll, and a VM's
+            # realtime clock can move against the monotonic one meanwhile: 0.47 ms once)
             late_first_ms = (w.anchor_perf_ns + r.first_token_ns - s["first_token_ns"]) / 1e6
             late_last_ms = (w.anchor_perf_ns + r.last_token_ns - s["last_token_ns"]) / 1e6
-            assert 0 <= late_first_ms < 250 and 0 <= late_last_ms < 250
+            assert -1 <= late_first_ms < 250 and -1 <= late_last_ms < 250, (
+                late_first_ms,
+                late_last_ms,
+            )
             assert live_decode_tok_s(r) == pytest.approx(s["decode_tok_s"], rel=0.03)
         for p in w.client_processes:
             mine = [

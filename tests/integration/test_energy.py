@@ -75,6 +75,40 @@ def known_energy_bounds_j(
     return float(lower), float(upper), gap_ns / 1e9
 
 
+def energy_from_readings_j(
+    con: duckdb.DuckDBPyConnection, run_id: str, deployment: str, quantity: str
+) -> float:
+    """The wave energies as the readings of ``quantity`` give them, summed over the counted
+    waves and sensors: a counter's last value less its first, or the trapezoid under the
+    draws. What the marts must reproduce to the joule, however the loaded machine timed them."""
+    (joules,) = con.execute(
+        """
+        with readings as (
+            select
+                p.wave_id, p.sensor, p.quantity, p.t_ns, p.value,
+                lag(p.t_ns) over series as prev_t_ns,
+                lag(p.value) over series as prev_value
+            from raw.power_samples as p join raw.waves as w using (wave_id)
+            where w.run_id = ? and w.deployment = ? and w.trial >= 1 and p.status = 'ok'
+                and p.quantity = ?
+            window series as (partition by p.wave_id, p.sensor order by p.t_ns, p.seq)
+        ),
+        per_sensor as (
+            select
+                case when any_value(quantity) = 'energy_j'
+                    then arg_max(value, t_ns) - arg_min(value, t_ns)
+                    else sum((t_ns - prev_t_ns) / 1e9 * (value + prev_value) / 2)
+                end as joules
+            from readings group by wave_id, sensor
+        )
+        select sum(joules) from per_sensor
+        """,
+        [run_id, deployment, quantity],
+    ).fetchone() or (None,)
+    assert joules is not None
+    return float(joules)
+
+
 def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[dict[str, Any]]:
     cur = con.execute(sql, params)
     names = [c[0] for c in cur.description]
@@ -138,6 +172,10 @@ def test_energy_marts_match_the_simulated_integral(db_path: Path) -> None:
             ).fetchall()
         )
         known = {d: known_energy_bounds_j(con, run_id, d) for d in ("counted", "drawn")}
+        from_readings = {
+            d: energy_from_readings_j(con, run_id, d, q)
+            for d, q in (("counted", "energy_j"), ("drawn", "power_w"))
+        }
         tokens = dict(
             con.execute(
                 "select w.deployment, sum(r.completion_tokens) from raw.requests as r "
@@ -162,11 +200,16 @@ def test_energy_marts_match_the_simulated_integral(db_path: Path) -> None:
         levels = [energy[(d, 1)], energy[(d, 4)]]
         assert all(r["status"] == "measured" and r["unavailable_reason"] is None for r in levels)
         measured = sum(r["energy_j"] for r in levels)
+        # the marts' arithmetic, exactly: the readings' own energy
+        assert measured == pytest.approx(from_readings[d], rel=1e-9), d
+        # and the readings are the simulated draw. A reading stands for the midpoint of its
+        # request, while the server read its counter somewhere inside it: on a loaded machine
+        # (CI: 3 % under the lower bound once) the window's edges move by up to half a request,
+        # so 10 % either way; a trapezoid may also miss half a gap's share at each of the
+        # 5 streams' two transitions. Dropping the streams' share would read ~40 % low.
         lower, upper, gap_s = known[d]
-        # a reading's instant is the midpoint of its request: 2% for that at the window's edges;
-        # a trapezoid may miss half a gap's share at each of the 5 streams' two transitions
         slack_j = 0.0 if d == "counted" else 5 * PER_STREAM_W * gap_s
-        assert 0.98 * lower - slack_j <= measured <= 1.02 * upper + slack_j, (d, known[d], measured)
+        assert 0.9 * lower - slack_j <= measured <= 1.1 * upper + slack_j, (d, known[d], measured)
         # more streams draw more: 4 streams at least 60 + 2 x 15 W on average
         assert levels[1]["mean_power_w"] > levels[0]["mean_power_w"] > IDLE_W
         assert sum(r["generated_tokens"] for r in levels) == tokens[d]
