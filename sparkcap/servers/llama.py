@@ -294,9 +294,14 @@ def start_local_server(
         args += ["-t", str(threads)]
     if spec_type:
         args += ["--spec-type", spec_type]
-    args += list(extra_args)
     logs = log_dir or (get_settings().work_dir / "logs")
     logs.mkdir(parents=True, exist_ok=True)
+    # slot actions need a save path: with one, a session wave can erase every slot's prompt
+    # before it starts cold (loadgen/cache_reset.py); nothing is saved there unless asked
+    slot_dir = logs / f"llama-slots-{port}"
+    slot_dir.mkdir(exist_ok=True)
+    args += ["--slot-save-path", str(slot_dir)]
+    args += list(extra_args)
     managed = ManagedProcess.spawn(
         f"llama-server on port {port}",
         args,

@@ -71,12 +71,53 @@ def _reset_with(handler: httpx.MockTransport) -> str:
         ({"/reset_prefix_cache": 404, "/flush_cache": 200}, "reset"),
         ({}, "unsupported"),
         ({"/reset_prefix_cache": 500}, "failed: HTTP 500 at /reset_prefix_cache"),
+        # llama-server: every listed slot erased; without --slot-save-path it answers 501
+        ({"/slots": 200, "/slots/0": 200, "/slots/1": 200}, "reset"),
+        ({"/slots": 200, "/slots/0": 501}, "unsupported"),
+        ({"/slots": 200, "/slots/0": 200, "/slots/1": 500}, "failed: HTTP 500 at /slots/1"),
     ],
 )
 def test_the_reset_is_recorded_as_the_server_answered(
     answers: dict[str, int], recorded: str
 ) -> None:
+    erased: list[str] = []
+
     def handle(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(answers.get(request.url.path, 404))
+        path = request.url.path
+        if path == "/slots" and path in answers:
+            return httpx.Response(200, json=[{"id": 0, "n_ctx": 2048}, {"id": 1}])
+        if path.startswith("/slots/"):
+            assert request.method == "POST" and request.url.params["action"] == "erase"
+            erased.append(path)
+        return httpx.Response(answers.get(path, 404))
 
     assert _reset_with(httpx.MockTransport(handle)) == recorded
+    if recorded == "reset" and "/slots" in answers:
+        assert erased == ["/slots/0", "/slots/1"]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"not json",
+        b'{"id": 0}',
+        b'[{"id": true}]',
+        b'[{"id": -1}]',
+        b'[{"id": 2147483648}]',
+        b'[{"id": 0}, {"id": 0}]',
+        b'[{"slot": 0}]',
+        b"[" + b",".join([b'{"id": 1}'] * 1025) + b"]",
+    ],
+)
+def test_a_hostile_slot_list_is_no_reset_and_erases_nothing(body: bytes) -> None:
+    posted: list[str] = []
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/slots":
+            return httpx.Response(200, content=body)
+        if request.method == "POST" and request.url.path.startswith("/slots/"):
+            posted.append(request.url.path)
+        return httpx.Response(404)
+
+    assert _reset_with(httpx.MockTransport(handle)) == "failed: /slots answered no list of slots"
+    assert posted == []
