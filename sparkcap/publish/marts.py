@@ -38,6 +38,7 @@ class LevelRow(NamedTuple):
     ttft_quantile: float | None
     ttft_quantile_s: float | None
     ttft_ceiling_s: float | None
+    meets_ttft_ceiling: bool | None
     n_failed_streams: int
     any_queued: bool | None
 

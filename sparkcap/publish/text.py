@@ -388,8 +388,9 @@ def levels_table(run_id: str, levels: Sequence[LevelRow]) -> Table:
 def _quantile_ttft_cell(lv: LevelRow) -> str:
     if lv.ttft_ceiling_s is None:
         return ""  # a code or prose level: its rule reads no TTFT
-    over = lv.ttft_quantile_s is not None and lv.ttft_quantile_s > lv.ttft_ceiling_s
-    return _figure(lv.ttft_quantile_s, 2) + (f" > {lv.ttft_ceiling_s:g}" if over else "")
+    # the mart's verdict on the ceiling, not a comparison of its own
+    over = f" > {lv.ttft_ceiling_s:g}" if lv.meets_ttft_ceiling is False else ""
+    return _figure(lv.ttft_quantile_s, 2) + over
 
 
 # the levels output's columns: marts.LevelRow's fields (a unit test keeps them equal), named
@@ -406,6 +407,7 @@ LEVEL_COLUMNS = (
     "ttft_quantile",
     "ttft_quantile_s",
     "ttft_ceiling_s",
+    "meets_ttft_ceiling",
     "n_failed_streams",
     "any_queued",
 )

@@ -102,6 +102,12 @@ def test_sessions_capacity_and_cache_state_are_what_the_servers_do(
         rule = con.execute(
             "select distinct ttft_quantile, ttft_ceiling_s from marts.fct_levels"
         ).fetchall()
+        ceiling_met = dict(
+            con.execute(
+                "select concurrency, meets_ttft_ceiling from marts.fct_levels "
+                "where deployment = 'oneslot'"
+            ).fetchall()
+        )
         turns = con.execute(
             "select turn_index, median_prompt_tokens from marts.fct_session_turns "
             "where deployment = 'oneslot' and concurrent_sessions = 1 order by turn_index"
@@ -120,6 +126,7 @@ def test_sessions_capacity_and_cache_state_are_what_the_servers_do(
     assert r1 >= 20 and r2 >= 20 and abs(r2 - r1) / r1 < 0.15, levels
     assert t1 < CEILING_S < t2, levels
     assert rule == [(0.9, CEILING_S)]
+    assert ceiling_met == {1: True, 2: False}  # the verdict the table marks with '> ceiling'
     assert p1 and not p2
 
     assert cache[("oneslot", 1)] == ("as planned", "verified", False)

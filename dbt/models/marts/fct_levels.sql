@@ -35,6 +35,9 @@ final as (
             as ttft_quantile,
         case when l.ttft_ceiling_s is not null then l.ttft_quantile_s end as ttft_quantile_s,
         cast(l.ttft_ceiling_s as double) as ttft_ceiling_s,
+        case when l.ttft_ceiling_s is not null and l.ttft_quantile_s is not null
+            then {{ within_session_ttft_ceiling('l.ttft_quantile_s') }}
+        end as meets_ttft_ceiling,
         l.effective_concurrency,
         b.ci_low_tok_s,
         b.ci_high_tok_s,

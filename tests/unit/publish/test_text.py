@@ -212,8 +212,8 @@ HOSTILE = 'dep,"quoted"\nline'
 
 def _levels() -> tuple[list[LevelRow], list[CapacityRow]]:
     levels = [
-        LevelRow(HOSTILE, "code", 1, 1, 1, 120.5, 110.25, 0.01, None, None, None, 0, False),
-        LevelRow(HOSTILE, "code", 2, 0, 1, None, None, None, None, None, None, 2, None),
+        LevelRow(HOSTILE, "code", 1, 1, 1, 120.5, 110.25, 0.01, None, None, None, None, 0, False),
+        LevelRow(HOSTILE, "code", 2, 0, 1, None, None, None, None, None, None, None, 2, None),
     ]
     caps = [capacity('≥ 1 stream, "odd"\nreason', deployment=HOSTILE, is_lower_bound=True)]
     return levels, caps
@@ -256,9 +256,9 @@ def test_levels_as_a_table_show_missing_figures_as_dashes() -> None:
 
 def test_agent_levels_show_the_turn_ttft_their_rule_reads_and_streams_leave_it_blank() -> None:
     levels = [
-        LevelRow("d", "agent", 1, 1, 1, 30.0, 28.0, 1.2, 0.9, 3.97, 5.0, 0, False),
-        LevelRow("d", "agent", 2, 1, 1, 25.0, 22.0, 4.1, 0.9, 13.05, 5.0, 0, False),
-        LevelRow("d", "code", 4, 1, 1, 40.0, 38.0, 0.2, None, None, None, 0, False),
+        LevelRow("d", "agent", 1, 1, 1, 30.0, 28.0, 1.2, 0.9, 3.97, 5.0, True, 0, False),
+        LevelRow("d", "agent", 2, 1, 1, 25.0, 22.0, 4.1, 0.9, 13.05, 5.0, False, 0, False),
+        LevelRow("d", "code", 4, 1, 1, 40.0, 38.0, 0.2, None, None, None, None, 0, False),
     ]
     buf = io.StringIO()
     text.print_levels(Console(file=buf, width=200), io.StringIO(), "r1", levels, [])
