@@ -33,17 +33,34 @@ async def reset_prefix_cache(dep: Deployment, headers: dict[str, str]) -> str:
 
 async def _reset(client: httpx.AsyncClient, dep: Deployment, headers: dict[str, str]) -> str:
     for route in RESET_ROUTES:
-        try:
-            r = await client.post(dep.server_url(route), headers=headers)
-        except httpx.HTTPError as exc:
-            return f"failed: {type(exc).__name__} at /{route}"
-        if r.status_code in _ABSENT:
-            continue
-        if 200 <= r.status_code < 300:
+        r, failed = await _ask(client, "POST", dep.server_url(route), headers, f"/{route}")
+        if failed is not None:
+            return failed
+        if r is not None:
             return "reset"
-        return f"failed: HTTP {r.status_code} at /{route}"
     erased = await _erase_slots(client, dep, headers)
     return "unsupported" if erased is None else erased
+
+
+async def _ask(
+    client: httpx.AsyncClient,
+    method: str,
+    url: str,
+    headers: dict[str, str],
+    where: str,
+    params: dict[str, str] | None = None,
+) -> tuple[httpx.Response | None, str | None]:
+    """One request of a reset: (the 2xx answer, None), (None, None) when the route is absent,
+    or (None, the failure in the wave's words)."""
+    try:
+        r = await client.request(method, url, headers=headers, params=params)
+    except httpx.HTTPError as exc:
+        return None, f"failed: {type(exc).__name__} at {where}"
+    if r.status_code in _ABSENT:
+        return None, None
+    if not 200 <= r.status_code < 300:
+        return None, f"failed: HTTP {r.status_code} at {where}"
+    return r, None
 
 
 async def _erase_slots(
@@ -51,28 +68,17 @@ async def _erase_slots(
 ) -> str | None:
     """llama-server's way: erase every slot's prompt. None when the server has no slots
     route, or refuses slot actions (started without ``--slot-save-path``)."""
-    try:
-        r = await client.get(dep.server_url("slots"), headers=headers)
-    except httpx.HTTPError as exc:
-        return f"failed: {type(exc).__name__} at /slots"
-    if r.status_code in _ABSENT:
-        return None
-    if not 200 <= r.status_code < 300:
-        return f"failed: HTTP {r.status_code} at /slots"
+    r, failed = await _ask(client, "GET", dep.server_url("slots"), headers, "/slots")
+    if r is None:
+        return failed
     ids = slot_ids(r)
     if ids is None:
         return "failed: /slots answered no list of slots"
     for slot in ids:
-        try:
-            e = await client.post(
-                dep.server_url(f"slots/{slot}"), params={"action": "erase"}, headers=headers
-            )
-        except httpx.HTTPError as exc:
-            return f"failed: {type(exc).__name__} at /slots/{slot}"
-        if e.status_code in _ABSENT:
-            return None
-        if not 200 <= e.status_code < 300:
-            return f"failed: HTTP {e.status_code} at /slots/{slot}"
+        url = dep.server_url(f"slots/{slot}")
+        e, failed = await _ask(client, "POST", url, headers, f"/slots/{slot}", {"action": "erase"})
+        if e is None:
+            return failed
     return "reset" if ids else None
 
 

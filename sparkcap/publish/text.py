@@ -162,7 +162,12 @@ def fleet_line(f: FleetRow) -> str:
         note += f" (replicas extrapolated: {f.extrapolated_deployments})"
     if f.not_measured_deployments:
         note += f" (partial: {f.not_measured_deployments} not measured)"
-    unit = "sessions" if f.workload == "agent" else "streams"
+    # streams keep their plural (scripts parse "N streams"); sessions are new: worded right
+    unit = (
+        ("session" if f.capacity_streams == 1 else "sessions")
+        if f.workload == "agent"
+        else "streams"
+    )
     return head + f"{f.capacity_streams} {unit}{note}"
 
 

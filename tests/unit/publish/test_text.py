@@ -113,6 +113,9 @@ def test_a_fleet_figure_nothing_measured_is_said_so_and_sessions_are_counted_as_
     assert text.fleet_line(FleetRow("agent", 3, 20.0, None, "dead", 1)) == (
         "fleet capacity at 20 tok/s — agent: 3 sessions (partial: dead not measured)"
     )
+    assert text.fleet_line(FleetRow("agent", 1, 20.0, None, None, 1)) == (
+        "fleet capacity at 20 tok/s — agent: 1 session"
+    )
 
 
 def test_the_artifact_uses_the_fleet_line_and_keeps_each_verdict_in_its_cell() -> None:
