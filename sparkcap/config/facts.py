@@ -62,7 +62,16 @@ class ModelFacts(_Strict):
         None, description="whose /metrics names to read; None: told by the names themselves"
     )
     memory_bandwidth_gb_s: float | None = Field(
-        None, gt=0, le=1e6, description="memory bandwidth of one node, GB/s (GB10: 273)"
+        None,
+        gt=0,
+        le=1e6,
+        description="memory bandwidth of one node, GB/s (GB10: 273 nominal, ~232 measured read)",
+    )
+    memory_bandwidth_basis: Literal["nominal", "measured"] | None = Field(
+        None,
+        description="what memory_bandwidth_gb_s is: the data sheet's (nominal) or a measured "
+        "read bandwidth; a bound at a nominal bandwidth is said to be one, since a decode step "
+        "never reads at the nominal rate (GB10: 273 GB/s nominal, 231-234 GB/s measured)",
     )
     nodes_per_replica: int | None = Field(
         None, ge=1, le=4096, description="nodes one replica spans (default: nodes / replicas)"
@@ -87,6 +96,8 @@ class ModelFacts(_Strict):
 
     @model_validator(mode="after")
     def _one_weight_model(self) -> ModelFacts:
+        if self.memory_bandwidth_basis is not None and self.memory_bandwidth_gb_s is None:
+            raise ValueError("memory_bandwidth_basis describes memory_bandwidth_gb_s: give both")
         if self.weight_bytes is not None and self.moe is not None:
             raise ValueError("declare weight_bytes (dense) or moe, not both")
         shape = (self.layers, self.kv_heads, self.head_dim)

@@ -55,6 +55,10 @@ class LinkSpec(BaseModel):
     timeout_s: float = Field(60.0, gt=0)
 
 
+# llama-server's request slots when a launch names none (sparkcap passes -np 4)
+LLAMA_DEFAULT_SLOTS = 4
+
+
 class _Strict(BaseModel):
     # as config.Strict: no NaN or infinity (`poll_s: .inf` would wait for ever)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -65,15 +69,37 @@ class Launch(_Strict):
 
     ``llama-server``: llama.cpp, built once into the cache. ``sim``: the simulated twin fleet
     (one process serves every ``sim`` deployment, chosen by model name).
+
+    ``slots`` is llama-server's ``-np`` (4 when left out). The simulator takes its slots from
+    its own profile, so a sim launch refuses ``slots``: a setting the launch does not apply
+    must never be recorded as the server's fact (the study: configured slots alone are
+    insufficient, and a default of 4 once read as "4 slots for 16 streams" on a server that
+    admits 256).
     """
 
     kind: Literal["llama-server", "sim"] = "llama-server"
-    slots: int = Field(4, ge=1, le=64)
+    slots: int | None = Field(None, ge=1, le=64)
     context: int = Field(8192, ge=256)
     threads: int | None = Field(None, ge=1)
     spec_type: str | None = None
     port: int = Field(0, ge=0, le=65535)
     extra_args: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _slots_where_applied(self) -> Launch:
+        if self.kind == "sim" and self.slots is not None:
+            raise ValueError(
+                "slots applies to llama-server (-np) only: the simulator admits what its "
+                "profile's max_slots says"
+            )
+        return self
+
+    def applied_slots(self) -> int | None:
+        """The request slots this launch gives its server: llama-server's ``-np`` (the
+        default 4 is applied too, so it is a fact); None for the simulator."""
+        if self.kind == "llama-server":
+            return self.slots if self.slots is not None else LLAMA_DEFAULT_SLOTS
+        return None
 
 
 class FleetDeployment(DeploymentBase):
@@ -125,7 +151,7 @@ class FleetDeployment(DeploymentBase):
         url = endpoint or (str(self.endpoint) if self.endpoint else None)
         if url is None:
             raise FleetError(f"deployment {self.name} has not been launched")
-        slots = self.parallel_slots or (self.launch.slots if self.launch else None)
+        slots = self.parallel_slots or (self.launch.applied_slots() if self.launch else None)
         shared = {name: getattr(self, name) for name in DeploymentBase.model_fields}
         return Deployment(**{**shared, "parallel_slots": slots}, endpoint=url)
 

@@ -74,6 +74,7 @@ LISTING = "models-owned-by"
 FACTS = (
     "engine",
     "memory_bandwidth_gb_s",
+    "memory_bandwidth_basis",
     "nodes_per_replica",
     "weight_bytes",
     "moe_experts",
@@ -259,6 +260,16 @@ def declared_facts(dep: DeploymentBase) -> list[FactRow]:
     rows: list[FactRow] = []
     if f.engine is not None:
         rows.append(FactRow("engine", None, DECLARED, "facts.engine", text_value=f.engine))
+    if f.memory_bandwidth_basis is not None:
+        rows.append(
+            FactRow(
+                "memory_bandwidth_basis",
+                None,
+                DECLARED,
+                "facts.memory_bandwidth_basis",
+                text_value=f.memory_bandwidth_basis,
+            )
+        )
     numbers: list[tuple[str, float | int | None, str]] = [
         ("memory_bandwidth_gb_s", f.memory_bandwidth_gb_s, "facts.memory_bandwidth_gb_s"),
         ("nodes_per_replica", f.nodes_per_replica, "facts.nodes_per_replica"),

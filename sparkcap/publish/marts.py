@@ -82,6 +82,8 @@ class BottleneckRow(NamedTuple):
     bound_capacity_streams: int | None
     bound_flags: str | None
     unavailable_evidence: str | None
+    is_confirmed: bool | None
+    overruled_evidence: str | None
 
 
 class SessionCacheRow(NamedTuple):

@@ -117,11 +117,16 @@ def bottleneck_line(b: BottleneckRow) -> str | None:
         line = f"  why {pair}: unknown — no signal at {b.limit_level} streams decides"
     else:
         what = BOTTLENECK_WORDS.get(b.bottleneck, b.bottleneck)
+        if b.is_confirmed is False:
+            # only a setting points here: the mart's evidence reads "consistent with …"
+            what += ", unconfirmed"
         line = f"  why {pair}: {what} ({b.confidence}) — {b.evidence}"
         if b.advice:
             line += f"; advice: {b.advice}"
     if b.bound_flags:
         line += f"; check: {b.bound_flags}"
+    if b.overruled_evidence:
+        line += f"; overruled by the measurements: {b.overruled_evidence}"
     return visible(line)
 
 

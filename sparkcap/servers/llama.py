@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkcap.config.fleet import Fleet
+from sparkcap.config.fleet import LLAMA_DEFAULT_SLOTS, Fleet
 from sparkcap.errors import SparkcapError
 from sparkcap.servers.processes import ManagedProcess, ManagedProcessError
 from sparkcap.servers.sim.server import SimProcess
@@ -344,7 +344,7 @@ def launched(fleet: Fleet) -> Iterator[dict[str, str]]:
                 server = stack.enter_context(
                     local_server(
                         port=ls.port,
-                        slots=ls.slots,
+                        slots=ls.applied_slots() or LLAMA_DEFAULT_SLOTS,
                         context=ls.context,
                         threads=ls.threads,
                         spec_type=ls.spec_type,

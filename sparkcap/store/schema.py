@@ -290,7 +290,8 @@ RAW_TABLES: dict[str, pa.Schema] = {
             "fact",
             STR,
             null=False,
-            doc="engine | memory_bandwidth_gb_s | nodes_per_replica | weight_bytes | "
+            doc="engine | memory_bandwidth_gb_s | memory_bandwidth_basis (nominal or "
+            "measured) | nodes_per_replica | weight_bytes | "
             "moe_experts | moe_experts_per_token | moe_expert_bytes | moe_shared_bytes | "
             "kv_bytes_per_token | context_tokens | server_slots | engine_version | model_id | "
             "model_root | server_started_at (seconds since the epoch) | settings_hash | "

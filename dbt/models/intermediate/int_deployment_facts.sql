@@ -61,6 +61,7 @@ pivoted as (
         deployment,
         max(fact_text) filter (where fact = 'engine') as engine,
         max(fact_source) filter (where fact = 'engine') as engine_source,
+        max(fact_text) filter (where fact = 'memory_bandwidth_basis') as memory_bandwidth_basis,
         {%- for f in numbers %}
         max(fact_value) filter (where fact = '{{ f }}') as {{ f }},
         max(fact_source) filter (where fact = '{{ f }}') as {{ f }}_source{{ "," if not loop.last }}
@@ -88,6 +89,8 @@ final as (
         p.engine_source,
         p.memory_bandwidth_gb_s * 1e9 as memory_bandwidth_bytes_s,
         p.memory_bandwidth_gb_s_source as memory_bandwidth_bytes_s_source,
+        -- nominal (a data sheet's) or measured (a read benchmark's); NULL: not said
+        p.memory_bandwidth_basis,
         coalesce(
             cast(p.nodes_per_replica as integer), greatest(1, d.nodes // d.replicas)
         ) as nodes_per_replica,

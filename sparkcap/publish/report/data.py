@@ -172,7 +172,8 @@ def _why(con: Any, data: dict[str, Any], where: str, params: dict[str, Any]) -> 
         con,
         "select deployment, workload, capacity_streams, limit_level, bottleneck, confidence, "
         "evidence, advice, round(100 * limit_level_share_of_bound, 1) as share_of_bound_pct, "
-        f"bound_capacity_streams, bound_flags from marts.fct_bottlenecks {where} "
+        "bound_capacity_streams, bound_flags, overruled_evidence "
+        f"from marts.fct_bottlenecks {where} "
         "order by deployment, workload",
         params,
     )

@@ -160,7 +160,7 @@ class SimFaults(BaseModel):
 
 
 class SimProfile(BaseModel):
-    """One simulated deployment. Rates are set by :func:`calibrated` in ``sim.fleet``."""
+    """One simulated deployment (the twin's: :func:`bandwidth_calibrated` in ``sim.fleet``)."""
 
     model_config = ConfigDict(extra="forbid")
 

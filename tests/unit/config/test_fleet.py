@@ -151,3 +151,25 @@ def test_batch_buckets_are_ascending_whole_batch_sizes(
     path.write_text(body % "[1, 2, 4, 8]")
     (dep,) = load_fleet(path).deployments
     assert dep.batch_buckets == (1, 2, 4, 8)
+
+
+def test_a_launch_records_only_the_slots_it_applies(tmp_path: Path) -> None:
+    """A slot count is a fact only where the launch gives it to the server: llama-server's
+    -np (the default 4 too); the simulator admits what its profile says, so a sim launch
+    records none and refuses a slot count it would not apply."""
+    f = tmp_path / "fleet.yaml"
+    f.write_text(
+        "name: x\nworkloads: {code: {}}\ndeployments:\n"
+        "  - {name: a, model: m, launch: {kind: llama-server}}\n"
+        "  - {name: b, model: m, launch: {kind: llama-server, slots: 2}}\n"
+        "  - {name: c, model: m, launch: {kind: sim}}\n"
+        "  - {name: d, model: m, parallel_slots: 6, launch: {kind: sim}}\n"
+    )
+    deps = {d.name: d.resolve("http://127.0.0.1:1/v1") for d in load_fleet(f).deployments}
+    assert {n: d.parallel_slots for n, d in deps.items()} == {"a": 4, "b": 2, "c": None, "d": 6}
+    f.write_text(
+        "name: x\nworkloads: {code: {}}\ndeployments:\n"
+        "  - {name: c, model: m, launch: {kind: sim, slots: 4}}\n"
+    )
+    with pytest.raises(FleetError, match="slots applies to llama-server"):
+        load_fleet(f)

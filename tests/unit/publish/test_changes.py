@@ -170,7 +170,7 @@ create table marts.fct_bottlenecks (run_id varchar, deployment varchar, workload
     capacity_streams integer, limit_level integer, bottleneck varchar, confidence varchar,
     evidence varchar, advice varchar, limit_level_tok_s double, limit_level_bound_tok_s double,
     limit_level_share_of_bound double, bound_capacity_streams integer, bound_flags varchar,
-    unavailable_evidence varchar);
+    unavailable_evidence varchar, is_confirmed boolean, overruled_evidence varchar);
 insert into marts.fct_levels values
     ('r1', 'glm', 'code', 4, 1, 1, 0, 46, 45, 0.1, null, null, null, null, false);
 insert into marts.fct_capacity values

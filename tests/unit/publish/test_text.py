@@ -14,6 +14,7 @@ from rich.console import Console
 
 from sparkcap.publish import text
 from sparkcap.publish.marts import (
+    BottleneckRow,
     CapacityRow,
     ContextLadderRow,
     FailedStep,
@@ -439,3 +440,52 @@ def _ladder(**kw: object) -> ContextLadderRow:
 )
 def test_a_context_ladder_is_worded_from_its_summary(row: ContextLadderRow, line: str) -> None:
     assert text.context_ladder_line(row) == line
+
+
+def _why(**kw: object) -> BottleneckRow:
+    base: dict[str, object] = {
+        "deployment": "qwen",
+        "workload": "code",
+        "capacity_streams": 8,
+        "limit_level": 16,
+        "bottleneck": "memory-bandwidth",
+        "confidence": "medium",
+        "evidence": "16.7 tok/s = 80 % of the 20.9 tok/s the memory allows at 16 streams",
+        "advice": None,
+        "limit_level_tok_s": 16.7,
+        "limit_level_bound_tok_s": 20.9,
+        "limit_level_share_of_bound": 0.8,
+        "bound_capacity_streams": 12,
+        "bound_flags": None,
+        "unavailable_evidence": None,
+        "is_confirmed": True,
+        "overruled_evidence": None,
+    }
+    return BottleneckRow(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_the_why_line_says_what_the_measurements_overruled() -> None:
+    line = text.bottleneck_line(
+        _why(overruled_evidence="request-slots: 4 slot(s) for 16 streams, but up to 0 waiting")
+    )
+    assert line is not None
+    assert line.startswith("  why qwen/code: memory bandwidth (medium) — 16.7 tok/s = 80 % of")
+    assert line.endswith(
+        "; overruled by the measurements: request-slots: 4 slot(s) for 16 streams, "
+        "but up to 0 waiting"
+    )
+
+
+def test_a_verdict_only_configuration_supports_is_said_unconfirmed() -> None:
+    line = text.bottleneck_line(
+        _why(
+            bottleneck="request-slots",
+            confidence="low",
+            is_confirmed=False,
+            evidence="consistent with 2 slot(s) for 4 streams, unconfirmed: no server gauge",
+        )
+    )
+    assert line == (
+        "  why qwen/code: request slots (queueing), unconfirmed (low) — consistent with 2 "
+        "slot(s) for 4 streams, unconfirmed: no server gauge"
+    )

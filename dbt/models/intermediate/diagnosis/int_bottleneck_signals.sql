@@ -2,9 +2,13 @@
 -- signal, read at the level that stopped the capacity (its first failing level, or the first
 -- level without a valid measurement, whichever is lower; the top level when every level
 -- passed). Each signal names the factor it points to, what was observed, where it came from,
--- and whether it `supports` that factor, speaks `against` it, or is `unavailable` (the server
--- publishes no such metric, no scrape reached, a fact is missing): an unavailable signal is
--- never read as a 0.
+-- and whether it `supports` that factor, speaks `against` it, is `neutral` (read, but deciding
+-- neither way: a bound above the threshold does not say the memory is not the limit), or is
+-- `unavailable` (the server publishes no such metric, no scrape reached, a fact is missing):
+-- an unavailable signal is never read as a 0. Each signal's `evidence_kind` says what it
+-- rests on: `measured` (the server's gauges and counters, the client's observations, the
+-- bound against the measured rate) or `configured` (a declared or reported setting, such as
+-- the slot count), which fct_bottlenecks weighs below any measurement.
 with capacity as (
     select * from {{ ref('fct_capacity') }}
 ),
@@ -169,7 +173,12 @@ signals as (
         case when share_of_bound is null then coalesce(bound_note, 'no bound')
              else round(median_decode_tok_s, 1) || ' tok/s = ' || round(100 * share_of_bound)
                  || ' % of the ' || round(bound_decode_tok_s, 1)
-                 || ' tok/s the memory allows at ' || limit_level || ' streams' end,
+                 || ' tok/s the memory allows at ' || limit_level || ' streams'
+                 || case memory_bandwidth_basis
+                     when 'nominal' then ' (at the nominal bandwidth: a decode step reads '
+                         || 'below it, so the share reads low)'
+                     when 'measured' then ' (at the measured read bandwidth)'
+                     else '' end end,
         'int_level_diagnosis.share_of_bound',
         case when share_of_bound is null then 'unavailable'
              when share_of_bound >= {{ var('bandwidth_bound_share') }} then 'supports'
@@ -182,9 +191,11 @@ signals as (
              else 'even at full bandwidth ' || limit_level || ' streams get at most '
                  || round(bound_decode_tok_s, 1) || ' tok/s each' end,
         'int_level_diagnosis.bound_decode_tok_s',
+        -- a bound above the threshold only says the memory could carry the threshold at full
+        -- bandwidth: how close the level came is the share's signal, so this one is neutral
         case when bound_decode_tok_s is null then 'unavailable'
              when bound_decode_tok_s < threshold_tok_s then 'supports'
-             else 'against' end
+             else 'neutral' end
     from at_limit
 ),
 
@@ -197,6 +208,9 @@ final as (
         factor,
         factor_rank,
         signal,
+        -- a slot count is what the server was set to run with (declared, a launch's -np, or
+        -- the server's own /props), not what happened: configuration, never a measurement
+        case when signal = 'slots' then 'configured' else 'measured' end as evidence_kind,
         observed,
         detail,
         source,

@@ -133,6 +133,7 @@ joined as (
         s.engine,
         s.engine_source,
         f.replica_bandwidth_bytes_s,
+        f.memory_bandwidth_basis,
         f.weight_bytes,
         f.moe_experts,
         f.moe_experts_per_token,

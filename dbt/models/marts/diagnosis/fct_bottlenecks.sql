@@ -1,12 +1,19 @@
 -- Why each capacity is what it is: one row per run, deployment and workload. The verdict is
--- the first factor, in a fixed order, that a signal at the limiting level supports
--- (int_bottleneck_signals): the client (a measurement limit, not the fleet's), a link, KV
--- capacity / preemption, request slots / queueing, batch-size buckets (a dip), prefill
--- interference, memory bandwidth. The order puts what invalidates or distorts a measurement
--- before what explains a clean one. "unknown" when no signal decides; "not reached" when every
--- level passed; "not measured" when no level was. Confidence: high with two or more signals
--- behind the verdict, medium with one, and low when the limiting level had no valid trial (its
--- evidence comes from invalid waves only).
+-- chosen by the weight of the evidence at the limiting level (int_bottleneck_signals):
+--   * a factor is *confirmed* when a measured signal supports it and its measured signals
+--     for it are at least as many as those against it (the server's gauges and counters, the
+--     client's queue detection, the bound against the measured rate);
+--   * a factor that only a configured setting supports (a slot count), with no measurement
+--     against it, is at most *consistent with*: unconfirmed, low confidence;
+--   * a factor whose measurements speak against it is never the verdict, whatever its
+--     configuration says (the study: configured request slots alone are insufficient).
+-- Among confirmed factors (and, failing those, unconfirmed ones) the fixed order decides:
+-- client, link, kv-cache, request-slots, batch-buckets, prefill, memory-bandwidth, which
+-- puts what invalidates or distorts a measurement before what explains a clean one.
+-- "unknown" when no factor stands; "not reached" when every level passed; "not measured"
+-- when no level was. Confidence: high for a confirmed factor with two or more signals for it
+-- and none against, medium for any other confirmed one, low for an unconfirmed one or when
+-- the limiting level had no valid trial (its evidence comes from invalid waves only).
 with capacity as (
     select * from {{ ref('fct_capacity') }}
 ),
@@ -19,22 +26,50 @@ diag as (
     select * from {{ ref('int_level_diagnosis') }}
 ),
 
-supported as (
+weighed as (
     select
         run_id, deployment, workload, factor, factor_rank,
-        count(*) as n_signals,
-        string_agg(detail, '; ' order by signal) as evidence
+        count(*) filter (where status = 'supports' and evidence_kind = 'measured')
+            as n_measured_for,
+        count(*) filter (where status = 'against' and evidence_kind = 'measured')
+            as n_measured_against,
+        count(*) filter (where status = 'supports' and evidence_kind = 'configured')
+            as n_configured_for,
+        string_agg(detail, '; ' order by signal) filter (where status = 'supports') as evidence,
+        string_agg(detail, '; ' order by signal)
+            filter (where status = 'against' and evidence_kind = 'measured') as measured_against
     from signals
-    where status = 'supports'
     group by all
+),
+
+standing as (
+    select
+        *,
+        case
+            when n_measured_for > 0 and n_measured_for >= n_measured_against then 'confirmed'
+            when n_configured_for > 0 and n_measured_against = 0 then 'unconfirmed'
+        end as standing
+    from weighed
 ),
 
 chosen as (
     select *
-    from supported
+    from standing
+    where standing is not null
     qualify row_number() over (
-        partition by run_id, deployment, workload order by factor_rank
+        partition by run_id, deployment, workload
+        order by standing = 'confirmed' desc, factor_rank
     ) = 1
+),
+
+overruled as (
+    -- configuration the measurements contradict: said, so a reader sees why it is not the why
+    select run_id, deployment, workload,
+        string_agg(factor || ': ' || evidence || ', but ' || measured_against, '; '
+            order by factor_rank) as overruled_evidence
+    from standing
+    where n_configured_for > 0 and standing is null
+    group by all
 ),
 
 unavailable as (
@@ -107,8 +142,12 @@ joined as (
         f.levels_above_bound,
         f.is_far_below_bound_at_1,
         ch.factor as supported_factor,
-        ch.n_signals,
+        ch.standing,
+        ch.n_measured_for,
+        ch.n_measured_against,
+        ch.n_configured_for,
         ch.evidence,
+        o.overruled_evidence,
         u.unavailable_evidence
     from capacity as c
     left join limits as l
@@ -120,6 +159,8 @@ joined as (
         on ch.run_id = c.run_id and ch.deployment = c.deployment and ch.workload = c.workload
     left join unavailable as u
         on u.run_id = c.run_id and u.deployment = c.deployment and u.workload = c.workload
+    left join overruled as o
+        on o.run_id = c.run_id and o.deployment = c.deployment and o.workload = c.workload
     left join bound_curve as b
         on b.run_id = c.run_id and b.deployment = c.deployment and b.workload = c.workload
     left join flags as f
@@ -141,18 +182,29 @@ final as (
         end as bottleneck,
         case
             when not is_measured or is_lower_bound or supported_factor is null then null
+            when standing = 'unconfirmed' then 'low'
             when coalesce(limit_level_valid_trials, 0) = 0 then 'low'
-            when n_signals >= 2 then 'high'
+            when n_measured_for + n_configured_for >= 2 and n_measured_against = 0 then 'high'
             else 'medium'
         end as confidence,
+        case
+            when not is_measured or is_lower_bound or supported_factor is null then null
+            else standing = 'confirmed'
+        end as is_confirmed,
         case
             when not is_measured then capacity_verdict
             when is_lower_bound then 'every level up to ' || limit_level
                 || ' streams passed: the limit lies above what was tried'
+            when standing = 'unconfirmed' then 'consistent with ' || evidence
+                || ', unconfirmed: no server gauge or client observation at ' || limit_level
+                || ' streams supports it'
             else evidence
         end as evidence,
         case
             when not is_measured or is_lower_bound then null
+            when standing = 'unconfirmed'
+                then 'confirm it first: let sparkcap read the server''s queue and KV gauges '
+                    || '(/metrics) at the limiting level'
             when supported_factor = 'client'
                 then 'measure from a stronger or less loaded client host (sparkcap calibrate)'
             when supported_factor = 'link'
@@ -185,7 +237,9 @@ final as (
                 || 'mode, wrong kernels, or a speculative decoder that does not pay?' end
         ], lambda x: x is not null), '; '), '') as bound_flags,
         engine,
-        unavailable_evidence
+        unavailable_evidence,
+        case when is_measured and not is_lower_bound then overruled_evidence end
+            as overruled_evidence
     from joined
 )
 

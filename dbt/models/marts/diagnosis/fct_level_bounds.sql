@@ -19,6 +19,7 @@ final as (
         kv_bytes_per_step,
         bytes_per_step,
         replica_bandwidth_bytes_s,
+        memory_bandwidth_basis,
         tokens_per_step,
         tokens_per_step_source,
         bound_step_ms,
