@@ -53,14 +53,17 @@ EXPECTED: dict[MetricStyle, dict[str, str]] = {
         "sglang:prompt_tokens_total": "counter",
         "sglang:generation_tokens_total": "counter",
         "sglang:spec_accept_length": "gauge",
+        "sglang:num_retracted_requests_total": "counter",
+        "sglang:queue_time_seconds": "histogram",
     },
     "llamacpp": {
         "llamacpp:requests_processing": "gauge",
         "llamacpp:requests_deferred": "gauge",
-        "llamacpp:kv_cache_usage_ratio": "gauge",
         "llamacpp:prompt_tokens_total": "counter",
         "llamacpp:tokens_predicted_total": "counter",
         "llamacpp:n_decode_total": "counter",
+        "llamacpp:spec_decode_num_draft_tokens_total": "counter",
+        "llamacpp:spec_decode_num_accepted_tokens_total": "counter",
     },
     "tgi": {
         "tgi_batch_current_size": "gauge",
@@ -162,6 +165,7 @@ def test_each_style_shows_exactly_its_engines_names(style: MetricStyle) -> None:
     if style == "llamacpp":
         assert _value(fams, "llamacpp:tokens_predicted_total") == generated
         assert _value(fams, "llamacpp:n_decode_total") > 0
+        assert _value(fams, "llamacpp:spec_decode_num_accepted_tokens_total") > 0
     if style == "vllm":
         count = _value(
             fams, "vllm:request_queue_time_seconds", "vllm:request_queue_time_seconds_count"
@@ -174,6 +178,15 @@ def test_each_style_shows_exactly_its_engines_names(style: MetricStyle) -> None:
         assert _value(fams, "vllm:spec_decode_num_accepted_tokens_total", model_name="m") > 0
     if style == "sglang":
         assert _value(fams, "sglang:spec_accept_length", model_name="m") > 1.5  # 2 drafts, p 0.8
+        assert (
+            _value(
+                fams,
+                "sglang:queue_time_seconds",
+                "sglang:queue_time_seconds_count",
+                model_name="m",
+            )
+            == N_REQUESTS
+        )
     if style == "tgi":
         assert _value(fams, "tgi_request_generated_tokens", "tgi_request_generated_tokens_sum") == (
             generated

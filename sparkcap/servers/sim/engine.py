@@ -55,9 +55,11 @@ truth is known; each is off unless its profile fields are set.
   prose's temperature knows how much of the code–prose gap temperature explains.
 - **Engine-style metrics.** ``metric_style`` makes the server show a deployment's counters
   under vLLM's, SGLang's, llama-server's, TGI's or TensorRT-LLM's own names (each engine's
-  real set, gaps included: SGLang has no preemption counter, TensorRT-LLM no gauges), so the
-  diagnosis's name map and its "unavailable, not 0" rule are tested against each. The queue
-  time a histogram reports is admission − arrival in model time (the first admission).
+  real set as its recorded page in ``tests/data/metrics_pages`` shows it, gaps included:
+  llama-server's pinned build and TGI have no KV-cache gauge or preemption counter,
+  TensorRT-LLM no gauges), so the diagnosis's name map and its "unavailable, not 0" rule are
+  tested against each. The queue time a histogram reports is admission − arrival in model
+  time (the first admission).
 
 Tokens are counted by the engine and reported in ``usage``; "text" is synthetic.
 Faults (short outputs, cut streams, in-band errors, rejections, stalls, missing usage) are

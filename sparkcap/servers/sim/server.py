@@ -67,6 +67,9 @@ MetricKind = Literal["counter", "gauge", "histogram"]
 MetricValue = Callable[[Engine], float | Histogram]
 # Per engine style, the families its real server exposes (the diagnosis's evidence), in its own
 # names: (name, kind, help, value). Counters are named with ``_total``, as their pages show.
+# Each family is on that engine's recorded page with the same type (tests/data/metrics_pages);
+# what the real engine lacks (llama-server's KV-cache gauge at the pinned build, TGI's KV-cache
+# gauge and preemptions) the style lacks too.
 ENGINE_METRICS: dict[MetricStyle, tuple[tuple[str, MetricKind, str, MetricValue], ...]] = {
     "vllm": (
         ("vllm:num_requests_running", "gauge", "requests in a batch", Engine.n_admitted),
@@ -121,11 +124,22 @@ ENGINE_METRICS: dict[MetricStyle, tuple[tuple[str, MetricKind, str, MetricValue]
             "mean tokens per decode step per stream, recently",
             Engine.spec_accept_length,
         ),
+        (
+            "sglang:num_retracted_requests_total",
+            "counter",
+            "requests retracted (preempted) to free KV cache",
+            lambda e: e.preemptions_total,
+        ),
+        (
+            "sglang:queue_time_seconds",
+            "histogram",
+            "Histogram of queueing time in seconds.",
+            lambda e: e.queue_time_s,
+        ),
     ),
     "llamacpp": (
         ("llamacpp:requests_processing", "gauge", "requests processing", Engine.n_admitted),
         ("llamacpp:requests_deferred", "gauge", "requests deferred", lambda e: len(e.waiting)),
-        ("llamacpp:kv_cache_usage_ratio", "gauge", "KV-cache usage, 1 = full", Engine.kv_usage),
         (
             "llamacpp:prompt_tokens_total",
             "counter",
@@ -143,6 +157,18 @@ ENGINE_METRICS: dict[MetricStyle, tuple[tuple[str, MetricKind, str, MetricValue]
             "counter",
             "llama_decode() calls",
             lambda e: e.iterations_total,
+        ),
+        (
+            "llamacpp:spec_decode_num_draft_tokens_total",
+            "counter",
+            "Speculative: Total draft tokens generated",
+            lambda e: e.drafted_total,
+        ),
+        (
+            "llamacpp:spec_decode_num_accepted_tokens_total",
+            "counter",
+            "Speculative: Total draft tokens accepted by the target model",
+            lambda e: e.accepted_total,
         ),
     ),
     "tgi": (
