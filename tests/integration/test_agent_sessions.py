@@ -231,7 +231,9 @@ def test_a_cli_search_of_sessions_on_two_slots_finds_two_and_its_tier_agrees(
         )
     print(res.stdout[-3000:], res.stderr[-3000:], sep="\n")
     with duckdb.connect(str(db), read_only=True) as con:
-        (cap,) = con.execute("select capacity_streams, capacity_verdict from marts.fct_capacity").fetchall()
+        (cap,) = con.execute(
+            "select capacity_streams, capacity_verdict from marts.fct_capacity"
+        ).fetchall()
         (tier,) = con.execute(
             "select capacity_streams from marts.fct_capacity_tiers where is_threshold_of_record"
         ).fetchall()

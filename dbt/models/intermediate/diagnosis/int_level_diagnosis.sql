@@ -51,18 +51,24 @@ sustain_rows as (
     where s.kind = 'sustain'
 ),
 
+both_kinds as (
+    select
+        run_id, deployment, model, workload, concurrency, median_decode_tok_s,
+        threshold_tok_s, passes_threshold, n_valid_trials, no_valid_trial_reason,
+        ttft_quantile_s, ttft_ceiling_s, kind
+    from level_rows
+    union all
+    select
+        run_id, deployment, model, workload, concurrency, median_decode_tok_s,
+        threshold_tok_s, passes_threshold, n_valid_trials, no_valid_trial_reason,
+        ttft_quantile_s, ttft_ceiling_s, kind
+    from sustain_rows
+),
+
 levels as (
     -- one row per level: a sustain wave where one ran (full length decides), else the trials
     select *
-    from (
-        select
-            run_id, deployment, model, workload, concurrency, median_decode_tok_s,
-            threshold_tok_s, passes_threshold, n_valid_trials, no_valid_trial_reason,
-            ttft_quantile_s, ttft_ceiling_s, kind
-        from level_rows
-        union all by name
-        select * from sustain_rows
-    )
+    from both_kinds
     qualify row_number() over (
         partition by run_id, deployment, workload, concurrency
         order by kind = 'sustain' desc
