@@ -66,3 +66,13 @@ from s_interval
         else {{ column }}
     end
 {%- endmacro %}
+
+
+{#- The first failing level once a search's sustain waves are heard (a column
+    first_unsustained_streams in scope): a full-length sustain wave that fell at N decides
+    every level at and above N, whatever the short trials there said, so the first failing
+    level is the lower of the levels' own and N (least() skips NULLs: either alone stands). A
+    capacity with a fallen sustain wave above it is therefore no lower bound. -#}
+{% macro first_failing_with_sustain(column) -%}
+    least({{ column }}, first_unsustained_streams)
+{%- endmacro %}

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 from pathlib import Path
 
 import duckdb
@@ -175,3 +176,79 @@ def test_a_search_of_sessions_stops_where_the_turns_start_too_late(
     assert live[1][1] == "fail" and "TTFT" in live[1][2], live
     assert path[1][1:] == ("fail", "turn TTFT over the ceiling"), path
     assert verdict.startswith("1 session"), verdict
+
+
+def test_a_cli_search_of_sessions_on_two_slots_finds_two_and_its_tier_agrees(
+    tmp_path: Path,
+) -> None:
+    """Issue 34, item 4: two slots hold two sessions' turns at once; a third session's turn
+    waits for a slot behind another's answer, over the TTFT ceiling. `sparkcap sweep --workload
+    agent --search` answers 2 sessions, its sustain wave's turns are judged by their own TTFT
+    (they held), the tier of record is the capacity, and the sweep's build passes (exit 0)."""
+    from tests.integration.helpers import run_cli
+
+    shape = ",".join(
+        f"{k}={v}"
+        for k, v in {
+            "turns": SHAPE.turns,
+            "system_tokens": SHAPE.system_tokens,
+            "repo_context_tokens": SHAPE.repo_context_tokens,
+            "tool_result_tokens": SHAPE.tool_result_tokens,
+            "answer_tokens": SHAPE.answer_tokens,
+            "think_s": SHAPE.think_s,
+            "seed": SHAPE.seed,
+        }.items()
+    )
+    dbt_vars = {
+        **json.loads(RELAXED_TIMING["SPARKCAP_DBT_VARS"]),
+        "ttft_ceiling_s": CEILING_S,
+        "bootstrap_samples": 20,
+    }
+    env = {**os.environ, "SPARKCAP_DBT_VARS": json.dumps(dbt_vars)}
+    db = tmp_path / "agent.duckdb"
+    twoslot = fast_profile("twoslot", step_s1=0.02, draft_tokens=0, max_slots=2)
+    with SimServer([twoslot]) as sim:
+        res = run_cli(
+            "sweep",
+            "--endpoint",
+            sim.endpoint,
+            "--model",
+            "twoslot",
+            "--workload",
+            "agent",
+            "--extra-body",
+            '{"ignore_eos": true}',
+            "--sessions",
+            shape,
+            "--search",
+            "--max-level",
+            "4",
+            "--trials-max",
+            "2",
+            "--db",
+            str(db),
+            env=env,
+        )
+    print(res.stdout[-3000:], res.stderr[-3000:], sep="\n")
+    with duckdb.connect(str(db), read_only=True) as con:
+        (cap,) = con.execute(
+            "select capacity_streams, capacity_verdict from marts.fct_capacity"
+        ).fetchall()
+        (tier,) = con.execute(
+            "select capacity_streams from marts.fct_capacity_tiers where is_threshold_of_record"
+        ).fetchall()
+        sustain = con.execute(
+            "select concurrency, ttft_p90_s, passes_tier from intermediate.int_tier_levels "
+            "where kind = 'sustain' and is_threshold_of_record"
+        ).fetchall()
+        path = con.execute(
+            "select kind, concurrency, verdict from intermediate.int_search_levels "
+            "order by search_step"
+        ).fetchall()
+    print("capacity", cap, "tier", tier, "sustain", sustain, "path", path, sep="\n")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert cap[0] == 2 and cap[1].startswith("2 sessions"), cap
+    assert tier == (2,), tier
+    # the sustain wave at 2 carries its turns' measured TTFT, within the ceiling
+    assert [(c, p) for c, _, p in sustain] == [(2, True)], sustain
+    assert all(t is not None and t <= CEILING_S for _, t, _ in sustain), sustain

@@ -309,3 +309,104 @@ def test_short_trials_on_a_server_sending_three_tokens_a_chunk_are_judged_at_ful
     # the first chunk's two untimed tokens: (29 / 31) x (127 / 125) ~ 0.95 of the short formula
     # (0.9297 once on a fully loaded machine, whose late chunks move the window estimate)
     assert 0.92 < float(ratio) < 0.97, rates  # type: ignore[arg-type]
+
+
+# Issue 34, item 3: a server whose only limit is its memory bandwidth, decoding at 0.8 of the
+# bound. The KV traffic dominates a step, so a stream decodes slower the longer the context:
+# the short trials (40 of 160 tokens, a mean context of ~94 tokens) pass at 8 streams
+# (~30 tok/s), the full-length streams (~155 tokens) hold 7 (~21.4) and fall at 8 (~18.8).
+BANDWIDTH = SimProfile(
+    model="bw",
+    draft_tokens=0,
+    memory_bandwidth_gb_s=30.25,
+    bandwidth_efficiency=0.8,
+    weight_bytes=5e7,
+    kv_bytes_per_token=1e6,
+)
+
+
+@pytest.mark.client_timing  # its rates at 7 and 8 streams sit 6-7 % from the threshold
+def test_a_bandwidth_limited_search_is_judged_at_the_context_each_wave_ran(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every level's bound is the simulator's own at the context its deciding waves ran (the
+    short trials' at their length, the sustain waves' at full length), and the measured rate
+    is the server's efficiency of it at every level; the sustain wave that fell at 8 decides
+    over the short trials that passed there: capacity 7, no lower bound, memory-bandwidth."""
+    from sparkcap.servers.sim.engine import bandwidth_bound_tok_s
+    from sparkcap.transform.dbt_build import run_models
+    from tests.integration.helpers import RELAXED_TIMING, SHORT_STREAM_VARS
+
+    for k, v in RELAXED_TIMING.items():
+        monkeypatch.setenv(k, v)
+    facts = {"memory_bandwidth_gb_s": 30.25, "weight_bytes": 5e7, "kv_bytes_per_token": 1e6}
+    with SimServer([BANDWIDTH]) as sim:
+        dep = Deployment(
+            name="bw",
+            endpoint=sim.endpoint,  # type: ignore[arg-type]
+            model="bw",
+            extra_body={"ignore_eos": True},
+            facts=facts,  # type: ignore[arg-type]
+        )
+        plan = SweepPlan(
+            max_tokens=160,
+            client_processes=1,
+            search=SearchPlan(max_level=8, trials_max=3, warmup_tokens=8, dip_check_levels=0),
+        )
+        req = SweepRequest(deployment=dep, workload="code", plan=plan)
+        result = asyncio.run(run_sweeps([req], db_path))
+    assert result.status == "complete", result.reason
+    run_models(
+        db_path,
+        ["+fct_capacity", "+fct_level_bounds", "+fct_bottlenecks", "+fct_capacity_tiers"],
+        {**SHORT_STREAM_VARS, "bootstrap_samples": 20},
+    )
+    bounds = q(
+        db_path,
+        "select concurrency, kind, mean_context_tokens, bound_decode_tok_s, share_of_bound "
+        "from marts.fct_level_bounds order by concurrency",
+    )
+    path = q(
+        db_path,
+        "select kind, concurrency, verdict from intermediate.int_search_levels "
+        "order by search_step",
+    )
+    (cap,) = q(
+        db_path,
+        "select capacity_streams, first_failing_level, is_lower_bound, capacity_verdict "
+        "from marts.fct_capacity",
+    )
+    (why,) = q(db_path, "select bottleneck, limit_level, bound_flags from marts.fct_bottlenecks")
+    (tier,) = q(
+        db_path,
+        "select capacity_streams, is_lower_bound from marts.fct_capacity_tiers "
+        "where is_threshold_of_record",
+    )
+    print("bounds", bounds, "path", path, "capacity", cap, "bottleneck", why, sep="\n")
+    # the full-length truth: 7 streams decode at 0.8 x the bound above 20 tok/s, 8 below
+    full_context = [r[2] for r in bounds if r[1] == "sustain"]
+    assert full_context, (bounds, path)
+    true_capacity = max(
+        c for c in range(1, 9) if 0.8 * bandwidth_bound_tok_s(BANDWIDTH, c, full_context[0]) >= 20
+    )
+    assert true_capacity == 7
+    # the levels the short trials passed, and the sustain waves at 8 (fell) and 7 (held)
+    assert [(k, c) for k, c, _ in path] == [
+        ("level", 1),
+        ("level", 2),
+        ("level", 4),
+        ("level", 8),
+        ("sustain", 8),
+        ("sustain", 7),
+    ], path
+    assert [c for c, *_ in bounds] == [1, 2, 4, 7, 8], bounds
+    for streams, kind, context, bound, share in bounds:
+        # short trials ran at ~94 tokens of context, the sustain waves at ~155
+        assert (context < 110) == (kind == "level"), (streams, kind, context)
+        truth = bandwidth_bound_tok_s(BANDWIDTH, streams, context)
+        assert bound == pytest.approx(truth, rel=0.01), (streams, bound, truth)
+        assert share == pytest.approx(0.8, abs=0.03), (streams, kind, share)
+    assert cap[:3] == (true_capacity, 8, False), cap
+    assert cap[3].startswith("7 streams · search; sustain wave: fell at 8, held at 7"), cap
+    assert why == ("memory-bandwidth", 8, None), why
+    assert tier == (true_capacity, False), tier

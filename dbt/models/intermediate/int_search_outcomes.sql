@@ -50,6 +50,10 @@ sustain as (
         count(*) as n_sustain_waves,
         max(concurrency) filter (where passes_threshold) as sustained_streams,
         min(concurrency) filter (where not passes_threshold) as first_unsustained_streams,
+        arg_max(median_decode_tok_s, concurrency) filter (where passes_threshold)
+            as sustained_tok_s,
+        arg_min(median_decode_tok_s, concurrency) filter (where not passes_threshold)
+            as first_unsustained_tok_s,
         -- a sustain wave whose whole interval fell below the threshold is a clear failure,
         -- like a level's: it decides the high end (one that straddles only moves the answer)
         min(concurrency) filter (where verdict = 'fail') as first_clearly_fallen_streams,
@@ -82,6 +86,8 @@ final as (
         coalesce(s.n_sustain_waves, 0) as n_sustain_waves,
         s.sustained_streams,
         s.first_unsustained_streams,
+        s.sustained_tok_s,
+        s.first_unsustained_tok_s,
         s.sustain_path,
         w.run_watermark,
         {{ judgement_settings() }} as judgement_settings

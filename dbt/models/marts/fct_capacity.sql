@@ -1,6 +1,8 @@
 -- Capacity per run, deployment and workload: the level rule (int_capacity), its bootstrap
 -- interval, and for a search the sustain verdict: a sustain wave that fell below the threshold
--- at N streams caps the capacity at N - 1, and `sustain_result` says so. `capacity_verdict`
+-- at N streams caps the capacity at N - 1 and is the first failing level when no lower level
+-- failed (it decides over short trials that passed at and above N: macro
+-- first_failing_with_sustain), so such a capacity is no lower bound; `sustain_result` says so. `capacity_verdict`
 -- words it once for every reader (CLI, report, Prefect artifact, compare): a level without a
 -- valid trial reads "no valid measurement at level N: why", never "below the threshold".
 with capacity as (
@@ -32,11 +34,15 @@ joined as (
         s.sustained_streams,
         s.first_unsustained_streams,
         s.sustain_path,
-        case
-            when s.first_unsustained_streams is not null
-                then least(c.capacity_streams, s.first_unsustained_streams - 1)
-            else c.capacity_streams
-        end as sustained_capacity_streams
+        -- the sustain wave decides at its level when it fell there or below the first
+        -- failing trials
+        coalesce(s.first_unsustained_streams <= c.first_failing_level, s.first_unsustained_streams is not null)
+            as sustain_decides_first_failure,
+        s.sustained_streams = {{ capped_below_fallen_sustain('c.capacity_streams') }}
+            as sustain_held_at_capacity,
+        s.sustained_tok_s,
+        s.first_unsustained_tok_s,
+        {{ capped_below_fallen_sustain('c.capacity_streams') }} as sustained_capacity_streams
     from capacity as c
     left join boot as b
         on b.run_id = c.run_id and b.deployment = c.deployment and b.workload = c.workload
@@ -54,9 +60,9 @@ final as (
         threshold_tok_s,
         sustained_capacity_streams as capacity_streams,
         capacity_streams as level_capacity_streams,
-        first_failing_level,
+        {{ first_failing_with_sustain('first_failing_level') }} as first_failing_level,
         {{ capped_below_fallen_sustain('capacity_interpolated') }} as capacity_interpolated,
-        is_lower_bound,
+        {{ first_failing_with_sustain('first_failing_level') }} is null as is_lower_bound,
         is_non_monotonic,
         is_below_lowest_level,
         is_measured,
@@ -89,8 +95,15 @@ final as (
         n_levels,
         lowest_level,
         top_level,
-        capacity_level_tok_s,
-        first_failing_tok_s,
+        -- the rate at the capacity and at the first failing level: a sustain wave's where it
+        -- decides there (NULL at a capacity a fallen sustain wave moved to an untested level)
+        case
+            when coalesce(sustain_held_at_capacity, false) then sustained_tok_s
+            when sustained_capacity_streams < capacity_streams then null
+            else capacity_level_tok_s
+        end as capacity_level_tok_s,
+        case when sustain_decides_first_failure then first_unsustained_tok_s
+            else first_failing_tok_s end as first_failing_tok_s,
         judgement_settings
     from joined
 ),

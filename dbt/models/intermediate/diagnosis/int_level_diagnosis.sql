@@ -5,16 +5,74 @@
 -- KV cache. Weights: a dense model's all (weight_bytes); a mixture of experts' shared bytes
 -- plus the expected distinct experts a batch of c tokens touches per layer, E(1 - (1 - k/E)^c),
 -- each expert_bytes. KV: c x the level's mean context x KV bytes per token. The mean context
--- of a stream over its decode is its prompt plus half its (full-length) output. The step
+-- of a stream over its decode is its prompt plus half the output it generated (a search's
+-- short trials at their own length, not the full length they stand in for: their rate is
+-- their steady rate at that context; its sustain waves at theirs), per wave. The step
 -- cannot take less than bytes / the replica's memory bandwidth, and each step gives each
 -- stream `tokens_per_step` tokens (1, or more with a speculative decoder: measured from the
 -- server's counters, else the per-chunk counts), so
 --     bound_decode_tok_s = tokens_per_step x bandwidth / (weight bytes + KV bytes).
 -- A fact missing gives no bound, and `bound_missing` says which.
 -- The level's waves: every counted trial (warm-ups and superseded attempts left out), valid or
--- not, since why a trial was invalid (queued, a spoiled client) is evidence too.
-with levels as (
-    select * from {{ ref('int_levels') }}
+-- not, since why a trial was invalid (queued, a spoiled client) is evidence too. Where a
+-- search ran a full-length sustain wave at a level, that wave decides the level (macro
+-- first_failing_with_sustain) and is the level's row here (`kind` 'sustain', its median from
+-- int_search_levels); elsewhere the level's trials are (`kind` 'level').
+with level_rows as (
+    select *, 'level' as kind from {{ ref('int_levels') }}
+),
+
+models as (
+    select run_id, deployment, workload, any_value(model) as model
+    from level_rows
+    group by all
+),
+
+sustain_rows as (
+    select
+        s.run_id,
+        s.deployment,
+        m.model,
+        s.workload,
+        s.concurrency,
+        s.median_decode_tok_s,
+        {{ var('threshold_tok_s') }} as threshold_tok_s,
+        s.passes_threshold,
+        s.n_valid_trials,
+        case when s.n_valid_trials = 0
+            then 'sustain wave invalid: ' || coalesce(s.invalid_reasons, 'no reason recorded')
+        end as no_valid_trial_reason,
+        s.ttft_quantile_s,
+        case when s.workload = 'agent' then {{ var('ttft_ceiling_s') }} end as ttft_ceiling_s,
+        'sustain' as kind
+    from {{ ref('int_search_levels') }} as s
+    left join models as m
+        on m.run_id = s.run_id and m.deployment = s.deployment and m.workload = s.workload
+    where s.kind = 'sustain'
+),
+
+both_kinds as (
+    select
+        run_id, deployment, model, workload, concurrency, median_decode_tok_s,
+        threshold_tok_s, passes_threshold, n_valid_trials, no_valid_trial_reason,
+        ttft_quantile_s, ttft_ceiling_s, kind
+    from level_rows
+    union all
+    select
+        run_id, deployment, model, workload, concurrency, median_decode_tok_s,
+        threshold_tok_s, passes_threshold, n_valid_trials, no_valid_trial_reason,
+        ttft_quantile_s, ttft_ceiling_s, kind
+    from sustain_rows
+),
+
+levels as (
+    -- one row per level: a sustain wave where one ran (full length decides), else the trials
+    select *
+    from both_kinds
+    qualify row_number() over (
+        partition by run_id, deployment, workload, concurrency
+        order by kind = 'sustain' desc
+    ) = 1
 ),
 
 facts as (
@@ -22,9 +80,15 @@ facts as (
 ),
 
 trials as (
-    select *
-    from {{ ref('int_trials') }}
-    where probe is null and trial > 0 and not is_superseded
+    -- the counted waves of the kind that decides each level
+    select t.*
+    from {{ ref('int_trials') }} as t
+    inner join levels as l
+        on l.run_id = t.run_id and l.deployment = t.deployment and l.workload = t.workload
+        and l.concurrency = t.concurrency
+        and l.kind = case when t.probe = 'sustain' then 'sustain' else 'level' end
+    where (t.probe is null or t.probe = 'sustain') and t.trial > 0
+        and not coalesce(t.is_superseded, false)
 ),
 
 streams as (
@@ -53,7 +117,10 @@ chunk_steps as (
 context as (
     select
         run_id, deployment, workload, concurrency,
-        avg(prompt_tokens + coalesce(full_tokens, completion_tokens) / 2.0) as mean_context_tokens,
+        -- what the streams generated (asked, where no usage came back), not the full length a
+        -- short trial stands in for
+        avg(prompt_tokens + coalesce(completion_tokens, requested_tokens) / 2.0)
+            as mean_context_tokens,
         count(*) filter (where prompt_tokens is null) as n_without_prompt_count
     from streams
     group by all
@@ -124,6 +191,7 @@ joined as (
         l.model,
         l.workload,
         l.concurrency,
+        l.kind,
         l.median_decode_tok_s,
         l.threshold_tok_s,
         l.passes_threshold,

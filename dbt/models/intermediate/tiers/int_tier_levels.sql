@@ -18,7 +18,9 @@ sustain as (
     select
         run_id, deployment, null::varchar as model, workload, 'search' as method,
         'sustain' as kind, concurrency, n_valid_trials, median_decode_tok_s, any_queued,
-        null::varchar as no_valid_trial_reason, run_watermark, null::double as ttft_quantile_s
+        null::varchar as no_valid_trial_reason, run_watermark,
+        -- an agent sustain wave's turns are held to the TTFT ceiling as its levels are
+        ttft_quantile_s
     from {{ ref('int_search_levels') }}
     where kind = 'sustain' and {{ changed_runs_filter('run_id') }}
 ),

@@ -1,5 +1,6 @@
 -- Each measured level beside its physical bound (int_level_diagnosis): the measured median
--- per-stream rate, what the memory bandwidth allows at the level's context, and the share.
+-- per-stream rate, what the memory bandwidth allows at the level's context, and the share
+-- (a searched level where a full-length sustain wave ran: that wave's, `kind` 'sustain').
 with diag as (
     select * from {{ ref('int_level_diagnosis') }}
 ),
@@ -11,6 +12,7 @@ final as (
         model,
         workload,
         concurrency,
+        kind,
         median_decode_tok_s,
         threshold_tok_s,
         passes_threshold,

@@ -3,7 +3,8 @@
 -- (int_tier_levels), no new wave. The level rule is int_capacity's (macros/capacity_rule.sql:
 -- the largest level passing with every smaller level passing; a first failing level without
 -- a valid trial is unmeasured, not a failure); a search's sustain waves cap it as in
--- fct_capacity. So the tier of record (the fleet's threshold, no ceiling) is fct_capacity's
+-- fct_capacity, and a fallen one is the first failing level when no lower level failed
+-- (macro first_failing_with_sustain). So the tier of record (the fleet's threshold, no ceiling) is fct_capacity's
 -- capacity, and a tier at T is what `sparkcap build --threshold T` would report. A search
 -- chose its levels for the fleet's threshold: at another tier the capacity is the rule on
 -- those levels only, and the verdict says so (its bracket is first_failing_level).
@@ -57,7 +58,8 @@ summary as (
 
 joined as (
     select
-        s.*,
+        s.* exclude (first_failing_level),
+        {{ first_failing_with_sustain('s.first_failing_level') }} as first_failing_level,
         su.first_unsustained_streams,
         lo.median_decode_tok_s as capacity_level_tok_s,
         lo.ttft_p90_s as capacity_level_ttft_p90_s,
@@ -76,8 +78,14 @@ joined as (
         and lo.threshold_tok_s = s.threshold_tok_s
         and lo.ttft_p90_ceiling_s is not distinct from s.ttft_p90_ceiling_s
     left join levels as hi
-        on hi.kind = 'level' and hi.run_id = s.run_id and hi.deployment = s.deployment
-        and hi.workload = s.workload and hi.concurrency = s.first_failing_level
+        -- the wave that decided the first failure: a fallen sustain wave at or below the
+        -- first failing trials, else those trials
+        on hi.kind = case
+            when su.first_unsustained_streams <= coalesce(s.first_failing_level, 2147483647)
+                then 'sustain' else 'level' end
+        and hi.run_id = s.run_id and hi.deployment = s.deployment
+        and hi.workload = s.workload
+        and hi.concurrency = {{ first_failing_with_sustain('s.first_failing_level') }}
         and hi.threshold_tok_s = s.threshold_tok_s
         and hi.ttft_p90_ceiling_s is not distinct from s.ttft_p90_ceiling_s
 ),
