@@ -144,7 +144,7 @@ signals as (
     select run_id, deployment, workload, limit_level, 'prefill', 'prefill phase', 6,
         prefill_phase_share,
         case when prefill_phase_share is null then 'no TTFT spread to compare'
-             else 'streams decoded ' || round(100 * prefill_phase_share) || ' % of their span '
+             else 'streams decoded ' || round(100 * prefill_phase_share)::integer || ' % of their span '
                  || 'while others were still in prefill' end,
         'int_trials: (max_ttft_s - min_ttft_s) / median_decode_span_s (median)',
         case when prefill_phase_share is null then 'unavailable'
@@ -171,7 +171,7 @@ signals as (
     select run_id, deployment, workload, limit_level, 'memory-bandwidth', 'share of the bound', 7,
         share_of_bound,
         case when share_of_bound is null then coalesce(bound_note, 'no bound')
-             else round(median_decode_tok_s, 1) || ' tok/s = ' || round(100 * share_of_bound)
+             else round(median_decode_tok_s, 1) || ' tok/s = ' || round(100 * share_of_bound)::integer
                  || ' % of the ' || round(bound_decode_tok_s, 1)
                  || ' tok/s the memory allows at ' || limit_level || ' streams'
                  || case memory_bandwidth_basis
