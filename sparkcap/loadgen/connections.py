@@ -140,6 +140,17 @@ class FetchFailed(Exception):
         self.cause = cause
 
 
+class FetchTimedOut(FetchFailed):
+    """No complete answer within the deadline: a page that trickles or never ends. A caller
+    that asks the same page around every wave stops asking after a few of these, since each
+    one adds the whole deadline to a wave's wall time."""
+
+
+# a page that missed its deadline this many times running is not asked again in the sweep:
+# one miss may be a busy server, two running are a page that holds every wave for its deadline
+TIMEOUTS_BEFORE_GIVING_UP = 2
+
+
 async def fetch_bounded(
     client: httpx.AsyncClient,
     url: str,
@@ -167,6 +178,6 @@ async def fetch_bounded(
                         raise FetchFailed(f"body larger than {max_bytes} bytes from {url}")
                 return r.status_code, bytes(body)
     except TimeoutError:
-        raise FetchFailed(f"no complete answer within {total_s:g} s from {url}") from None
+        raise FetchTimedOut(f"no complete answer within {total_s:g} s from {url}") from None
     except httpx.HTTPError as exc:
         raise FetchFailed(f"{type(exc).__name__} from {url}", exc) from None

@@ -4,8 +4,10 @@ llama.cpp (``--metrics``), vLLM and SGLang expose counters such as speculative d
 accept totals; their difference across a wave is the wave's acceptance rate. A scrape uses the
 deployment's own TLS settings and headers (a server that needs a key for chat usually needs it
 for ``/metrics`` too). Every failed scrape is recorded on its wave (``metrics_error``), so a
-report can say whose server metrics are missing and why instead of going quiet; only a server
-that answers 404 (no metrics endpoint at all) is not asked again within the sweep.
+report can say whose server metrics are missing and why instead of going quiet. Two kinds of
+page are not asked again within the sweep: one that answers 404 (no metrics endpoint at all),
+and one that missed the scrape deadline twice running (a page that trickles would otherwise add
+its deadline to each side of every wave, re-measures included).
 """
 
 from __future__ import annotations
@@ -19,7 +21,13 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkcap.config import Deployment
-from sparkcap.loadgen.connections import FetchFailed, fetch_bounded, make_client
+from sparkcap.loadgen.connections import (
+    TIMEOUTS_BEFORE_GIVING_UP,
+    FetchFailed,
+    FetchTimedOut,
+    fetch_bounded,
+    make_client,
+)
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import request_headers
 
@@ -93,7 +101,10 @@ def scrape_into(
     at most ``MAX_DURING_SCRAPES`` samples and ``MAX_DURING_BYTES`` of them.
     """
     url = metrics_url(dep)
-    absent: str | None = None  # set once the server has said it has no metrics endpoint
+    # set once the page is not to be asked again: the server said it has none, or it missed
+    # the deadline TIMEOUTS_BEFORE_GIVING_UP times running
+    absent: str | None = None
+    missed = 0  # scrapes running that got no complete answer within the deadline
     running: dict[str, tuple[asyncio.Task[None], httpx.AsyncClient, list[bytes]]] = {}
 
     def fail(wave: WaveRecord, phase: str, why: str) -> None:
@@ -124,15 +135,27 @@ def scrape_into(
         wave.server_metrics.extend((phase, n, lb, v) for n, lb, v in samples)
 
     async def scrape(wave: WaveRecord, phase: str) -> None:
+        nonlocal absent, missed
         if absent is not None:
             fail(wave, phase, absent)
             return
         try:
             async with make_client(dep, 1) as c:
                 status, body = await fetch_bounded(c, url, headers(), timeout_s, MAX_METRICS_BYTES)
+        except FetchTimedOut as exc:
+            fail(wave, phase, str(exc))
+            missed += 1
+            if missed >= TIMEOUTS_BEFORE_GIVING_UP:
+                absent = (
+                    f"not asked again in this sweep: {missed} scrapes running got no complete "
+                    f"answer within {timeout_s:g} s from {url}"
+                )
+            return
         except FetchFailed as exc:
             fail(wave, phase, str(exc))
+            missed = 0
             return
+        missed = 0
         page = page_of(wave, phase, status, body)
         if page is not None:
             keep(wave, phase, page)

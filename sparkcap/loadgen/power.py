@@ -32,7 +32,14 @@ from typing import Any
 
 from sparkcap.config import Deployment
 from sparkcap.config.power import PowerSource
-from sparkcap.loadgen.connections import IDENTITY_ENCODING, FetchFailed, fetch_bounded, make_client
+from sparkcap.loadgen.connections import (
+    IDENTITY_ENCODING,
+    TIMEOUTS_BEFORE_GIVING_UP,
+    FetchFailed,
+    FetchTimedOut,
+    fetch_bounded,
+    make_client,
+)
 from sparkcap.loadgen.metrics import (
     MAX_METRICS_BYTES,
     MetricsParseError,
@@ -198,12 +205,15 @@ def _nvml_fields(
 def sample_power_into(dep: Deployment, power: PowerSource) -> tuple[WaveHook, WaveHook]:
     """Hooks that read ``power`` around and during each wave into its ``power_samples``."""
     url = str(power.url) if power.url is not None else None
-    absent: str | None = None  # the exporter said it has no such page: not asked again
+    # not asked again: the exporter said it has no such page, or the page missed the deadline
+    # TIMEOUTS_BEFORE_GIVING_UP times running (each miss holds the wave for the deadline)
+    absent: str | None = None
+    missed = 0
     running: dict[str, asyncio.Task[None]] = {}
     rounds: dict[str, int] = {}
 
     async def read_page() -> list[Reading]:
-        nonlocal absent
+        nonlocal absent, missed
         assert url is not None
         if absent is not None:
             return [(None, None, None, None, absent)]
@@ -212,8 +222,18 @@ def sample_power_into(dep: Deployment, power: PowerSource) -> tuple[WaveHook, Wa
                 status, body = await fetch_bounded(
                     c, url, dict(IDENTITY_ENCODING), SCRAPE_TIMEOUT_S, MAX_METRICS_BYTES
                 )
-        except FetchFailed as exc:
+        except FetchTimedOut as exc:
+            missed += 1
+            if missed >= TIMEOUTS_BEFORE_GIVING_UP:
+                absent = (
+                    f"not asked again in this sweep: {missed} reads running got no complete "
+                    f"answer within {SCRAPE_TIMEOUT_S:g} s from {url}"
+                )
             return [(None, None, None, None, str(exc))]
+        except FetchFailed as exc:
+            missed = 0
+            return [(None, None, None, None, str(exc))]
+        missed = 0
         if status == 404:
             absent = f"no power page ({url} answered 404)"
             return [(None, None, None, None, absent)]

@@ -22,7 +22,10 @@ import duckdb
 import pytest
 
 from sparkcap.config import SweepPlan, SweepRequest
-from sparkcap.loadgen.metrics import scrape_into
+from sparkcap.config.power import PowerSource
+from sparkcap.loadgen import power as power_module
+from sparkcap.loadgen.metrics import DURING_INTERVAL_S, scrape_into
+from sparkcap.loadgen.power import with_power
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
 from sparkcap.servers.sim.server import SimServer
@@ -68,18 +71,36 @@ def waves_of(sim: SimServer, n: int = 1, run_id: str | None = None) -> list[Wave
 # -- item 3: the /metrics scrape --------------------------------------------------------
 
 
-def _wave_with_metrics_from(sim: SimServer, metrics_url: str, timeout_s: float) -> WaveRecord:
+def _waves_with_metrics_from(
+    sim: SimServer,
+    metrics_url: str,
+    timeout_s: float,
+    trials: int = 1,
+    during_interval_s: float | None = DURING_INTERVAL_S,
+) -> list[WaveRecord]:
     d = dep(sim.endpoint, "m", metrics_url=metrics_url)
-    before, after = scrape_into(d, timeout_s=timeout_s)
+    before, after = scrape_into(d, timeout_s=timeout_s, during_interval_s=during_interval_s)
+    plan = PLAN.model_copy(update={"trials": trials})
 
     async def sweep() -> list[WaveRecord]:
         # the bound of the test itself: today's scrape would hold the wave for ever
         return await asyncio.wait_for(
-            run_sweep(d, "code", PLAN, new_run_id(), before_wave=before, after_wave=after), 20
+            run_sweep(d, "code", plan, new_run_id(), before_wave=before, after_wave=after), 20
         )
 
-    (wave,) = asyncio.run(sweep())
+    return asyncio.run(sweep())
+
+
+def _wave_with_metrics_from(sim: SimServer, metrics_url: str, timeout_s: float) -> WaveRecord:
+    (wave,) = _waves_with_metrics_from(sim, metrics_url, timeout_s)
     return wave
+
+
+def _trickle(_: int) -> Iterator[bytes | float]:
+    yield b"# HELP x y\n"
+    for _ in range(600):
+        yield 0.5
+        yield b"#"
 
 
 def test_a_trickling_metrics_endpoint_holds_a_wave_no_longer_than_the_scrape_deadline(
@@ -88,13 +109,7 @@ def test_a_trickling_metrics_endpoint_holds_a_wave_no_longer_than_the_scrape_dea
     """A /metrics body trickling a byte a second passed httpx's per-read timeout for ever (a
     0.09 s wave held 122 s): the scrape's deadline is total, and the failure is on the wave."""
 
-    def trickle(_: int) -> Iterator[bytes | float]:
-        yield b"# HELP x y\n"
-        for _ in range(600):
-            yield 0.5
-            yield b"#"
-
-    with RawServer(trickle) as raw:
+    with RawServer(_trickle) as raw:
         t0 = time.monotonic()
         wave = _wave_with_metrics_from(sim, f"http://127.0.0.1:{raw.port}/metrics", 1.0)
         elapsed = time.monotonic() - t0
@@ -102,6 +117,29 @@ def test_a_trickling_metrics_endpoint_holds_a_wave_no_longer_than_the_scrape_dea
     assert [r.status for r in wave.requests] == ["ok"]
     assert wave.metrics_error is not None
     assert wave.metrics_error.count("no complete answer within 1 s") == 2, wave.metrics_error
+
+
+def test_a_trickling_metrics_page_is_not_asked_again_after_two_missed_deadlines(
+    sim: SimServer,
+) -> None:
+    """Each wave scraped a trickling page on both sides, so a sweep with re-measures (a loaded
+    machine) paid twice the deadline per wave: a one-wave sweep held 79 s. Two misses running
+    end the page's scrapes for the sweep; the later waves say why they have no metrics."""
+    with RawServer(_trickle) as raw:
+        t0 = time.monotonic()
+        waves = _waves_with_metrics_from(sim, f"http://127.0.0.1:{raw.port}/metrics", 1.0, trials=4)
+        elapsed = time.monotonic() - t0
+        asked = raw.ordinal
+    assert asked == 2, asked  # the first wave's two scrapes, nothing after them
+    # today's 4 waves x 2 scrapes of 1 s would take over 8 s; the waves themselves are short
+    assert elapsed < 2 * 1.0 + 4.0, elapsed
+    assert all(r.status == "ok" for w in waves for r in w.requests)
+    first, *later = waves
+    assert first.metrics_error is not None
+    assert first.metrics_error.count("no complete answer within 1 s") == 2, first.metrics_error
+    for w in later:
+        assert w.metrics_error is not None
+        assert w.metrics_error.count("not asked again in this sweep: 2 scrapes running") == 2
 
 
 def test_an_endless_metrics_body_is_cut_at_the_size_cap_with_bounded_memory(
@@ -444,3 +482,32 @@ def test_a_changed_host_stream_budget_resizes_its_prefect_limit(
     ensure_limit("host:a", 64)  # the fleet file's budget was lowered
     ensure_limit("host:b", 8)
     assert fake.limits == {"host:a": 64, "host:b": 8}
+
+
+def test_a_trickling_power_page_is_not_read_again_after_two_missed_deadlines(
+    sim: SimServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The power exporter's page is read around and during every wave like /metrics, so it
+    gets the same rule: two reads running past the deadline end its reads for the sweep."""
+    monkeypatch.setattr(power_module, "SCRAPE_TIMEOUT_S", 0.5)
+    with RawServer(_trickle) as raw:
+        # a long sampling interval: only the reads around each wave
+        source = PowerSource(kind="dcgm", url=f"http://127.0.0.1:{raw.port}/metrics", interval_s=60)
+        d = dep(sim.endpoint, "m", power=source)
+        before, after = with_power(d, scrape_into(d, during_interval_s=None))
+        plan = PLAN.model_copy(update={"trials": 3})
+        t0 = time.monotonic()
+        waves = asyncio.run(
+            asyncio.wait_for(
+                run_sweep(d, "code", plan, new_run_id(), before_wave=before, after_wave=after), 20
+            )
+        )
+        elapsed = time.monotonic() - t0
+        asked = raw.ordinal
+    assert asked == 2, asked
+    assert elapsed < 2 * 0.5 + 4.0, elapsed
+    later = [s.reason for w in waves[1:] for s in w.power_samples]
+    assert len(later) == 4 and all(
+        "not asked again in this sweep: 2 reads" in str(r) for r in later
+    )
+    assert all(r.status == "ok" for w in waves for r in w.requests)
