@@ -26,7 +26,7 @@ from sparkcap import config
 from sparkcap.config.fleet import load_fleet
 from sparkcap.errors import SparkcapError
 from sparkcap.night.progress import probe_lines
-from sparkcap.publish import text
+from sparkcap.publish import terminal, text
 from sparkcap.resources import bundled_fleet
 from sparkcap.settings import get_settings
 
@@ -66,30 +66,6 @@ def _interrupted(db: Path, run_id: str) -> Interrupted:
     from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
 
     return Interrupted(text.interrupted_line(run_id, marts.recorded_run(db, run_id)))
-
-
-def print_levels(db: Path, run_id: str, fmt: text.OutputFormat = "table") -> None:
-    """The run's levels and capacities as the marts have them (build the run first): the CLI
-    applies no rule of its own, so what it prints is what the report and SQL users see."""
-    from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
-
-    levels, caps = marts.levels(db, run_id), marts.capacities(db, run_id)
-    text.print_levels(out, sys.stdout, run_id, levels, caps, fmt, marts.bottlenecks(db, run_id))
-    if fmt == "table":  # csv/json keep their documented shape
-        for line in text.session_cache_lines(marts.session_caches(db, run_id)):
-            out.print(line, highlight=False)
-        for line in text.change_lines(marts.changes(db, run_id)):
-            out.print(line, highlight=False)
-        for ladder in marts.context_ladders(db, run_id):
-            out.print(text.context_ladder_line(ladder), highlight=False)
-
-
-def print_fleet(db: Path, run_id: str, console: Any = None) -> None:
-    """The headline from the marts (the numbers the report shows)."""
-    from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
-
-    for f in marts.fleet_capacities(db, run_id):
-        (console or out).print(text.fleet_line(f), highlight=False)
 
 
 @app.command()
@@ -169,7 +145,7 @@ def sweep(
         dbt_build(path)  # incremental: the new run only; the marts are what the CLI prints
     except KeyboardInterrupt:
         raise _interrupted(path, run_id) from None
-    print_levels(path, result.run_id, fmt)
+    terminal.print_levels(out, sys.stdout, path, result.run_id, fmt)
     for d in marts.search_disagreements(path, result.run_id):
         err.print(text.search_disagreement_words(d), highlight=False)
     say.print(f"database: {path}", highlight=False)
@@ -401,8 +377,8 @@ def run(
         raise typer.Exit(1)
     say = out if fmt == "table" else err  # csv/json: only the data on stdout
     say.print(f"run id: {result['run_id']}", highlight=False)
-    print_levels(path, result["run_id"], fmt)
-    print_fleet(path, result["run_id"], say)
+    terminal.print_levels(out, sys.stdout, path, result["run_id"], fmt)
+    terminal.print_fleet(say, path, result["run_id"])
     for line in text.night_lines(result, path):
         say.print(line, highlight=False)
     failures = text.night_failures(result)

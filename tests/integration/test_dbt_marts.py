@@ -229,6 +229,7 @@ def test_the_cli_prints_what_the_marts_say(
     from rich.console import Console
 
     from sparkcap import cli
+    from sparkcap.publish import terminal
 
     src, run_id = night
     assert (
@@ -242,7 +243,7 @@ def test_the_cli_prints_what_the_marts_say(
     build(db, dbt_vars={"threshold_tok_s": 15})
     buf = io.StringIO()
     monkeypatch.setattr(cli, "out", Console(file=buf, width=200))
-    cli.print_levels(db, run_id)
+    terminal.print_levels(cli.out, sys.stdout, db, run_id)
     printed = {
         (m["dep"], m["wl"]): int(m["cap"])
         for m in re.finditer(

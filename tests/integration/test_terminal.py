@@ -88,13 +88,16 @@ def test_levels_table_and_capacities_fit_80_columns(twin_night: dict[str, object
     from rich.console import Console
 
     from sparkcap import cli
+    from sparkcap.publish import terminal
 
     buf = io.StringIO()
     old = cli.out
     cli.out = Console(file=buf, width=80)
     try:
-        cli.print_levels(Path(str(twin_night["db"])), str(twin_night["run_id"]))
-        cli.print_fleet(Path(str(twin_night["db"])), str(twin_night["run_id"]))
+        terminal.print_levels(
+            cli.out, sys.stdout, Path(str(twin_night["db"])), str(twin_night["run_id"])
+        )
+        terminal.print_fleet(cli.out, Path(str(twin_night["db"])), str(twin_night["run_id"]))
     finally:
         cli.out = old
     lines = buf.getvalue().splitlines()
@@ -111,15 +114,16 @@ def test_machine_readable_levels(twin_night: dict[str, object]) -> None:
     import json
 
     from sparkcap import cli
+    from sparkcap.publish import terminal
 
     db, run_id = Path(str(twin_night["db"])), str(twin_night["run_id"])
     real = sys.stdout
     try:
         sys.stdout = io.StringIO()
-        cli.print_levels(db, run_id, "json")
+        terminal.print_levels(cli.out, sys.stdout, db, run_id, "json")
         doc = json.loads(sys.stdout.getvalue())
         sys.stdout = io.StringIO()
-        cli.print_levels(db, run_id, "csv")
+        terminal.print_levels(cli.out, sys.stdout, db, run_id, "csv")
         rows = list(csv.DictReader(io.StringIO(sys.stdout.getvalue())))
     finally:
         sys.stdout = real

@@ -6,13 +6,14 @@ nothing changed, nothing without a baseline; a night prints them under its capac
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import duckdb
 import pytest
 
 from sparkcap import cli
-from sparkcap.publish import marts, text
+from sparkcap.publish import marts, terminal, text
 from sparkcap.publish.marts import ChangeRow
 
 OLD = """
@@ -184,14 +185,16 @@ def test_a_night_prints_its_flagged_changes_after_its_capacities(
 ) -> None:
     with duckdb.connect(str(old_db)) as con:
         con.execute(PRINTED)
-    cli.print_levels(old_db, "r1")
+    terminal.print_levels(cli.out, sys.stdout, old_db, "r1")
     before = capsys.readouterr().out.splitlines()
     assert before[-1] == "capacity at 20 tok/s — glm/code: 4 streams (fails at 8)"  # no mart
     with duckdb.connect(str(old_db)) as con:
         con.execute(NEW)
-    cli.print_levels(old_db, "r1")
+    terminal.print_levels(cli.out, sys.stdout, old_db, "r1")
     after = capsys.readouterr().out.splitlines()
     assert after[-2] == before[-1]
     assert after[-1].startswith("change vs baseline — glm/code rate at 4 streams: -8.0 % (p 0.002")
-    cli.print_levels(old_db, "r1", "json")  # the documented JSON stays one document
+    terminal.print_levels(
+        cli.out, sys.stdout, old_db, "r1", "json"
+    )  # the documented JSON stays one document
     assert json.loads(capsys.readouterr().out)["run_id"] == "r1"
