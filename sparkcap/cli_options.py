@@ -38,7 +38,8 @@ def validation_line(exc: ValidationError) -> str:
     e = exc.errors()[0]
     loc = ".".join(str(x) for x in e["loc"]) or "input"
     more = f" (+{len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
-    return f"invalid {loc}: {e['msg']}{more}"
+    msg = str(e["msg"]).removeprefix("Value error, ")  # pydantic's prefix on our own words
+    return f"invalid {loc}: {msg}{more}"
 
 
 def print_version(value: bool) -> None:

@@ -9,11 +9,12 @@ settings object that could be logged.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
 
-from pydantic import AliasChoices, Field, SecretStr, field_validator
+from pydantic import AliasChoices, Field, SecretStr, StrictFloat, StrictInt, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from sparkcap.errors import SparkcapError
@@ -43,7 +44,8 @@ class Settings(BaseSettings):
     # '{"timing_error_tolerance": 0.02}'): dbt builds, the live search judge and the capture's
     # decision to re-measure a client-spoiled wave all read them (build.judgement_vars), so
     # one setting moves the rule everywhere; `sparkcap build --var` still wins for one build
-    dbt_vars: dict[str, float | list[float]] = Field(
+    # strict: JSON's true is not the number 1 (a 1 tok/s threshold, silently)
+    dbt_vars: dict[str, StrictInt | StrictFloat | list[StrictInt | StrictFloat]] = Field(
         default_factory=dict, validation_alias="SPARKCAP_DBT_VARS"
     )
 
@@ -52,6 +54,20 @@ class Settings(BaseSettings):
     client_host: str = Field(
         default_factory=socket.gethostname, min_length=1, validation_alias="SPARKCAP_CLIENT_HOST"
     )
+
+    @field_validator("dbt_vars", mode="before")
+    @classmethod
+    def _numbers_only(cls, value: object) -> object:
+        """Said per var, before the union's three lines of type errors."""
+        if isinstance(value, dict):
+            for name, given in value.items():
+                items = given if isinstance(given, list) else [given]
+                if not items or any(
+                    isinstance(x, bool) or not isinstance(x, int | float) for x in items
+                ):
+                    shown = json.dumps(given)[:60]
+                    raise ValueError(f"{name}: {shown} is not a number or a list of numbers")
+        return value
 
     @field_validator("log_level")
     @classmethod

@@ -119,6 +119,26 @@ def _interval(capacity: int, low: int, high: int | None) -> str:
     return f"{capacity} [{low}, {high}]"
 
 
+def _change_words(
+    subject: str,
+    concurrency: int | None,
+    change_pct: float | None,
+    p_value: float | None,
+    also: str | None,
+    verdict: str | None,
+) -> str:
+    """A flagged change as fct_changes words it: its verdict states the size, the p-value and
+    what else changed, so nothing is added to it (the gate once printed "what else changed"
+    twice). Only a change without a verdict is put in words here, from its columns."""
+    if verdict:
+        return f"{subject}: {verdict}"
+    what = subject if concurrency is None else f"{subject} at {concurrency} streams"
+    size = "" if change_pct is None else f" {change_pct:+.1f} %"
+    p_words = "" if p_value is None else f", p {p_value:.2g}"
+    also_words = f" (also changed: {also})" if also else ""
+    return f"{what}{size}{p_words} vs its baseline: flagged{also_words}"
+
+
 def regressions(db_path: Path, run_a: str, run_b: str) -> list[Regression]:
     """Where ``run_b`` is worse than ``run_a`` by the marts' own judgement (see the module's
     docstring); ``fct_changes``' flags count once that mart is built."""
@@ -142,13 +162,9 @@ def regressions(db_path: Path, run_a: str, run_b: str) -> list[Regression]:
             for dep, wl, subject, conc, pct, p, also, verdict in con.execute(
                 FLAGGED_SLOWER_SQL, {"b": run_b}
             ).fetchall():
-                what = subject if conc is None else f"{subject} at {conc} streams"
-                size = "" if pct is None else f" {pct:+.1f} %"
-                p_words = "" if p is None else f", p {p:.2g}"
-                words = f"{what}{size}{p_words} vs its baseline: {verdict or 'flagged'}"
-                if also:
-                    words += f" (also changed: {also})"
-                found.append(Regression(dep, wl, words))
+                found.append(
+                    Regression(dep, wl, _change_words(subject, conc, pct, p, also, verdict))
+                )
     return found
 
 

@@ -118,6 +118,19 @@ _POSITIVE_VARS = {
 }
 
 
+# counts and seeds: 200.5 resamples or 7.5 baseline nights has no meaning, and dbt would take
+# the fraction into a range() or a rank; every other numeric var is a rate, share or time
+WHOLE_NUMBER_VARS = {
+    "bootstrap_samples",
+    "bootstrap_seed",
+    "search_min_samples",
+    "change_baseline_runs",
+    "change_min_baseline_runs",
+    "change_permutations",
+    "drift_window_runs",
+}
+
+
 def known_vars() -> dict[str, Any]:
     """The dbt vars the project declares, with their defaults (dbt/dbt_project.yml)."""
     import yaml
@@ -135,6 +148,10 @@ def _number(source: str, name: str, value: str) -> float | int:
         raise BuildError(f"{source} {name}: {value!r} must be a finite number >= 0")
     if number == 0 and name in _POSITIVE_VARS:
         raise BuildError(f"{source} {name}: must be greater than 0")
+    if name in WHOLE_NUMBER_VARS and not number.is_integer():
+        raise BuildError(f"{source} {name}: {value!r} must be a whole number (a count)")
+    # a whole number stays an int, as the project's own defaults are (threshold_tok_s: 20):
+    # the models cast what they format (printf's %g refuses an integer)
     return int(number) if number.is_integer() else number
 
 

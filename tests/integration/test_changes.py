@@ -7,13 +7,15 @@ a client-starved (and slow) night 5; ``drift`` 0.5 % slower every night; ``flat`
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from sparkcap.transform.dbt_build import build
+from sparkcap.publish.compare import regressions
+from sparkcap.transform.dbt_build import WHOLE_NUMBER_VARS, build, known_vars, parse_var_overrides
 from tests.change_nights import History, Night, run_id_for, stage_history
 
 NIGHTS = range(1, 13)
@@ -99,3 +101,57 @@ def test_a_steady_drift_is_flagged_within_its_window_and_no_single_night_is(
     assert not any(r[3] for r in rows if r[1] != "drift")  # no level or capacity alarm
     # flat noisy nights: no change of any kind, on any night
     assert not any(r[3] for r in changes(history_db, "flat"))
+
+
+def _overrides(whole: bool) -> list[str]:
+    """Every numeric var of the project as ``NAME=VALUE``: a whole number (a share as 0 or 1,
+    the rest rounded) or a decimal (counts stay whole: a decimal count is refused up front)."""
+    out = []
+    for name, default in known_vars().items():
+        if isinstance(default, list | bool):
+            continue
+        if whole:
+            value = (0 if name == "ci_low_pct" else 1) if 0 < default < 1 else round(default)
+        elif isinstance(default, int):
+            if name in WHOLE_NUMBER_VARS:
+                continue
+            value = default + 0.5
+        else:
+            value = default
+        out.append(f"{name}={value}")
+    return out
+
+
+@pytest.mark.reliability
+@pytest.mark.parametrize("whole", [True, False], ids=["whole", "decimal"])
+def test_every_numeric_var_builds_given_as_a_whole_number_or_a_decimal(
+    history_db: Path, tmp_path: Path, whole: bool
+) -> None:
+    """``--var change_min_effect_pct=10`` broke int_change_levels (printf's %g refuses an
+    integer) and skipped fct_changes: every model that formats a var casts it. The history's
+    verdicts format the change, drift and timing vars. Whole numbers build the whole night;
+    decimals (most defaults are, and every other build of the suite uses them) build the
+    change models, where the broken formats were."""
+    db = tmp_path / "copy.duckdb"
+    shutil.copy(history_db, db)
+    given = _overrides(whole)
+    assert len(given) > 20 if whole else len(given) > 15
+    select = None if whole else "int_change_levels int_change_drift int_change_capacity fct_changes"
+    result = build(db, select=select, dbt_vars=parse_var_overrides(given))
+    assert result.success, result.failures
+    with duckdb.connect(str(db), read_only=True) as con:
+        verdicts = [r[0] for r in con.execute("select verdict from marts.fct_changes").fetchall()]
+    assert verdicts and all(verdicts)
+    if whole:  # the var as the verdict states it, not 10.0 or 1e+01
+        assert any("|change| >= 3 %" in v for v in verdicts), verdicts[:3]
+
+
+def test_a_regression_gate_says_what_else_changed_once(history_db: Path) -> None:
+    """The gate's line was the verdict (which ends with what else changed) and then
+    "(also changed: …)" again."""
+    found = regressions(history_db, run_id_for("d", 7), run_id_for("d", 8))
+    changed = [r.words for r in found if "engine_version sim-1 → sim-2" in r.words]
+    assert changed, [r.words for r in found]
+    for words in changed:
+        assert words.count("engine_version sim-1 → sim-2") == 1, words
+        assert "also changed" not in words

@@ -107,9 +107,36 @@ def test_build_var_overrides_accept_declared_numbers_only() -> None:
         ("dip_share=-1", ">= 0"),
         ("dip_share=nan", ">= 0"),
         ("probe_step_s=0", "greater than 0"),
+        ("bootstrap_samples=200.5", "must be a whole number"),
+        ("change_baseline_runs=7.5", "must be a whole number"),
     ]:
         with pytest.raises(BuildError, match=why):
             parse_var_overrides([bad])
+
+
+@pytest.mark.reliability
+def test_dbt_vars_from_the_environment_are_numbers_not_booleans_or_text(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``SPARKCAP_DBT_VARS='{"threshold_tok_s": true}'`` became a 1 tok/s threshold silently
+    (pydantic's lax float takes true): the setting is refused in one line, naming the var."""
+    from pydantic import ValidationError
+
+    from sparkcap.cli_options import validation_line
+    from sparkcap.settings import Settings
+
+    for given, shown in [
+        ('{"threshold_tok_s": true}', "threshold_tok_s: true"),
+        ('{"threshold_tok_s": "20"}', 'threshold_tok_s: "20"'),
+        ('{"tier_thresholds_tok_s": [10, false]}', "tier_thresholds_tok_s: [10, false]"),
+    ]:
+        monkeypatch.setenv("SPARKCAP_DBT_VARS", given)
+        with pytest.raises(ValidationError) as caught:
+            Settings()
+        line = validation_line(caught.value)
+        assert line == f"invalid SPARKCAP_DBT_VARS: {shown} is not a number or a list of numbers"
+    monkeypatch.setenv("SPARKCAP_DBT_VARS", '{"threshold_tok_s": 20, "dip_share": 0.4}')
+    assert Settings().dbt_vars == {"threshold_tok_s": 20, "dip_share": 0.4}
 
 
 def test_probe_options_are_one_model_per_probe() -> None:

@@ -11,7 +11,9 @@
 -- decision. A drift is flagged when the interval excludes 0 and |slope| >=
 -- var('drift_min_pct_per_run'). change_pct is the slope times the window's runs - 1.
 {% set window = var('drift_window_runs') %}
-{% set alpha = var('change_false_alarm_rate') %}
+{#- | float: a whole-number override (10) is an integer to DuckDB, which printf's %g refuses -#}
+{% set alpha = var('change_false_alarm_rate') | float %}
+{% set min_drift_pct = var('drift_min_pct_per_run') | float %}
 with levels as (
     select * from {{ ref('int_change_level_nights') }}
     where night_index is not null
@@ -123,7 +125,7 @@ decided as (
         *,
         coalesce(
             (value_low > 0 or value_high < 0)
-            and abs(value) >= {{ var('drift_min_pct_per_run') }},
+            and abs(value) >= {{ min_drift_pct }},
             false
         ) as is_change
     from final
@@ -141,6 +143,6 @@ select
             || printf(': %+.2f %%/run [%+.2f, %+.2f] over %d runs (%+.1f %% across them;',
                 value, value_low, value_high, n_baseline_runs, change_pct)
             || printf(' Theil–Sen, %g %% interval; flagged when it excludes 0 and |slope| >= %g %%/run)',
-                100 * (1 - {{ alpha }}), {{ var('drift_min_pct_per_run') }})
+                100 * (1 - {{ alpha }}), {{ min_drift_pct }})
     end as verdict
 from decided

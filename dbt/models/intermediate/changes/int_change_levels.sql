@@ -13,8 +13,9 @@
 -- test holds in c's direction. Without this the sliding median would take a lasting 8 %
 -- slowdown for the normal after half the baseline had seen it (night c + 4 of 7).
 {% set n_base = var('change_baseline_runs') %}
-{% set alpha = var('change_false_alarm_rate') %}
-{% set min_effect = var('change_min_effect_pct') %}
+{#- | float: a whole-number override (10) is an integer to DuckDB, which printf's %g refuses -#}
+{% set alpha = var('change_false_alarm_rate') | float %}
+{% set min_effect = var('change_min_effect_pct') | float %}
 with nights as (
     select * from {{ ref('int_change_level_nights') }}
 ),
