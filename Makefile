@@ -32,18 +32,24 @@ test: $(STAMP)
 	@# and the tests that need no llama-server; the real-server tests wait on its lock
 	@echo "building llama-server in the background (log: $(SPARKCAP_HOME)/llama-build.log)"
 	@nice -n 10 $(PY) -m sparkcap.servers.llama > "$(SPARKCAP_HOME)/llama-build.log" 2>&1 &
+	@date +%s > "$(SPARKCAP_HOME)/lint.started"
 	$(VENV)/bin/ruff check sparkcap flows tests benchmarks
 	$(VENV)/bin/ruff format --check sparkcap flows tests benchmarks
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m sparkcap.docs_reference --check
 	@# pytest exits 5 when it collects nothing: say so rather than fail or pass silently
-	@# then the tests that hold the client's own timing to a tolerance, alone on the machine
-	@$(PY) -m pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadgroup \
-	  -m "not client_timing"; rc=$$?; \
+	@# then the tests that hold the client's own timing to a tolerance, alone on the machine;
+	@# every dbt invocation and GX validation of both notes itself in SPARKCAP_BUILD_LOG
+	@export SPARKCAP_BUILD_LOG="$(SPARKCAP_HOME)/builds.jsonl"; rm -f "$$SPARKCAP_BUILD_LOG"; \
+	  t1=$$(date +%s); lint_s=$$((t1 - $$(cat "$(SPARKCAP_HOME)/lint.started"))); \
+	  $(PY) -m pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadgroup \
+	  -m "not client_timing"; rc=$$?; t2=$$(date +%s); \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; \
 	  $(PY) -m pytest -q -p no:cacheprovider --durations=5 -m client_timing; rc2=$$?; \
+	  t3=$$(date +%s); \
 	  if [ $$rc2 -eq 5 ]; then echo "pytest collected no client-timing tests"; exit 1; fi; \
+	  $(PY) tests/suite_summary.py "$$SPARKCAP_BUILD_LOG" $$lint_s $$((t2 - t1)) $$((t3 - t2)); \
 	  [ $$rc -eq 0 ] && exit $$rc2; exit $$rc
 
 test-fast: $(STAMP)

@@ -44,6 +44,10 @@ class Settings(BaseSettings):
     # '{"timing_error_tolerance": 0.02}'): dbt builds, the live search judge and the capture's
     # decision to re-measure a client-spoiled wave all read them (build.judgement_vars), so
     # one setting moves the rule everywhere; `sparkcap build --var` still wins for one build
+    # where each dbt invocation and GX validation adds one JSON line (kind, what, seconds):
+    # the suite counts its builds with it, and a slow night shows where its minutes went
+    build_log: Path | None = Field(None, validation_alias="SPARKCAP_BUILD_LOG")
+
     # strict: JSON's true is not the number 1 (a 1 tok/s threshold, silently)
     dbt_vars: dict[str, StrictInt | StrictFloat | list[StrictInt | StrictFloat]] = Field(
         default_factory=dict, validation_alias="SPARKCAP_DBT_VARS"
@@ -86,6 +90,21 @@ def get_settings() -> Settings:
         return Settings()
     except SettingsError as exc:
         raise BadEnvironment(str(exc)) from None
+
+
+def note_build(kind: str, what: str, seconds: float) -> None:
+    """One line in ``SPARKCAP_BUILD_LOG`` (unset: nothing); appended whole, so the parallel
+    processes of a test run or a night share one file. A log that cannot be written costs
+    the note, never the build."""
+    path = get_settings().build_log
+    if path is None:
+        return
+    line = json.dumps({"kind": kind, "what": what, "seconds": round(seconds, 3)}) + "\n"
+    try:
+        with path.open("a", encoding="utf-8") as f:
+            f.write(line)
+    except OSError:
+        pass
 
 
 def prepare_prefect_env() -> None:

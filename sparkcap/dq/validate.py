@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,7 +29,7 @@ from sparkcap import resources
 from sparkcap.dq.offline import make_offline
 from sparkcap.dq.summary import render_summary_html
 from sparkcap.errors import NotFound
-from sparkcap.settings import get_settings
+from sparkcap.settings import get_settings, note_build
 from sparkcap.store.schema import RAW_TABLES, raw_table
 from sparkcap.store.warehouse import open_warehouse, replace_run_rows
 from sparkcap.transform.dbt_build import run_models
@@ -223,6 +224,7 @@ def run_validation(
 
     ``dbt_vars`` are the night's build vars: the views' parents are incremental tables that
     store the settings they were built with, and a build with other settings rebuilds them."""
+    started = time.perf_counter()
     import great_expectations as gx
 
     db_path = Path(db_path)
@@ -332,6 +334,7 @@ def run_validation(
 
     docs_index = index if index.exists() else None
     summary = render_summary_html(db_path, run_id, docs_index, site_dir.parent / "summary.html")
+    note_build("gx", f"validation of {len(specs)} suites", time.perf_counter() - started)
     return ValidationResult(run_id, outcomes, docs_index, summary)
 
 

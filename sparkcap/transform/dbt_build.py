@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sparkcap.errors import SparkcapError
 from sparkcap.resources import dbt_project_dir
-from sparkcap.settings import get_settings
+from sparkcap.settings import get_settings, note_build
 from sparkcap.store.warehouse import ensure_schema, open_warehouse
 
 
@@ -86,11 +87,16 @@ def run_dbt(
     # dbt logs the process's command line as its "invocation_command": a `sparkcap sweep
     # --header "x-api-key: …"` that builds the marts would write that secret into dbt.log
     argv, sys.argv = sys.argv, ["dbt", *args]
+    started = time.perf_counter()
     try:
         res = dbtRunner().invoke(args)
     finally:
         sys.argv = argv
         _release_dbt_logs()
+        selected = extra is not None and "--select" in extra
+        note_build(
+            "dbt", f"{command} {'selected' if selected else 'all'}", time.perf_counter() - started
+        )
     failures: list[str] = []
     n = 0
     results = getattr(res.result, "results", None) or []

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
@@ -201,3 +204,25 @@ def test_a_session_shape_that_cannot_be_taken_is_one_line_naming_the_flag(
     with pytest.raises(OptionError) as exc:
         parse_session_shape(text, workload)
     assert str(exc.value).startswith(words) and "\n" not in str(exc.value)
+
+
+def test_the_build_log_gets_one_line_per_build_and_never_costs_one(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`make test` counts the suite's dbt builds and GX validations from SPARKCAP_BUILD_LOG;
+    a log that cannot be written must not fail the build it notes."""
+    from sparkcap.settings import note_build
+
+    log = tmp_path / "builds.jsonl"
+    monkeypatch.delenv("SPARKCAP_BUILD_LOG", raising=False)
+    note_build("dbt", "build all", 1.0)  # unset: nothing, anywhere
+    monkeypatch.setenv("SPARKCAP_BUILD_LOG", str(log))
+    note_build("dbt", "build all", 1.23456)
+    note_build("gx", "validation of 3 suites", 2.0)
+    notes = [json.loads(line) for line in log.read_text().splitlines()]
+    assert notes == [
+        {"kind": "dbt", "what": "build all", "seconds": 1.235},
+        {"kind": "gx", "what": "validation of 3 suites", "seconds": 2.0},
+    ]
+    monkeypatch.setenv("SPARKCAP_BUILD_LOG", str(tmp_path))  # a directory: not writable as a file
+    note_build("dbt", "build all", 1.0)

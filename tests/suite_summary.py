@@ -1,0 +1,45 @@
+"""The last lines of `make test`: how long each phase took and how many dbt builds and GX
+validations the suite ran (each notes itself in SPARKCAP_BUILD_LOG, from every process and
+pytest worker), so the suite's cost is read off every run rather than estimated.
+
+    python tests/suite_summary.py BUILD_LOG LINT_S PARALLEL_S TIMING_S
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+
+def summary(log: Path, lint_s: int, parallel_s: int, timing_s: int) -> list[str]:
+    counts: Counter[str] = Counter()
+    seconds: Counter[str] = Counter()
+    lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+    for line in lines:
+        try:
+            note = json.loads(line)
+            key = f"{note['kind']} {note['what']}"
+            spent = float(note["seconds"])
+        except (ValueError, KeyError, TypeError):
+            key, spent = "unreadable note", 0.0
+        counts[key] += 1
+        seconds[key] += spent
+    total = lint_s + parallel_s + timing_s
+    out = [
+        f"make test phases: lint {lint_s} s · tests in parallel {parallel_s} s · "
+        f"client-timing tests {timing_s} s · {total} s in all ({total // 60} min {total % 60} s)"
+    ]
+    whole = counts["dbt build all"]
+    gx = sum(n for k, n in counts.items() if k.startswith("gx "))
+    out.append(f"builds: {whole} whole dbt builds, {gx} GX validations (target: ≤ 10 together)")
+    for key in sorted(counts):
+        out.append(f"  {counts[key]:4d} × {key:28s} {seconds[key]:8.1f} s of work")
+    return out
+
+
+if __name__ == "__main__":
+    log_arg, *times = sys.argv[1:]
+    lint, parallel, timing = (int(t) for t in times)
+    print("\n".join(summary(Path(log_arg), lint, parallel, timing)))
