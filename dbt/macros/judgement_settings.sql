@@ -16,7 +16,7 @@
         'change_baseline_runs', 'change_min_baseline_runs', 'change_false_alarm_rate',
         'change_min_effect_pct', 'change_permutations', 'drift_window_runs',
         'drift_min_pct_per_run', 'ttft_ceiling_s', 'ttft_quantile', 'cache_hit_min_share',
-        'cold_cached_max_share'
+        'cold_cached_max_share', 'energy_max_sensor_w'
     ]) }}
 {%- endmacro %}
 
@@ -31,9 +31,12 @@
     gave complementary low bits and 2-trial intervals picked one trial twice, and
     gap-attribution waves get int_trials' verdicts; 10: agent sessions, a level held to its
     turns' TTFT ceiling and int_trials not calling a session's sequential turns queued; 11: a
-    context-ladder rung whose cold prompt was served from the cache is not counted as cold), so nights
-    built by an older sparkcap are rebuilt once by the new rules. -#}
-{% macro rules_version() -%}11{%- endmacro %}
+    context-ladder rung whose cold prompt was served from the cache is not counted as cold; 12:
+    a wave's energy counts every sensor once, by its own counter or draw, and a counter that
+    did not move or a draw past energy_max_sensor_w is no energy; a server's value past 2^53
+    or a series listed twice with two values is no reading), so nights built by an older
+    sparkcap are rebuilt once by the new rules. -#}
+{% macro rules_version() -%}12{%- endmacro %}
 
 {#- A scalar var renders as a float ('threshold_tok_s=20.0' whether 20 or 20.0 was given, as
     nights already built stored it); a list var (the capacity tiers) as its sorted floats

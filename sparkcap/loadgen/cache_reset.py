@@ -12,6 +12,9 @@ still hold what a slot forgot).
 
 from __future__ import annotations
 
+import asyncio
+import json
+
 import httpx
 
 from sparkcap.config import Deployment
@@ -22,13 +25,23 @@ _ABSENT = {404, 405, 501}
 # a server's slot list is untrusted: more slots than any engine runs, or ids past this, are
 # not a list of slots
 MAX_SLOTS = 1024
+# a reset's answers are read only this far (a slot list of 1024 slots is ~200 KiB), and the
+# whole reset, every route and slot, ends within RESET_DEADLINE_S or the deployment's own
+# request deadline if shorter: a 200 that trickles a byte a second held a sweep for minutes
+MAX_ANSWER_BYTES = 1 << 20
+RESET_DEADLINE_S = 30.0
 
 
 async def reset_prefix_cache(dep: Deployment, headers: dict[str, str]) -> str:
     """Ask ``dep`` to drop its prefix cache; what it answered, in the words the wave keeps.
     Its own client, made and closed outside the timed wave."""
+    deadline_s = min(RESET_DEADLINE_S, dep.timeouts.total_s)
     async with make_client(dep, 1) as client:
-        return await _reset(client, dep, headers)
+        try:
+            async with asyncio.timeout(deadline_s):
+                return await _reset(client, dep, headers)
+        except TimeoutError:
+            return f"failed: no complete answer within {deadline_s:g} s"
 
 
 async def _reset(client: httpx.AsyncClient, dep: Deployment, headers: dict[str, str]) -> str:
@@ -49,18 +62,25 @@ async def _ask(
     headers: dict[str, str],
     where: str,
     params: dict[str, str] | None = None,
-) -> tuple[httpx.Response | None, str | None]:
-    """One request of a reset: (the 2xx answer, None), (None, None) when the route is absent,
-    or (None, the failure in the wave's words)."""
+) -> tuple[bytes | None, str | None]:
+    """One request of a reset: (the 2xx answer's body, None), (None, None) when the route is
+    absent, or (None, the failure in the wave's words). The body is read only up to
+    ``MAX_ANSWER_BYTES``: a larger one is a failure, never held whole."""
     try:
-        r = await client.request(method, url, headers=headers, params=params)
+        async with client.stream(method, url, headers=headers, params=params) as r:
+            if r.status_code in _ABSENT:
+                return None, None
+            if not 200 <= r.status_code < 300:
+                return None, f"failed: HTTP {r.status_code} at {where}"
+            body = bytearray()
+            # decoded as it arrives (a server may compress anyway): the cap holds either way
+            async for piece in r.aiter_bytes():
+                body += piece
+                if len(body) > MAX_ANSWER_BYTES:
+                    return None, f"failed: answer over {MAX_ANSWER_BYTES >> 20} MiB at {where}"
+            return bytes(body), None
     except httpx.HTTPError as exc:
         return None, f"failed: {type(exc).__name__} at {where}"
-    if r.status_code in _ABSENT:
-        return None, None
-    if not 200 <= r.status_code < 300:
-        return None, f"failed: HTTP {r.status_code} at {where}"
-    return r, None
 
 
 async def _erase_slots(
@@ -82,12 +102,12 @@ async def _erase_slots(
     return "reset" if ids else None
 
 
-def slot_ids(r: httpx.Response) -> list[int] | None:
+def slot_ids(answer: bytes) -> list[int] | None:
     """The slot ids of a ``GET /slots`` answer, or None when it is not a list of slots with
     integer ids in range (a bool is no id)."""
     try:
-        body = r.json()
-    except ValueError:
+        body = json.loads(answer)
+    except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(body, list) or len(body) > MAX_SLOTS:
         return None

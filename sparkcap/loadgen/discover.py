@@ -597,7 +597,9 @@ def _gguf_kv_rows(v: dict[str, Value], arch: str) -> list[FactRow]:
 async def _gguf_facts(path: Path, timeout_s: float) -> list[FactRow]:
     try:
         # off the loop: a file on a slow disk must not stall the event loop's other work
-        meta = await asyncio.wait_for(asyncio.to_thread(read_metadata, path), timeout_s)
+        meta = await asyncio.wait_for(
+            asyncio.to_thread(read_metadata, path, timeout_s), timeout_s + 1
+        )
     except GGUFError as exc:
         return [_row_problem("gguf", str(exc))]
     except TimeoutError:

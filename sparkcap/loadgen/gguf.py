@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import stat
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -31,6 +32,9 @@ MAX_KEY_BYTES = 1 << 16  # the GGUF spec caps keys at 65535 bytes
 MAX_STRING_BYTES = 1 << 20  # a kept string value (a chat template is ~10 KiB)
 MAX_ARRAY_ITEMS = 1 << 24
 KEPT_ARRAY_ITEMS = 4096  # arrays up to this many items keep their values
+# ... while the file's kept items stay under this: 64 MiB of short arrays, each kept, held
+# 2.8-4.1 GB of Python objects; past it an array is counted, its values skipped
+MAX_KEPT_ITEMS = 1 << 18
 MAX_ARRAY_DEPTH = 4
 
 _SCALARS: dict[int, tuple[str, str]] = {  # value type -> (name, struct format)
@@ -81,12 +85,18 @@ class _Reader:
     """Bounded reads of one open file: a length is checked against the bytes left before
     it is read, and nothing is read past ``MAX_METADATA_BYTES``."""
 
-    def __init__(self, f: BinaryIO, size: int) -> None:
+    def __init__(self, f: BinaryIO, size: int, deadline: float | None = None) -> None:
         self.f = f
         self.size = size
         self.pos = 0
+        self.kept_items = 0
+        # time.monotonic() past which reading stops: the caller's timeout ends its wait, but
+        # only the reader itself can stop the thread it runs in
+        self.deadline = deadline
 
     def _room(self, n: int, what: str) -> None:
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise GGUFError(f"metadata not read within its deadline (at byte {self.pos})")
         if n < 0 or self.pos + n > self.size:
             raise GGUFError(
                 f"truncated at byte {self.pos}: {what} needs {n} bytes, "
@@ -151,7 +161,9 @@ def _array(r: _Reader, key: str, depth: int) -> GGUFArray:
     n = r.count(f"{key!r}'s array length")
     if n > MAX_ARRAY_ITEMS:
         raise GGUFError(f"{key!r}: array of {n} items (limit {MAX_ARRAY_ITEMS})")
-    keep = n <= KEPT_ARRAY_ITEMS and code != ARRAY
+    keep = n <= KEPT_ARRAY_ITEMS and code != ARRAY and r.kept_items + n <= MAX_KEPT_ITEMS
+    if keep:
+        r.kept_items += n
     what = f"{key!r}'s items"
     if code in _SCALARS:
         size = struct.calcsize(_SCALARS[code][1])
@@ -183,10 +195,11 @@ def _value(r: _Reader, key: str) -> Value:
     return _scalar(r, code, f"{key!r}'s value")
 
 
-def read_metadata(path: Path | str) -> GGUFMetadata:
+def read_metadata(path: Path | str, timeout_s: float | None = None) -> GGUFMetadata:
     """The header and every key-value pair of the GGUF file at ``path``; tensor infos and
     data are never read. A FIFO or device (which could block or never end) is refused before
-    a byte is read."""
+    a byte is read; ``timeout_s`` (None: none) stops the reading itself, not only a wait."""
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as exc:
@@ -197,7 +210,7 @@ def read_metadata(path: Path | str) -> GGUFMetadata:
             raise GGUFError(f"{path} is not a regular file")
         with os.fdopen(fd, "rb", buffering=1 << 16) as f:
             fd = -1  # closed with f
-            return _read(_Reader(f, info.st_size))
+            return _read(_Reader(f, info.st_size, deadline))
     except OSError as exc:
         raise GGUFError(f"cannot read {path}: {exc.strerror or exc}") from None
     finally:

@@ -79,37 +79,40 @@ class CalibrationError(SparkcapError, RuntimeError):
 class SizeFigures(BaseModel):
     """What the client did at one wave size (the worst of its counted waves)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    streams: int = Field(ge=1)
-    waves: int = Field(ge=1)
-    client_processes: int = Field(ge=1, description="processes the wave was dealt over")
+    streams: int = Field(ge=1, le=1 << 20)
+    waves: int = Field(ge=1, le=1 << 16)
+    client_processes: int = Field(ge=1, le=256, description="processes the wave was dealt over")
     start_skew_ms: float | None
     median_decode_span_ms: float | None
     timing_error_bound: float | None
     loop_lag_p99_ms: float | None
     client_cpu_pct: float | None
-    failed_streams: int = Field(ge=0)
+    failed_streams: int = Field(ge=0, le=1 << 20)
     spoiled: str | None = Field(description="why the size is not clean; None: it is")
 
 
 class HostBudget(BaseModel):
     """One host's calibration, as ``$SPARKCAP_HOME/host-budget.json`` keeps it."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    host: str = Field(min_length=1)
-    cpus: int = Field(ge=1, description="CPUs this process could use when calibrating")
+    # the file is read back from disk, where anyone may have edited it: a host name holds no
+    # control character (an escape sequence would reach the terminal through a warning), and
+    # every count has a ceiling (400 digits of streams raised OverflowError in a division)
+    host: str = Field(min_length=1, max_length=255, pattern=r"^[^\x00-\x1f\x7f-\x9f]+$")
+    cpus: int = Field(ge=1, le=1 << 16, description="CPUs this process could use when calibrating")
     client_cpus: tuple[int, ...]
     server_cpus: tuple[int, ...] = Field(description="the simulator's; empty: not pinned")
     measured_at: datetime
     timing_tolerance: float
     skew_tolerance: float
-    stream_tokens: int
+    stream_tokens: int = Field(ge=1, le=1 << 24)
     stream_tok_s: float
     sizes: tuple[SizeFigures, ...]
-    budget_streams: int = Field(ge=1)
-    client_processes: int = Field(ge=1, description="processes the budget's wave used")
+    budget_streams: int = Field(ge=1, le=1 << 20)
+    client_processes: int = Field(ge=1, le=256, description="processes the budget's wave used")
     # False: every size up to the largest tried was clean, so the budget is a lower bound
     ceiling_found: bool
 

@@ -224,17 +224,37 @@ def context_ladder_line(c: ContextLadderRow) -> str:
     )
 
 
+_MARKDOWN_ESCAPES = str.maketrans(
+    {
+        "\\": "\\\\",
+        "|": "\\|",
+        "\n": " ",
+        "\r": " ",
+        # a server's text (a model's `root`, an error) is text: no HTML (a comment hides the
+        # rest of the artifact, a <script> or <img> runs or loads), no link or image (an
+        # image is a beacon that loads when the artifact is opened), no code span
+        "&": "&amp;",
+        "<": "&lt;",
+        ">": "&gt;",
+        "[": "\\[",
+        "]": "\\]",
+        "`": "\\`",
+    }
+)
+
+
 def markdown_cell(text: str) -> str:
-    """A verdict quotes recorded reasons: as a table cell a ``|`` or a line break in them must
-    not end the cell or the row."""
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    """A verdict quotes recorded reasons, and those quote servers: as a table cell a ``|`` or
+    a line break must not end the cell or the row, and Markdown or HTML in them must render as
+    the characters they are."""
+    return text.translate(_MARKDOWN_ESCAPES)
 
 
 def capacity_markdown(run_id: str, fleet: Sequence[FleetRow], caps: Sequence[CapacityRow]) -> str:
     """The capacity table published as a Prefect artifact: the fleet's lines as the CLI prints
     them, then one row per deployment × workload with the mart's verdict."""
     lines = [f"# sparkcap run {run_id}", ""]
-    lines += [f"- {fleet_line(f)}" for f in fleet]
+    lines += [f"- {markdown_cell(fleet_line(f))}" for f in fleet]
     lines += [
         "",
         "| deployment | workload | capacity | interpolated | first failing | "
@@ -247,7 +267,7 @@ def capacity_markdown(run_id: str, fleet: Sequence[FleetRow], caps: Sequence[Cap
             f"| {c.deployment} | {c.workload} | {c.capacity_streams} | "
             f"{c.capacity_interpolated_streams} | {failing} | "
             f"{'yes' if c.is_lower_bound else 'no'} | {c.n_valid_trials} | "
-            f"{markdown_cell(c.capacity_verdict)} |"
+            f"{markdown_cell(visible(c.capacity_verdict))} |"
         )
     return "\n".join(lines)
 

@@ -89,6 +89,9 @@ class LakeWave:
     path: str
     tables: dict[str, dict[str, Any]]
     written_at: float = 0.0
+    # why the manifest cannot be staged (unreadable, a field of the wrong type); None: it
+    # reads. A bad manifest costs its own wave, never the run's other waves
+    problem: str | None = None
 
 
 @dataclass
@@ -189,39 +192,52 @@ class Lake:
     # -- what the parent reads -----------------------------------------------------------
 
     def read_status(self, key: ChildKey) -> dict[str, Any] | None:
+        """The child's account (None: it wrote none). Any process may have written the lake:
+        a status that is not a JSON object is the child's failure with that reason, and a
+        ``host`` that is not plain text is not shown."""
         try:
-            status: dict[str, Any] = json.loads(self._get(self._status_path(key, "json")))
+            raw = self._get(self._status_path(key, "json"))
         except FileNotFoundError:
             return None
+        try:
+            status = json.loads(raw)
+        except (ValueError, UnicodeDecodeError):
+            status = None
+        if not isinstance(status, dict):
+            return {"state": "failed", "reason": "its status in the lake is not a JSON object"}
+        host = status.get("host")
+        if host is not None and not (isinstance(host, str) and _is_plain(host)):
+            status = {**status, "host": "?"}
         return status
 
     def heartbeat_age_s(self, key: ChildKey) -> float | None:
+        """Seconds since the child's last beat; None where it never beat, or where the file
+        holds no time (it then reads as a child that never beat, never as a traceback)."""
         try:
-            return time.time() - float(self._get(self._status_path(key, "heartbeat")))
+            raw = self._get(self._status_path(key, "heartbeat"))
         except FileNotFoundError:
             return None
+        try:
+            beat = float(raw)
+        except (ValueError, UnicodeDecodeError):
+            return None
+        if beat != beat or beat in (float("inf"), float("-inf")):
+            return None
+        return time.time() - beat
 
     def waves(self, run_id: str) -> list[LakeWave]:
         """Every wave manifest of a run, in the order written."""
         pattern = self._path("manifests", "night=*", "deployment=*", f"run_id={_value(run_id)}")
         out: list[LakeWave] = []
         for path in self.fs.glob(pattern + "/wave-*.json"):
-            m = json.loads(self._get(path))
-            out.append(
-                LakeWave(
-                    m["wave_id"],
-                    m["deployment"],
-                    m["workload"],
-                    path,
-                    m["tables"],
-                    float(m.get("written_at", 0.0)),
-                )
-            )
+            out.append(_manifest(path, self._get(path)))
         return sorted(out, key=lambda w: (w.written_at, w.wave_id))
 
     def read_wave(self, wave: LakeWave) -> dict[str, pa.Table]:
         """The wave's tables, each checked against its manifest; ``LakeError`` says which
         part is missing or differs."""
+        if wave.problem is not None:
+            raise LakeError(f"{wave.path}: {wave.problem}")
         tables: dict[str, pa.Table] = {}
         for name in TABLES:
             entry = wave.tables.get(name)
@@ -229,6 +245,13 @@ class Lake:
                 if name in REQUIRED:
                     raise LakeError(f"wave {wave.wave_id}: manifest lists no {name} part")
                 continue
+            if not (
+                isinstance(entry, dict)
+                and isinstance(entry.get("path"), str)
+                and isinstance(entry.get("sha256"), str)
+                and type(entry.get("rows")) is int
+            ):
+                raise LakeError(f"wave {wave.wave_id}: its manifest's {name} entry is malformed")
             try:
                 data = self._get(self._path(entry["path"]))
             except FileNotFoundError:
@@ -241,8 +264,50 @@ class Lake:
                     f"wave {wave.wave_id}: {name} part has {table.num_rows} rows, "
                     f"manifest says {entry['rows']}"
                 )
+            # a second manifest naming another wave's parts would stage its rows twice
+            if "wave_id" in table.column_names and table.num_rows:
+                ids = set(table.column("wave_id").unique().to_pylist())
+                if ids != {wave.wave_id}:
+                    shown = ", ".join(sorted(str(i) for i in ids))[:200]
+                    raise LakeError(
+                        f"wave {wave.wave_id}: its {name} part holds the rows of wave {shown}"
+                    )
             tables[name] = table
         return tables
+
+
+def _is_plain(text: str) -> bool:
+    """No control character: text from the lake that reaches a terminal or a log line."""
+    return not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
+
+
+def _manifest(path: str, raw: bytes) -> LakeWave:
+    """A manifest as written by ``write_tables``, or a ``LakeWave`` carrying the problem (a
+    truncated file, a field of the wrong type): one bad manifest costs its wave only."""
+    stem = path.rsplit("/", 1)[-1].removeprefix("wave-").removesuffix(".json")
+    deployment = next(
+        (p.removeprefix("deployment=") for p in path.split("/") if p.startswith("deployment=")),
+        "?",
+    )
+    try:
+        m = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        return LakeWave(stem, deployment, "?", path, {}, problem="manifest is not valid JSON")
+    if not isinstance(m, dict):
+        return LakeWave(stem, deployment, "?", path, {}, problem="manifest is not a JSON object")
+    fields = (m.get("wave_id"), m.get("deployment"), m.get("workload"))
+    written_at = m.get("written_at", 0.0)
+    if (
+        not all(isinstance(f, str) and f for f in fields)
+        or not isinstance(m.get("tables"), dict)
+        or isinstance(written_at, bool)
+        or not isinstance(written_at, int | float)
+    ):
+        return LakeWave(
+            stem, deployment, "?", path, {}, problem="manifest lacks its fields or has wrong types"
+        )
+    wave_id, dep, workload = (str(f) for f in fields)
+    return LakeWave(wave_id, dep, workload, path, m["tables"], float(written_at))
 
 
 def stage_lake(db_path: Path, lake: Lake, run_id: str, batch_rows: int = 2_000_000) -> StagedLake:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
 from dataclasses import dataclass
@@ -116,6 +117,54 @@ def test_a_damaged_or_unfinished_wave_is_named_never_staged(
     with duckdb.connect(str(db), read_only=True) as con:
         (n,) = con.execute("select count(*) from raw.requests").fetchone()  # type: ignore[misc]
     assert n == good.concurrency
+
+
+@pytest.mark.reliability
+def test_a_hostile_lake_file_costs_its_wave_or_child_never_the_run(
+    measured: Measured, tmp_path: Path
+) -> None:
+    """Issue 38: a truncated manifest raised JSONDecodeError and staged nothing, the good wave
+    included; a second manifest naming the same parts under another wave id staged the rows
+    twice; a status file holding ``[]`` raised AttributeError and a heartbeat of text
+    ValueError in ``run --finish``. Each now costs only its wave or child, with the reason."""
+    waves, run_id, key = measured.waves, measured.run_id, measured.key
+    lake = Lake(tmp_path / "lake")
+    db = measured.warehouse(tmp_path / "w.duckdb")
+    good, truncated, copied = waves[0], waves[1], waves[2]
+    lake.write_wave(key, good)
+    lake.write_wave(key, truncated)
+    stem = truncated.wave_id.replace("/", "__")
+    path = next((tmp_path / "lake" / "manifests").rglob(f"wave-{stem}.json"))
+    path.write_bytes(path.read_bytes()[:40])
+    # the good wave's parts again, under another wave id
+    manifest = lake.write_wave(key, copied)
+    forged = {**manifest, "tables": lake.write_wave(key, good)["tables"]}
+    copy_path = next(
+        (tmp_path / "lake" / "manifests").rglob(f"wave-{copied.wave_id.replace('/', '__')}.json")
+    )
+    copy_path.write_text(json.dumps(forged))
+    result = stage_lake(db, lake, run_id)
+    assert result.staged == 1, result
+    (unreadable,) = [w for w in result.rejected if w != copied.wave_id]  # named by its file
+    assert len(result.rejected) == 2 and stem in unreadable, result.rejected
+    assert "manifest is not valid JSON" in result.rejected[unreadable]
+    assert f"holds the rows of wave {good.wave_id}" in result.rejected[copied.wave_id]
+    with duckdb.connect(str(db), read_only=True) as con:
+        (n,) = con.execute("select count(*) from raw.requests").fetchone()  # type: ignore[misc]
+    assert n == good.concurrency  # once, not twice
+    status = tmp_path / "lake" / "manifests" / key.partition / "child-code.json"
+    beat = status.with_suffix(".heartbeat")
+    for body in (b"[]", b'{"state": "ok"', b"\xff"):
+        status.write_bytes(body)
+        assert lake.read_status(key) == {
+            "state": "failed",
+            "reason": "its status in the lake is not a JSON object",
+        }
+    status.write_text(json.dumps({"state": "ok", "host": "a\x1b[2Jb"}))
+    assert lake.read_status(key) == {"state": "ok", "host": "?"}
+    for body in (b"soon", b"nan", b"\xff"):
+        beat.write_bytes(body)
+        assert lake.heartbeat_age_s(key) is None
 
 
 def test_the_lake_is_any_fsspec_url(

@@ -225,22 +225,51 @@ def test_a_fleet_night_with_absurd_usage_from_one_deployment_publishes_the_other
     """A simulated deployment and one whose server reports ``completion_tokens`` 2^31 and
     ``prompt_tokens: true`` on every stream: the night is swept, staged, built and reported;
     the good deployment has its capacity, the absurd one's streams are stored with NULL
-    counts and the reason (today staging raises in Arrow and the night publishes nothing)."""
+    counts and the reason (today staging raises in Arrow and the night publishes nothing).
+    A third deployment streams well but its /metrics counters and gauges grow by 1e20 a
+    scrape (issue 38): a bigint cast of such a count broke every later build of the
+    warehouse; now each reading is unavailable with what it read, and the night publishes."""
     from sparkcap.servers.sim.server import SimServer
     from tests.integration.helpers import fast_profile
 
     absurd = stream_with_usage({"prompt_tokens": True, "completion_tokens": 2**31})
+
+    def huge_page(ordinal: int) -> list[bytes]:
+        value = f"{(ordinal + 1) * 1e20:g}"
+        lines = []
+        for engine in ("sim", "vllm"):  # whichever names the diagnosis applies
+            lines += [
+                f"# TYPE {engine}:num_requests_waiting gauge",
+                f"{engine}:num_requests_waiting {value}",
+                f"# TYPE {engine}:num_preemptions counter",
+                f"{engine}:num_preemptions_total {value}",
+            ]
+        return [("\n".join(lines) + "\n").encode()]
+
+    def plain_head(_: int) -> bytes:
+        return b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
+
     # one 16-token stream per deployment, in a worker process: its stamps are the kernel's
     # (an in-process loop's lag is a few per cent of so short a stream, spoiling the trial)
     plan = {"levels": [1], "trials": 1, "max_tokens": 16, "warmup": False, "client_processes": 2}
     db, reports = tmp_path / "n.duckdb", tmp_path / "reports"
-    with SimServer([fast_profile("m")]) as sim, RawServer(lambda o: [absurd]) as bad:
+    with (
+        SimServer([fast_profile("m")]) as sim,
+        RawServer(lambda o: [absurd]) as bad,
+        RawServer(huge_page, head=plain_head) as page,
+    ):
         fleet = {
             "name": "absurd",
             "workloads": {"code": plan},
             "deployments": [
                 {"name": "absurd", "model": "m", "endpoint": bad.endpoint},
                 {"name": "good", "model": "m", "endpoint": sim.endpoint},
+                {
+                    "name": "huge",
+                    "model": "m",
+                    "endpoint": sim.endpoint,
+                    "metrics_url": f"http://127.0.0.1:{page.port}/metrics",
+                },
             ],
         }
         path = tmp_path / "absurd.yaml"
@@ -267,11 +296,23 @@ def test_a_fleet_night_with_absurd_usage_from_one_deployment_publishes_the_other
         caps = con.execute(
             "select deployment, capacity_streams from marts.fct_capacity where deployment = 'good'"
         ).fetchall()
+        huge = con.execute(
+            "select evidence, status, unavailable_reason "
+            "from intermediate.int_wave_server_evidence where deployment = 'huge' "
+            "and evidence in ('requests_waiting', 'preemptions') "
+            "and unavailable_reason like '%beyond 2^53%'"
+        ).fetchall()
+        huge_cap = con.execute(
+            "select capacity_streams from marts.fct_capacity where deployment = 'huge'"
+        ).fetchall()
         absurd_rows = con.execute(
             "select r.completion_tokens, r.prompt_tokens, r.count_source, r.error "
             "from raw.requests r join raw.waves w using (wave_id) where w.deployment = 'absurd'"
         ).fetchall()
     assert caps and caps[0][1] is not None and caps[0][1] >= 1, caps
+    assert huge_cap and huge_cap[0][0] is not None and huge_cap[0][0] >= 1, huge_cap
+    assert {e for e, _, _ in huge} >= {"preemptions"}, huge
+    assert all(status == "unavailable" and "e+20, beyond" in str(why) for _, status, why in huge)
     assert absurd_rows
     for completion, prompt, source, error in absurd_rows:
         assert (completion, prompt, source) == (None, None, "invalid_usage")

@@ -108,6 +108,25 @@ def test_a_long_array_is_walked_past_not_kept(
     assert v["after"] == 9  # read at the right place after both
 
 
+@pytest.mark.reliability
+def test_many_short_arrays_keep_a_bounded_number_of_values_and_reading_has_a_deadline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38: 64 MiB of short arrays, each kept, held 2.8-4.1 GB, and discovery's 5 s
+    timeout ended its wait but not the thread reading on. The file's kept values are
+    bounded (past the bound an array keeps its count, not its values), and a deadline given
+    to the reader stops the reading itself."""
+    monkeypatch.setattr(gguf, "MAX_KEPT_ITEMS", 1000)
+    kvs = [(f"a{i}", 9, (0, [i % 256] * 300)) for i in range(10)] + [("after", 4, 9)]
+    path = write(tmp_path, gguf_bytes(kvs))
+    v = read_metadata(path).values
+    kept = [v[f"a{i}"] for i in range(10)]
+    assert [a.values is not None for a in kept] == [True] * 3 + [False] * 7  # 900 of 1000
+    assert all(a.count == 300 for a in kept) and v["after"] == 9
+    with pytest.raises(GGUFError, match="metadata not read within its deadline"):
+        read_metadata(path, timeout_s=-1)
+
+
 HUGE = 2**62
 
 
@@ -175,8 +194,8 @@ def test_a_length_past_the_file_is_refused_before_it_is_read(
         def seek(self, n: int, whence: int) -> int:
             return int(self.f.seek(n, whence))
 
-    def spy(self: gguf._Reader, f: Any, size: int) -> None:
-        real_init(self, Spied(f), size)
+    def spy(self: gguf._Reader, f: Any, size: int, deadline: float | None = None) -> None:
+        real_init(self, Spied(f), size, deadline)
 
     monkeypatch.setattr(gguf._Reader, "__init__", spy)
     with pytest.raises(GGUFError, match="truncated"):

@@ -4,12 +4,14 @@ what a server's answer to the cache reset is recorded as."""
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 from pydantic import ValidationError
 
-from sparkcap.config import Deployment
+from sparkcap.config import Deployment, Timeouts
 from sparkcap.config.sessions import SessionShape
 from sparkcap.loadgen import cache_reset
 from sparkcap.loadgen.sessions import CHARS_PER_TOKEN, build_sessions, system_prompt
@@ -121,3 +123,51 @@ def test_a_hostile_slot_list_is_no_reset_and_erases_nothing(body: bytes) -> None
 
     assert _reset_with(httpx.MockTransport(handle)) == "failed: /slots answered no list of slots"
     assert posted == []
+
+
+@pytest.mark.reliability
+def test_a_reset_answer_that_trickles_or_floods_ends_within_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 38: the reset read each answer whole with no total deadline: a 200 trickling a
+    byte every 1.5 s held a sweep 150-180 s despite `total_s: 10`, and a 400 MiB answer
+    peaked at 1.4 GB. The whole reset ends within the deployment's deadline, and an answer
+    is read no further than 1 MiB."""
+
+    async def trickle() -> AsyncIterator[bytes]:
+        for _ in range(1000):
+            await asyncio.sleep(0.2)
+            yield b" "
+
+    async def flood() -> AsyncIterator[bytes]:
+        for _ in range(400):  # 400 MiB if read to the end
+            yield b"[" + b" " * ((1 << 20) - 1)
+
+    def handle(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/reset_prefix_cache":
+            return httpx.Response(200, content=trickle() if "slow" in request.url.host else b"")
+        return httpx.Response(404)
+
+    def flooding(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/slots":
+            return httpx.Response(200, content=flood())
+        return httpx.Response(404)
+
+    for transport, host, recorded in [
+        (handle, "slow", "failed: no complete answer within 1 s"),
+        (flooding, "big", "failed: answer over 1 MiB at /slots"),
+    ]:
+        monkeypatch.setattr(
+            cache_reset,
+            "make_client",
+            lambda _dep, _n, t=transport: httpx.AsyncClient(transport=httpx.MockTransport(t)),
+        )
+        dep = Deployment(
+            name="d",
+            endpoint=f"http://{host}:9/v1",  # type: ignore[arg-type]
+            model="m",
+            timeouts=Timeouts(total_s=1),
+        )
+        t0 = time.monotonic()
+        assert asyncio.run(cache_reset.reset_prefix_cache(dep, {})) == recorded
+        assert time.monotonic() - t0 < 3

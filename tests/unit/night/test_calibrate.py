@@ -192,6 +192,28 @@ def test_a_damaged_budget_file_is_one_error_line(tmp_path: Path) -> None:
         cal.read_budget(path, host="x")
 
 
+@pytest.mark.reliability
+def test_a_tampered_budget_file_is_one_error_line_never_a_traceback_or_an_escape(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 38: 400 digits of `budget_streams` raised OverflowError where the budget is
+    divided by its processes, and a `host` holding an escape sequence reached the terminal
+    through the "calibrated on another host" warning. Each is a file calibrate never wrote."""
+    path = tmp_path / "host-budget.json"
+    monkeypatch.setattr(cal, "host_cpus", lambda: (0, 1))
+    cal.write_budget(budget(), path)
+    good = json.loads(path.read_text())
+    for field, value in [
+        ("budget_streams", int("9" * 400)),
+        ("client_processes", 10**6),
+        ("host", "client-a\x1b[2J\x1b]0;owned\x07"),
+        ("stream_tok_s", float("inf")),
+    ]:
+        path.write_text(json.dumps({**good, field: value}))
+        with pytest.raises(cal.CalibrationError, match="is not a host budget sparkcap calibrate"):
+            cal.read_budget(path, host="client-a")
+
+
 # -- pinning ------------------------------------------------------------------------------------
 
 

@@ -155,6 +155,25 @@ def test_the_change_artifact_lists_flagged_changes_each_in_its_cells() -> None:
     assert "No baseline" in text.changes_markdown("r1", [])
 
 
+@pytest.mark.reliability
+def test_a_servers_text_in_the_change_artifact_renders_as_text() -> None:
+    """Issue 38: a model's `root` reaches "what else changed", and the artifact is Markdown:
+    an HTML comment hid the rest of it, a <script> or an image beacon passed. Every cell is
+    escaped so it renders as the characters the server sent."""
+    root = (
+        "<!-- x --> <script>alert(1)</script> ![b](http://198.51.100.7/p.png) "
+        "[link](http://x) `code` a & b"
+    )
+    md = text.changes_markdown("r1", [change(what_else_changed=f"root /m → {root}")])
+    (row,) = [x for x in md.splitlines() if x.startswith("| glm")]
+    for raw in ("<!--", "<script", "![b](", "[link](", "`code`", " & "):
+        assert raw not in row, (raw, row)
+    assert (
+        "&lt;!-- x --&gt; &lt;script&gt;alert(1)&lt;/script&gt; "
+        "!\\[b\\](http://198.51.100.7/p.png) \\[link\\](http://x) \\`code\\` a &amp; b" in row
+    ), row
+
+
 PRINTED = """
 create table marts.fct_levels (run_id varchar, deployment varchar, workload varchar,
     concurrency integer, n_trials bigint, n_valid_trials bigint, n_failed_streams hugeint,

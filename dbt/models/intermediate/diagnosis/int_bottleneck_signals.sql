@@ -77,7 +77,7 @@ signals as (
     select run_id, deployment, workload, limit_level, 'kv-cache', 'preemptions', 3,
         preemptions,
         case when preemptions is null then 'no preemption counter'
-             else preemptions::bigint || ' preemption(s) during the level''s waves' end,
+             else printf('%.0f', preemptions) || ' preemption(s) during the level''s waves' end,
         'server /metrics: preemptions',
         case when preemptions is null then 'unavailable'
              when preemptions > 0 then 'supports' else 'against' end
@@ -96,7 +96,7 @@ signals as (
     select run_id, deployment, workload, limit_level, 'request-slots', 'server queue', 4,
         peak_waiting_requests,
         case when peak_waiting_requests is null then 'no waiting-requests gauge sampled'
-             else 'up to ' || peak_waiting_requests::bigint || ' request(s) waiting' end,
+             else 'up to ' || printf('%.0f', peak_waiting_requests) || ' request(s) waiting' end,
         'server /metrics: requests_waiting (peak during)',
         case when peak_waiting_requests is null then 'unavailable'
              when peak_waiting_requests > 0 then 'supports' else 'against' end

@@ -65,7 +65,34 @@ wave_engine as (
     left join inferred as i on i.run_id = w.run_id and i.deployment = w.deployment
 ),
 
-readings as (
+snapshot_series as (
+    -- before and after are one scrape each, so a series seen twice in one of them was listed
+    -- twice on the page (invalid exposition, which the parser takes): it counts once, and is
+    -- no reading at all where the two values differ
+    select
+        wave_id, phase, metric_name, metric_labels,
+        min(metric_value) as metric_value,
+        min(metric_value) <> max(metric_value) as is_contradictory
+    from relevant
+    where phase in ('before', 'after')
+    group by all
+),
+
+snapshots as (
+    select
+        s.wave_id,
+        n.engine,
+        n.evidence,
+        n.metric_name,
+        sum(s.metric_value) filter (where s.phase = 'after')
+            - sum(s.metric_value) filter (where s.phase = 'before') as delta,
+        bool_or(s.is_contradictory) as is_contradictory
+    from snapshot_series as s
+    inner join names as n on n.metric_name = s.metric_name
+    group by all
+),
+
+samples_read as (
     select
         r.wave_id,
         n.engine,
@@ -76,11 +103,24 @@ readings as (
         max(r.metric_value) filter (where r.phase = 'during') as peak_during,
         avg(r.metric_value) filter (where r.phase = 'during') as mean_during,
         count(*) filter (where r.phase = 'during') as n_during,
-        sum(r.metric_value) filter (where r.phase = 'after')
-            - sum(r.metric_value) filter (where r.phase = 'before') as delta
+        -- a value past 2^53 is no exact count or gauge in a double (a page read 1e20): the
+        -- reading is unusable, and never reaches a cast or a sum that could overflow
+        max(abs(r.metric_value)) as largest_abs_value
     from relevant as r
     inner join names as n on n.metric_name = r.metric_name
     group by all
+),
+
+readings as (
+    select
+        r.*,
+        s.delta,
+        coalesce(s.is_contradictory, false) as is_contradictory,
+        r.largest_abs_value >= 9007199254740992 as is_beyond_exact
+    from samples_read as r
+    left join snapshots as s
+        on s.wave_id = r.wave_id and s.engine = r.engine and s.evidence = r.evidence
+        and s.metric_name = r.metric_name
 ),
 
 best as (
@@ -115,6 +155,7 @@ final as (
         g.kind,
         b.metric_name,
         case
+            when b.is_beyond_exact or b.is_contradictory then null
             when g.kind = 'gauge' and g.evidence = 'kv_cache_usage'
                 and not (b.peak_during between 0 and 1) then null
             when g.kind = 'gauge' and b.peak_during < 0 then null
@@ -123,12 +164,14 @@ final as (
             else b.delta
         end as value,
         case
+            when b.is_beyond_exact or b.is_contradictory then null
             when g.kind = 'gauge' and (b.peak_during < 0 or (g.evidence = 'kv_cache_usage'
                 and not (b.peak_during between 0 and 1))) then null
             when g.kind = 'gauge' then b.mean_during
         end as mean_during,
         coalesce(b.n_during, 0) as n_during_samples,
         case
+            when b.is_beyond_exact or b.is_contradictory then 'unavailable'
             when g.kind = 'gauge' and g.evidence = 'kv_cache_usage'
                 and not (b.peak_during between 0 and 1) then 'unavailable'
             when g.kind = 'gauge' and b.peak_during < 0 then 'unavailable'
@@ -150,6 +193,11 @@ final as (
                 from names as n
                 where n.engine = g.engine and n.evidence = g.evidence
             )
+            when b.is_beyond_exact
+                then b.metric_name || ' read ' || printf('%g', b.largest_abs_value)
+                    || ', beyond 2^53: no exact count or gauge'
+            when b.is_contradictory
+                then b.metric_name || ' listed twice on one page with different values'
             when g.kind = 'gauge' and b.peak_during is null
                 then 'no sample during the wave (' || b.metric_name || ')'
             when g.kind = 'gauge' and g.evidence = 'kv_cache_usage'

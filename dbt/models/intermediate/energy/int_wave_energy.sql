@@ -1,10 +1,14 @@
--- Energy per wave from its power readings (loadgen/power.py): the counter's rise where an
--- energy counter was read (DCGM's total energy, RAPL), else the trapezoid integral of the
--- power draw, per sensor, summed over sensors. The window is the readings' own: from the
--- round just before the streams were released to the one after the last ended. A wave is
--- unavailable, with the reason, when no sensor gave two readings, when any sensor of the
--- quantity used gave fewer than two (a partial sum would understate), or a counter went
--- backwards (a reset): never 0 J.
+-- Energy per wave from its power readings (loadgen/power.py), per sensor and summed over
+-- sensors: a sensor's energy counter's rise where it gave two readings of one (DCGM's total
+-- energy, RAPL), else the trapezoid integral of its power draw. Each sensor is counted once,
+-- by its own best reading: a power-only sensor beside one with a counter is counted too (a
+-- GPU without the counter, an hwmon GPU beside RAPL). The window is the readings' own: from
+-- the round just before the streams were released to the one after the last ended. A wave
+-- is unavailable, with the reason, when no sensor gave two readings, when any sensor gave
+-- fewer than two (a partial sum would understate), when a counter went backwards (a reset)
+-- or did not move at all (an exporter that refreshes slower than the wave, DCGM's 30 s
+-- default: never "0 J"), or when a sensor's mean draw is past var('energy_max_sensor_w')
+-- (a counter jump in a short wave): never 0 J, never an impossible wattage.
 with samples as (
     select * from {{ ref('stg_power_samples') }}
 ),
@@ -36,24 +40,22 @@ ok as (
     select * from samples where status = 'ok' and reading_value is not null
 ),
 
--- a counter counts only when some sensor gave two readings of it
-uses_counter as (
-    select wave_id, max(n) >= 2 as by_counter
-    from (
-        select wave_id, sensor, count(*) as n from ok where quantity = 'energy_j' group by all
-    )
-    group by wave_id
+-- each sensor by its counter where it gave two readings of one, else by its power draw
+sensor_method as (
+    select wave_id, sensor, count(*) filter (where quantity = 'energy_j') >= 2 as by_counter
+    from ok
+    group by all
 ),
 
 chosen as (
     select
         o.*,
-        coalesce(u.by_counter, false) as by_counter,
+        m.by_counter,
         lag(o.t_ns) over sensor_series as prev_t_ns,
         lag(o.reading_value) over sensor_series as prev_value
     from ok as o
-    left join uses_counter as u on u.wave_id = o.wave_id
-    where o.quantity = case when coalesce(u.by_counter, false) then 'energy_j' else 'power_w' end
+    inner join sensor_method as m on m.wave_id = o.wave_id and m.sensor is not distinct from o.sensor
+    where o.quantity = case when m.by_counter then 'energy_j' else 'power_w' end
     window sensor_series as (partition by o.wave_id, o.sensor order by o.t_ns, o.seq)
 ),
 
@@ -74,18 +76,33 @@ per_sensor as (
     group by wave_id, sensor
 ),
 
+per_sensor_judged as (
+    select
+        *,
+        by_counter and sensor_energy_j = 0 as did_not_move,
+        sensor_energy_j / nullif(span_s, 0) as sensor_mean_w
+    from per_sensor
+),
+
 per_wave as (
     select
         wave_id,
-        any_value(by_counter) as by_counter,
+        case
+            when bool_and(by_counter) then 'counter'
+            when bool_or(by_counter) then 'counter and trapezoid'
+            else 'trapezoid'
+        end as energy_method,
         count(*) as n_sensors,
         max(span_s) as span_s,
         sum(sensor_energy_j) as summed_energy_j,
         min(n_readings) as fewest_readings,
         arg_min(sensor, n_readings) as sparsest_sensor,
         bool_or(went_backwards) as went_backwards,
-        min(sensor) filter (where went_backwards) as reset_sensor
-    from per_sensor
+        min(sensor) filter (where went_backwards) as reset_sensor,
+        min(sensor) filter (where did_not_move and not went_backwards) as stuck_sensor,
+        max(sensor_mean_w) as highest_sensor_w,
+        arg_max(sensor, sensor_mean_w) as highest_sensor
+    from per_sensor_judged
     group by wave_id
 ),
 
@@ -104,8 +121,7 @@ judged as (
         w.probe,
         w.superseded_reason,
         s.power_source,
-        case when p.by_counter then 'counter' when p.wave_id is not null then 'trapezoid' end
-            as energy_method,
+        p.energy_method,
         p.n_sensors,
         p.span_s,
         case
@@ -117,6 +133,14 @@ judged as (
                 then 'only one reading of ' || coalesce(p.sparsest_sensor, 'the sensor')
                     || coalesce(' (' || f.first_reason || ')', '')
             when p.span_s <= 0 then 'every reading at one instant'
+            when p.stuck_sensor is not null
+                then 'the energy counter of ' || p.stuck_sensor || ' did not move during the '
+                    || printf('%.1f', p.span_s) || ' s wave (an exporter that refreshes '
+                    || 'slower than the wave?)'
+            when p.highest_sensor_w > {{ var('energy_max_sensor_w') | float }}
+                then p.highest_sensor || ' read a mean ' || printf('%.3g', p.highest_sensor_w)
+                    || ' W, past the ' || printf('%g', {{ var('energy_max_sensor_w') | float }})
+                    || ' W one sensor can draw (a counter jump?)'
         end as unavailable_reason,
         p.summed_energy_j,
         r.n_ok_streams,
