@@ -1,11 +1,16 @@
-"""The judgement settings dbt stores on its rows cover every var the project declares."""
+"""The judgement settings dbt stores on its rows cover every var the project declares; the
+parse a process keeps is keyed by what a parse depends on."""
 
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 
+import pytest
 import yaml
 
+from sparkcap.transform import dbt_build
 from tests.paths import ROOT
 
 
@@ -17,3 +22,29 @@ def test_every_dbt_var_is_part_of_the_stored_judgement_settings() -> None:
     listed = re.search(r"return\(\[(.*?)\]\)", macro, re.S)
     assert listed is not None
     assert sorted(re.findall(r"'(\w+)'", listed.group(1))) == sorted(vars_)
+
+
+def test_a_parsed_manifest_is_reused_only_for_the_same_project_files_and_vars(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The in-process manifest must go stale the moment a model is edited or the vars change,
+    and must not change with the warehouse (the profile attaches it under a fixed name)."""
+    project = tmp_path / "dbt"
+    (project / "models").mkdir(parents=True)
+    model = project / "models" / "m.sql"
+    model.write_text("select 1 as x\n")
+    monkeypatch.setattr(dbt_build, "dbt_project_dir", lambda: project)
+    args = ["build", "--vars", '{"threshold_tok_s": 20}']
+    first = dbt_build._manifest_key(args)
+    assert dbt_build._manifest_key(list(args)) == first
+    # a different warehouse is not a different parse
+    assert dbt_build._manifest_key([*args, "--target-path", "/elsewhere"]) == first
+    assert dbt_build._manifest_key(["build", "--vars", '{"threshold_tok_s": 30}']) != first
+    model.write_text("select 2 as x\n")
+    os.utime(model, ns=(1, 1))
+    assert dbt_build._manifest_key(args) != first
+
+
+def test_node_selection_is_left_out_of_the_parse() -> None:
+    args = ["--project-dir", "p", "--select", "a", "b", "--exclude", "test_type:unit", "--quiet"]
+    assert dbt_build._without_selection(args) == ["--project-dir", "p", "--quiet"]
