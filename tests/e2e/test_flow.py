@@ -14,7 +14,14 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.helpers import RELAXED_TIMING, faulty, free_port, wait_for_prefect_api
+from tests.integration.helpers import (
+    RELAXED_TIMING,
+    fast_profile,
+    faulty,
+    free_port,
+    one_deployment_fleet,
+    wait_for_prefect_api,
+)
 from tests.paths import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -123,16 +130,19 @@ def test_two_nights_on_one_warehouse_never_overlap(harness: None, tmp_path: Path
             time.sleep(4)
             released["at"] = datetime.now(UTC)
 
+    from sparkcap.servers.sim.server import SimServer
+
     t = threading.Thread(target=other_night)
     t.start()
     assert held.wait(30)
-    state = _nightly()(
-        fleet=str(ROOT / "fleets" / "twin.yaml"),
-        db=str(db),
-        profile="smoke",
-        reports=str(reports),
-        return_state=True,
-    )
+    # about the limit, not the twin: one small deployment is a whole night all the same
+    with SimServer([fast_profile()]) as sim:
+        fleet = one_deployment_fleet(
+            tmp_path, "overlap", sim.endpoint, levels=[1, 2], trials=1, max_tokens=16
+        )
+        state = _nightly()(
+            fleet=str(fleet), db=str(db), profile="full", reports=str(reports), return_state=True
+        )
     t.join()
     assert state.is_completed(), state.message
     with duckdb.connect(str(db), read_only=True) as con:
@@ -210,9 +220,16 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
             return p.stdout
 
         run("work-pool", "create", "sparkcap-process", "--type", "process")
+        # about the schedule, not the twin: one simulated deployment the night launches itself
+        fleet = {
+            "name": "scheduled",
+            "workloads": {"code": {"levels": [1, 2], "trials": 1, "max_tokens": 16}},
+            "deployments": [{"name": "qwen", "model": "qwen", "launch": {"kind": "sim"}}],
+        }
+        (tmp_path / "scheduled.yaml").write_text(yaml.safe_dump(fleet))
         params = {
-            "fleet": "fleets/twin.yaml",
-            "profile": "smoke",
+            "fleet": str(tmp_path / "scheduled.yaml"),
+            "profile": "full",
             "db": str(tmp_path / "sched.duckdb"),
             "reports": str(tmp_path / "reports"),
         }
