@@ -115,6 +115,9 @@ def note_build(kind: str, what: str, seconds: float) -> None:
         pass
 
 
+EPHEMERAL_STARTUP_TIMEOUT_S = 180
+
+
 def prepare_prefect_env() -> None:
     """Keep Prefect's state in the project's working area and its telemetry off."""
     work = get_settings().work_dir
@@ -126,6 +129,12 @@ def prepare_prefect_env() -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
     os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+    # the ephemeral API's server must answer within Prefect's 20 s default: a first run from a
+    # new venv (no bytecode yet) on a loaded machine took longer, and the whole night failed
+    # before it began (stop 43's fresh clone: the wheel's demo beside the other tests)
+    os.environ.setdefault(
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", str(EPHEMERAL_STARTUP_TIMEOUT_S)
+    )
     # Prefect creates its home without parents and fails on a fresh clone
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,7 @@ def test_the_nightly_flow_is_loaded_by_prefect_from_the_deployed_entrypoint(
         "PREFECT_LOGGING_LEVEL": "INFO",
         "PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL": "WARNING",
         "GX_ANALYTICS_ENABLED": "False",
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "180",
     }.items():
         monkeypatch.setenv(name, value)  # what prepare_prefect_env would set, undone after
     from prefect import Flow  # after the environment above: Prefect reads it once
@@ -80,3 +82,22 @@ def test_the_nightly_flow_is_loaded_by_prefect_from_the_deployed_entrypoint(
     assert flow.fn.__name__ == NIGHTLY_FLOW
     entries = yaml.safe_load((ROOT / "prefect.yaml").read_text())["deployments"]
     assert {e["entrypoint"] for e in entries} == {f"flows/nightly.py:{NIGHTLY_FLOW}"}
+
+
+def test_the_ephemeral_api_gets_time_to_start_unless_the_person_says_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Prefect's 20 s deadline for its ephemeral server failed a whole night before it began: a
+    new venv's first run beside other work took longer to answer."""
+    from sparkcap.settings import EPHEMERAL_STARTUP_TIMEOUT_S, prepare_prefect_env
+
+    name = "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS"
+    monkeypatch.setenv("SPARKCAP_HOME", str(tmp_path / "home"))
+    for var in ("PREFECT_HOME", name):
+        monkeypatch.setenv(var, "x")  # so that monkeypatch restores what was there
+        monkeypatch.delenv(var)
+    prepare_prefect_env()
+    assert os.environ[name] == str(EPHEMERAL_STARTUP_TIMEOUT_S) and EPHEMERAL_STARTUP_TIMEOUT_S > 20
+    monkeypatch.setenv(name, "45")
+    prepare_prefect_env()
+    assert os.environ[name] == "45"
