@@ -761,6 +761,10 @@ class SimServer:
         self.port: int = self._sock.getsockname()[1]
         config = uvicorn.Config(
             self.app,
+            # never dictConfig the process's logging: that closed and flushed the handlers
+            # of whatever hosts the simulator, and a Prefect API log handler's flush beside a
+            # concurrency-slot thread deadlocked (the overlap test hung 48 min under a burner)
+            log_config=None,
             log_level="critical",
             lifespan="off",
             access_log=False,
