@@ -79,7 +79,8 @@ def _first_line(cmd: Sequence[str]) -> str:
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError):
         return f"{cmd[0]}: not found"
-    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) else ""
+    lines = (out.stdout or out.stderr).strip().splitlines()
+    return lines[0] if lines else ""
 
 
 @functools.cache

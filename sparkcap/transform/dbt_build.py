@@ -112,8 +112,7 @@ def _parsed_manifest(args: list[str]) -> Any | None:
     with _MANIFEST_LOCK:
         if key in _MANIFESTS:
             return _MANIFESTS[key]
-    parse_args = ["parse", *[a for a in args[1:] if a not in ("--full-refresh",)]]
-    parse_args = _without_selection(parse_args)
+    parse_args = ["parse", *_parse_arguments(args[1:])]
     try:
         res = dbtRunner().invoke(parse_args)
     finally:
@@ -128,8 +127,9 @@ def _parsed_manifest(args: list[str]) -> Any | None:
     return res.result
 
 
-def _without_selection(args: list[str]) -> list[str]:
-    """Node selection is not a parse argument (``dbt parse`` refuses ``--select``)."""
+def _parse_arguments(args: list[str]) -> list[str]:
+    """The invocation's arguments ``dbt parse`` takes: not its node selection or
+    ``--full-refresh`` (``dbt parse`` refuses them)."""
     out: list[str] = []
     skipping = False
     for arg in args:
@@ -139,7 +139,8 @@ def _without_selection(args: list[str]) -> list[str]:
         if skipping and not arg.startswith("--"):
             continue
         skipping = False
-        out.append(arg)
+        if arg != "--full-refresh":
+            out.append(arg)
     return out
 
 
