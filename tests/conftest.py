@@ -94,6 +94,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         keys_of[id(item)] = keys
         for other in keys[1:]:
             parent[find(other)] = find(keys[0])
+    # the real-server tests wait on the llama-server build that `make test` starts beside
+    # them: the other slow groups first, so no worker idles on the build while there is work
+    items.sort(key=_start_order)
     grouping = bool(getattr(config.option, "loadgroup", False))  # set on xdist workers
     for item in items:
         keys = keys_of[id(item)]
@@ -104,6 +107,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 # pytest-xdist 3.8 groups by an "@group" suffix on the node id, which it sets
                 # on ``item._nodeid``; pytest 9 reads ``item._id``, so the suffix is set here
                 item._id = coerce_node_id(f"{item.nodeid}@{group}")
+
+
+def _start_order(item: pytest.Item) -> int:
+    """e2e and integration tests, then those on the real llama-server, then the unit tests
+    (many and short: what fills the end of a parallel run); a stable sort keeps the rest."""
+    if item.get_closest_marker("unit"):
+        return 2
+    return 1 if item.get_closest_marker("real_server") else 0
 
 
 def shared_fixtures(item: pytest.Item) -> set[str]:

@@ -16,6 +16,7 @@ from pathlib import Path
 def summary(log: Path, lint_s: int, parallel_s: int, timing_s: int) -> list[str]:
     counts: Counter[str] = Counter()
     seconds: Counter[str] = Counter()
+    whole_by_test: Counter[str] = Counter()
     lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
     for line in lines:
         try:
@@ -23,9 +24,11 @@ def summary(log: Path, lint_s: int, parallel_s: int, timing_s: int) -> list[str]
             key = f"{note['kind']} {note['what']}"
             spent = float(note["seconds"])
         except (ValueError, KeyError, TypeError):
-            key, spent = "unreadable note", 0.0
+            note, key, spent = {}, "unreadable note", 0.0
         counts[key] += 1
         seconds[key] += spent
+        if key == "dbt build all" or key.startswith("gx "):
+            whole_by_test[str(note.get("test") or "(outside a test)")] += 1
     total = lint_s + parallel_s + timing_s
     out = [
         f"make test phases: lint {lint_s} s · tests in parallel {parallel_s} s · "
@@ -36,6 +39,10 @@ def summary(log: Path, lint_s: int, parallel_s: int, timing_s: int) -> list[str]
     out.append(f"builds: {whole} whole dbt builds, {gx} GX validations (target: ≤ 10 together)")
     for key in sorted(counts):
         out.append(f"  {counts[key]:4d} × {key:28s} {seconds[key]:8.1f} s of work")
+    if whole_by_test:
+        out.append("the tests that run most whole builds and validations:")
+        for test, n in whole_by_test.most_common(12):
+            out.append(f"  {n:4d}  {test}")
     return out
 
 

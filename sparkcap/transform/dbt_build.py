@@ -128,12 +128,12 @@ def _parsed_manifest(args: list[str]) -> Any | None:
 
 
 def _parse_arguments(args: list[str]) -> list[str]:
-    """The invocation's arguments ``dbt parse`` takes: not its node selection or
-    ``--full-refresh`` (``dbt parse`` refuses them)."""
+    """The invocation's arguments ``dbt parse`` takes: not its node selection, how tests
+    follow it, or ``--full-refresh`` (``dbt parse`` refuses them)."""
     out: list[str] = []
     skipping = False
     for arg in args:
-        if arg in ("--select", "--exclude", "-s"):
+        if arg in ("--select", "--exclude", "-s", "--indirect-selection"):
             skipping = True
             continue
         if skipping and not arg.startswith("--"):
@@ -306,7 +306,9 @@ def build(
     if full_refresh:
         extra.append("--full-refresh")
     if select:
-        extra += ["--select", select]
+        # a selection's data tests run when every model they read was built: dbt's default
+        # (eager) would also run a relationships test whose other side was never built here
+        extra += ["--select", select, "--indirect-selection", "cautious"]
     if not unit_tests:
         extra += ["--exclude", "test_type:unit"]
     return _succeeded(run_dbt("build", db_path, extra, dbt_vars), "dbt build")

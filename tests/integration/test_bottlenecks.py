@@ -91,7 +91,11 @@ def test_each_simulated_limit_gets_its_verdict(db_path: Path) -> None:
             _request(prefill, "prefill", (1, 8)),
         ]
         run_id = asyncio.run(run_sweeps(requests, db_path)).run_id
-    build(db_path, dbt_vars=SHORT_STREAM_VARS)
+    build(
+        db_path,
+        select="+fct_bottlenecks +fct_level_bounds +fct_server_evidence",
+        dbt_vars=SHORT_STREAM_VARS,
+    )
     with duckdb.connect(str(db_path), read_only=True) as con:
         verdicts = {
             r[0]: r[1:]

@@ -89,7 +89,7 @@ def test_a_client_stall_is_remeasured_and_the_capacity_holds(
         kept = night(db, sim.endpoint, max_remeasures=2)
         collapsed = night(db, sim.endpoint, max_remeasures=0)
     assert len(stalled) == 2  # the stall hit both nights' two-stream wave
-    build(db)
+    build(db, select="+fct_capacity +fct_trials")
     with duckdb.connect(str(db), read_only=True) as con:
         caps = dict(
             con.execute(

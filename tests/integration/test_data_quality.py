@@ -132,7 +132,7 @@ def test_bad_outputs_fail_validation_and_leave_capacity(
         )
     }
     assert bad_waves
-    build(db_path, dbt_vars=SHORT_STREAM_VARS)
+    build(db_path, select="+fct_trials +fct_levels +fct_capacity", dbt_vars=SHORT_STREAM_VARS)
     trials = q(
         db_path,
         "select wave_id, is_valid, invalid_reasons from marts.fct_trials where run_id = ?",
@@ -176,7 +176,7 @@ def test_validation_after_build_triggers_rebuild_of_that_run(
     )
     (exp_dir / "requests.json").write_text(json.dumps(spec))
     run_id = sweep_into(sim, db_path, "clean")
-    build(db_path, dbt_vars=SHORT_STREAM_VARS)
+    build(db_path, select="+fct_trials", dbt_vars=SHORT_STREAM_VARS)
     before = q(
         db_path,
         "select count(*) filter (where is_valid) from marts.fct_trials where run_id = ?",
@@ -186,7 +186,7 @@ def test_validation_after_build_triggers_rebuild_of_that_run(
     result = run_validation(db_path, run_id, docs_dir=tmp_path / "dq", expectations_dir=exp_dir)
     assert not result.success
     # incremental: the validation moved the run's watermark
-    build(db_path, dbt_vars=SHORT_STREAM_VARS)
+    build(db_path, select="+fct_trials", dbt_vars=SHORT_STREAM_VARS)
     after = q(
         db_path,
         "select count(*) filter (where is_valid) from marts.fct_trials where run_id = ?",

@@ -71,7 +71,7 @@ def test_the_probe_names_the_factor_the_engine_was_built_with(
             )
             result = asyncio.run(run_probe(dep, options, db_path))
             assert len(result.waves) == 1 + 2 * 5  # one warm-up, then five variants a trial
-    build(db_path)
+    build(db_path, select="+fct_gap_attribution")
 
     temp = _shares(db_path, "temp")
     assert set(temp) == {

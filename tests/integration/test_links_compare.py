@@ -91,7 +91,7 @@ def test_link_check_with_real_iperf3(tmp_path: Path, db_path: Path) -> None:
         ("fast", 1_000_000.0, 0.8, None, None),
         ("lo", 1.0, 0.8, None, None),
     ]
-    build(db_path)
+    build(db_path, select="+fct_link_health +fct_step_outcomes")
     with duckdb.connect(str(db_path), read_only=True) as con:
         rows = con.execute(
             "select link, healthy, share_of_nominal, error is not null from marts.fct_link_health "

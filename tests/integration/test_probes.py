@@ -138,7 +138,7 @@ def test_output_length_and_mixed_probes(db_path: Path, monkeypatch: pytest.Monke
             run_probe(dep, "output-length", db_path, concurrency=4, lengths=(60, 200), trials=2)
         )
         asyncio.run(run_probe(dep, "mixed", db_path, concurrency=4, trials=1, max_tokens=60))
-    build(db_path)
+    build(db_path, select="+fct_output_length +fct_mixed_load")
     rows = q(
         db_path,
         "select requested_tokens, n_valid_trials, median_decode_tok_s "

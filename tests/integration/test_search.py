@@ -27,9 +27,15 @@ def q(db: Path, sql: str) -> list[tuple[object, ...]]:
 
 
 def searched_night(
-    db_path: Path, prof: SimProfile, search: SearchPlan, max_tokens: int, **plan: object
+    db_path: Path,
+    prof: SimProfile,
+    search: SearchPlan,
+    max_tokens: int,
+    select: str | None = None,
+    **plan: object,
 ) -> str:
-    """Search one simulated deployment at THRESHOLD and build it; returns the run id.
+    """Search one simulated deployment at THRESHOLD and build it (the marts ``select`` names
+    and their parents with their data tests, or the whole project); returns the run id.
 
     Waves this short (0.1-0.5 s) are judged by the client-timing rule at a busy machine's
     mercy; these tests are about the search, so the rule is relaxed where a user would relax
@@ -37,11 +43,20 @@ def searched_night(
     relaxed = {"timing_error_tolerance": 0.2, "start_skew_tolerance": 0.5}
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("SPARKCAP_DBT_VARS", json.dumps(relaxed))
-        return _searched_night(db_path, prof, search, max_tokens, **plan)
+        return _searched_night(db_path, prof, search, max_tokens, select, **plan)
+
+
+# what the search tests read, with everything they are built from
+SEARCH_MARTS = "+fct_search_path +fct_capacity +fct_fleet_capacity"
 
 
 def _searched_night(
-    db_path: Path, prof: SimProfile, search: SearchPlan, max_tokens: int, **plan: object
+    db_path: Path,
+    prof: SimProfile,
+    search: SearchPlan,
+    max_tokens: int,
+    select: str | None,
+    **plan: object,
 ) -> str:
     with SimServer([prof]) as sim:
         dep = Deployment(
@@ -56,7 +71,7 @@ def _searched_night(
         req = SweepRequest(deployment=dep, workload="code", plan=sweep_plan)
         result = asyncio.run(run_sweeps([req], db_path, threshold_tok_s=THRESHOLD))
     assert result.status == "complete", result.reason
-    build(db_path, dbt_vars={"threshold_tok_s": THRESHOLD})
+    build(db_path, select=select, dbt_vars={"threshold_tok_s": THRESHOLD})
     return result.run_id
 
 
@@ -75,7 +90,7 @@ def test_search_path_live_equals_record_and_a_fallen_sustain(db_path: Path) -> N
     search = SearchPlan(
         max_level=16, trials_max=3, trial_tokens=20, warmup_tokens=4, sustain_factor=5
     )
-    searched_night(db_path, prof, search, max_tokens=60, max_remeasures=1)
+    searched_night(db_path, prof, search, 60, SEARCH_MARTS, max_remeasures=1)
 
     path = q(
         db_path,
@@ -285,7 +300,7 @@ def test_short_trials_on_a_server_sending_three_tokens_a_chunk_are_judged_at_ful
         prefill_tok_s=100_000,
     )
     search = SearchPlan(max_level=16, trials_max=2, warmup_tokens=4, sustain_factor=0)
-    searched_night(db_path, prof, search, max_tokens=128)
+    searched_night(db_path, prof, search, 128, SEARCH_MARTS)
     path = q(
         db_path,
         "select kind, concurrency, live_agrees, median_decode_tok_s, ci_low_tok_s, "

@@ -123,7 +123,7 @@ def test_slots_queue_requests(tmp_path: Path) -> None:
         result = asyncio.run(run_sweeps([req], db))
     ttfts = sorted(t for t in map(live_ttft_s, result.waves[0].requests) if t is not None)
     assert ttfts[2] > ttfts[1] * 3  # the second pair waited for the first to finish
-    build(db, dbt_vars=SHORT_STREAM_VARS)
+    build(db, select="+fct_trials", dbt_vars=SHORT_STREAM_VARS)
     with duckdb.connect(str(db), read_only=True) as con:
         row = con.execute(
             "select effective_concurrency, peak_concurrency, queued, invalid_reasons "

@@ -46,5 +46,6 @@ def test_a_parsed_manifest_is_reused_only_for_the_same_project_files_and_vars(
 
 
 def test_node_selection_is_left_out_of_the_parse() -> None:
-    args = ["--project-dir", "p", "--select", "a", "b", "--exclude", "test_type:unit", "--quiet"]
+    args = ["--project-dir", "p", "--select", "a", "b", "--indirect-selection", "cautious"]
+    args += ["--exclude", "test_type:unit", "--full-refresh", "--quiet"]
     assert dbt_build._parse_arguments(args) == ["--project-dir", "p", "--quiet"]
