@@ -57,7 +57,7 @@ def test_probes_against_llama_server(long_context_server: object, db_path: Path)
             probe_interval_s=0.5,
         )
     )
-    build(db_path)
+    build(db_path, select="+fct_prompt_cache +fct_prefill_interference")
     (doc, cold, warm, cached) = q(
         db_path,
         """
