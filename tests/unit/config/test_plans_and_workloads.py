@@ -217,11 +217,15 @@ def test_the_build_log_gets_one_line_per_build_and_never_costs_one(
     monkeypatch.delenv("SPARKCAP_BUILD_LOG", raising=False)
     note_build("dbt", "build all", 1.0)  # unset: nothing, anywhere
     monkeypatch.setenv("SPARKCAP_BUILD_LOG", str(log))
-    note_build("dbt", "build all", 1.23456)
+    note_build("dbt", "build all", 1.23456)  # under pytest: the test that paid for it
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
     note_build("gx", "validation of 3 suites", 2.0)
     notes = [json.loads(line) for line in log.read_text().splitlines()]
+    this_test = "tests/unit/config/test_plans_and_workloads.py::" + (
+        "test_the_build_log_gets_one_line_per_build_and_never_costs_one"
+    )
     assert notes == [
-        {"kind": "dbt", "what": "build all", "seconds": 1.235},
+        {"kind": "dbt", "what": "build all", "seconds": 1.235, "test": this_test},
         {"kind": "gx", "what": "validation of 3 suites", "seconds": 2.0},
     ]
     monkeypatch.setenv("SPARKCAP_BUILD_LOG", str(tmp_path))  # a directory: not writable as a file
