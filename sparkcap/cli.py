@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -279,6 +278,27 @@ def export_cmd(
 
 
 @app.command()
+def plan(
+    mix: opt.MixOption = "code=0.7,prose=0.3",
+    long_prompts: opt.LongPromptsOption = "2/min@32k",
+    max_below_share: opt.MaxBelowShareOption = 0.05,
+    run: opt.ExportRunOption = None,
+    db: opt.DbOption = None,
+) -> None:
+    """The routing that carries the most streams of a mix, and each prefill budget (dbt)."""
+    from sparkcap.publish import marts
+    from sparkcap.transform.plan_vars import build_plan, plan_vars
+
+    build_plan(_db(db), plan_vars(mix, long_prompts, max_below_share))
+    run_id = run or marts.latest_built_run(_db(db))
+    if (found := marts.plan(_db(db), run_id)) is None:
+        raise typer.BadParameter(f"no capacities of run {run_id} to plan", param_hint="--run")
+    for line in text.plan_lines(found):
+        out.print(line, highlight=False)
+    out.print(text.plan_table(run_id, marts.plan_routing(_db(db), run_id)))
+
+
+@app.command()
 def sql(
     query: opt.QueryArgument, db: opt.DbOption = None, format: opt.RowsFormatOption = "table"
 ) -> None:
@@ -432,16 +452,7 @@ def report(
     """Render the HTML report (and PNG/SVG charts) of a run, several runs or a night."""
     from sparkcap.publish.report import render_report  # +0.53 s (pandas, Altair)
 
-    if night is not None and run:
-        raise typer.BadParameter("give --run or --night, not both", param_hint="--night")
-    night_date = None
-    if night is not None:
-        try:
-            night_date = date.fromisoformat(night)
-        except ValueError:
-            raise typer.BadParameter(
-                f"expected a date YYYY-MM-DD, got {night!r}", param_hint="--night"
-            ) from None
+    night_date = opt.night_date(night, bool(run))
     result = render_report(_db(db), run or None, out_dir, night=night_date)
     out.print(f"report: {result.index.resolve()}", highlight=False)
     if result.latest is not None:

@@ -11,6 +11,7 @@ app these build (``python -m sparkcap.docs_reference --check``).
 
 from __future__ import annotations
 
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -202,6 +203,19 @@ PrometheusFileOption = Annotated[
 ]
 ExportRunOption = Annotated[str | None, typer.Option(help="run id (default: the latest built run)")]
 
+# plan
+MixOption = Annotated[
+    str, typer.Option(help="the streams' mix, shares adding to 1: code=0.7,prose=0.3")
+]
+LongPromptsOption = Annotated[
+    str,
+    typer.Option(help="long prompts the fleet takes beside the streams: RATE/min@TOKENS or 0"),
+]
+MaxBelowShareOption = Annotated[
+    float,
+    typer.Option(help="share of time a deployment's decode may be below the threshold"),
+]
+
 # run
 NightFleetOption = Annotated[Path, typer.Option(help="fleet file (YAML)")]
 ProfileOption = Annotated[Profile, typer.Option(help="how much of the fleet file's plan to run")]
@@ -262,6 +276,21 @@ NightDateOption = Annotated[
     str | None,
     typer.Option(help="report every built run that started on this UTC date (YYYY-MM-DD)"),
 ]
+
+
+def night_date(night: str | None, runs_given: bool) -> date | None:
+    """``report --night``'s date; a night and named runs together are a usage error."""
+    if night is None:
+        return None
+    if runs_given:
+        raise typer.BadParameter("give --run or --night, not both", param_hint="--night")
+    try:
+        return date.fromisoformat(night)
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected a date YYYY-MM-DD, got {night!r}", param_hint="--night"
+        ) from None
+
 
 # stage
 LakeOption = Annotated[

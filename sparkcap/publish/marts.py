@@ -494,3 +494,65 @@ def context_ladders(db_path: Path, run_id: str) -> list[ContextLadderRow]:
         [run_id],
     )
     return [ContextLadderRow(*r) for r in rows]
+
+
+class PlanRow(NamedTuple):
+    """``marts.fct_plan``: the most streams of the mix the fleet carries at the threshold,
+    what limits it, and whether the long prompts fit the fleet's prefill budget."""
+
+    run_id: str
+    code_share: float
+    threshold_tok_s: float
+    n_servers: int
+    planned_streams: int | None
+    planned_code_streams: int | None
+    planned_prose_streams: int | None
+    spare_code_streams: int | None
+    spare_prose_streams: int | None
+    plan_verdict: str
+    limited_by: str | None
+    assumes_additive_mixing: bool
+    mixing_contradicted: bool
+    long_prompts_per_min: float
+    long_prompt_tokens: int
+    max_below_threshold_share: float
+    prefill_budget_per_min: float | None
+    prefill_not_measured_deployments: str | None
+    prefill_verdict: str
+
+
+class PlanRoutingRow(NamedTuple):
+    """``marts.fct_plan_routing``: one deployment's share of the plan."""
+
+    deployment: str
+    replicas: int
+    code_capacity_streams: int
+    prose_capacity_streams: int
+    code_streams: int
+    prose_streams: int
+    capacity_share_used: float
+    spare_code_streams: int
+    spare_prose_streams: int
+    limited_by: str
+    mixed_basis: str
+    prefill_budget_per_min: float | None
+    prefill_budget_is_unbounded: bool | None
+    prefill_basis: str
+
+
+def plan(db_path: Path, run_id: str) -> PlanRow | None:
+    cols = ", ".join(PlanRow._fields).replace(
+        "prefill_budget_per_min", "prefill_budget_per_min::double"
+    )
+    rows = _mart_rows(db_path, "fct_plan", cols, "where run_id = ?", [run_id])
+    return PlanRow(*rows[0]) if rows else None
+
+
+def plan_routing(db_path: Path, run_id: str) -> list[PlanRoutingRow]:
+    cols = ", ".join(PlanRoutingRow._fields)
+    cols = cols.replace("capacity_share_used", "capacity_share_used::double", 1)
+    cols = cols.replace("prefill_budget_per_min", "prefill_budget_per_min::double", 1)
+    rows = _mart_rows(
+        db_path, "fct_plan_routing", cols, "where run_id = ? order by deployment", [run_id]
+    )
+    return [PlanRoutingRow(*r) for r in rows]

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
         FleetRow,
         LevelRow,
         LinkRow,
+        PlanRoutingRow,
+        PlanRow,
         QueryResult,
         RecordedRun,
         SearchDisagreement,
@@ -597,3 +599,75 @@ def validation_lines(result: ValidationResult) -> list[str]:
     if result.data_docs_index is not None:
         lines.append(f"data docs: {result.data_docs_index}")
     return lines
+
+
+def plan_lines(plan: PlanRow) -> list[str]:
+    """What fct_plan says, in the order a planner asks: how many, of what, what stops more,
+    what is assumed rather than measured, and whether the long prompts fit."""
+    mix = f"{plan.code_share:.0%} code / {1 - plan.code_share:.0%} prose"
+    if plan.plan_verdict != "planned":
+        return [f"plan for run {plan.run_id} ({mix}): {plan.plan_verdict}"]
+    lines = [
+        f"plan for run {plan.run_id} at {plan.threshold_tok_s:g} tok/s per stream, {mix}: "
+        f"{plan.planned_streams} concurrent streams ({plan.planned_code_streams} code, "
+        f"{plan.planned_prose_streams} prose)",
+        f"  headroom: {plan.spare_code_streams} more code or {plan.spare_prose_streams} more "
+        "prose streams in all, each alone; limited by: " + (plan.limited_by or "nothing named"),
+    ]
+    if plan.mixing_contradicted:
+        lines.append("  mixing: the mixed probe failed where the plan mixes; see mixed basis")
+    elif plan.assumes_additive_mixing:
+        lines.append(
+            "  mixing: assumed additive (capacity shares add) where the mixed probe did not "
+            "measure it"
+        )
+    if plan.long_prompts_per_min:
+        lines.append(
+            f"  long prompts: {plan.long_prompts_per_min:g}/min of {plan.long_prompt_tokens} "
+            f"tokens, decode below the threshold at most {plan.max_below_threshold_share:.0%} "
+            f"of the time: {plan.prefill_verdict}"
+        )
+        if plan.prefill_not_measured_deployments:
+            lines.append(
+                "  no prefill budget (not measured, none assumed): "
+                + plan.prefill_not_measured_deployments
+            )
+    return lines
+
+
+def plan_table(run_id: str, rows: Sequence[PlanRoutingRow]) -> Table:
+    table = Table(
+        title=f"routing, run {run_id}", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0)
+    )
+    for col, justify in [
+        ("deployment", "left"),
+        ("code", "right"),
+        ("prose", "right"),
+        ("cap c/p", "right"),
+        ("used", "right"),
+        ("spare c/p", "right"),
+        ("long/min", "right"),
+        ("limited by", "left"),
+        ("mixing", "left"),
+    ]:
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        if r.prefill_budget_is_unbounded:
+            budget = "any"
+        elif r.prefill_budget_per_min is None:
+            budget = "n/m"
+        else:
+            budget = f"{r.prefill_budget_per_min:.2f}"
+        replicas = f" ×{r.replicas}" if r.replicas > 1 else ""
+        table.add_row(
+            r.deployment + replicas,
+            str(r.code_streams),
+            str(r.prose_streams),
+            f"{r.code_capacity_streams}/{r.prose_capacity_streams}",
+            f"{r.capacity_share_used:.0%}",
+            f"{r.spare_code_streams}/{r.spare_prose_streams}",
+            budget,
+            r.limited_by,
+            r.mixed_basis,
+        )
+    return table

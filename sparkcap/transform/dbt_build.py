@@ -223,6 +223,8 @@ WHOLE_NUMBER_VARS = {
     "change_min_baseline_runs",
     "change_permutations",
     "drift_window_runs",
+    "plan_long_prompt_tokens",
+    "plan_max_servers",
 }
 
 

@@ -141,6 +141,33 @@ def _nightly(con: Any, data: dict[str, Any], where: str, params: dict[str, Any])
     )
 
 
+def _plan(con: Any, data: dict[str, Any], run_id: str) -> None:
+    """The night's plan as its build made it (the project's default mix and long prompts,
+    or the last ``sparkcap plan``'s): fct_plan's words and fct_plan_routing's table. A
+    combined report has no one plan: the plan is of one night's fleet."""
+    data["plan"], data["plan_routing"] = None, pd.DataFrame()
+    if not (_has_mart(con, "fct_plan") and _has_mart(con, "fct_plan_routing")):
+        return
+    from sparkcap.publish.marts import PlanRow
+
+    rows = con.execute(
+        f"select {', '.join(PlanRow._fields)} from marts.fct_plan where run_id = ?", [run_id]
+    ).fetchall()
+    if not rows:
+        return
+    data["plan"] = PlanRow(*rows[0])
+    data["plan_routing"] = _df(
+        con,
+        "select deployment, replicas, code_streams, prose_streams, "
+        "round(capacity_share_used * 100) as used_pct, spare_code_streams, spare_prose_streams, "
+        "case when prefill_budget_is_unbounded then 'any' else "
+        "coalesce(round(prefill_budget_per_min, 2)::varchar, 'not measured') end as budget, "
+        "limited_by, mixed_basis, prefill_basis from marts.fct_plan_routing "
+        "where run_id = $run order by deployment",
+        {"run": run_id},
+    )
+
+
 def _search_path(con: Any, which: str, params: dict[str, Any]) -> pd.DataFrame:
     """``marts.fct_search_path`` rows of the report's runs (none for a grid night, or a
     warehouse built before searches existed)."""
@@ -399,6 +426,7 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
         data["history"] = _history(con, run_id)
         _why(con, data, "where run_id = $run", {"run": run_id})
         _nightly(con, data, "where run_id = $run", {"run": run_id})
+        _plan(con, data, run_id)
         has_probes = con.execute(
             "select count(*) from information_schema.tables "
             "where table_schema = 'marts' and table_name = 'fct_prefill_interference'"

@@ -42,7 +42,7 @@ from sparkcap.publish.report.data import (
     load_data,
     runs_of_night,
 )
-from sparkcap.publish.text import context_ladder_line
+from sparkcap.publish.text import context_ladder_line, plan_lines
 from sparkcap.settings import get_settings
 
 
@@ -238,6 +238,8 @@ def render_report(
         tier_columns=data.get("tier_columns", {}),
         flagged_changes=data.get("flagged_changes", pd.DataFrame()),
         energy=data.get("energy", pd.DataFrame()),
+        plan_lines=plan_lines(data["plan"]) if data.get("plan") else [],
+        plan_routing=data.get("plan_routing", pd.DataFrame()),
         bound_chart="bounds" in charts,
         dq_links=dq_links,
         dq=None if dq.empty else dq,

@@ -1,0 +1,88 @@
+"""``sparkcap plan``'s inputs as dbt vars: the plan itself is dbt's (models/marts/plan); this
+only turns ``--mix code=0.7,prose=0.3`` and ``--long-prompts 2/min@32k`` into the vars those
+models read, refusing what would make them plan something the person did not ask for."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from sparkcap.transform.dbt_build import BuildError, BuildResult, build
+
+# the plan's models, built together with their data tests by `sparkcap plan`
+PLAN_MODELS = (
+    "int_plan_servers",
+    "int_plan_states",
+    "int_plan_chosen",
+    "fct_plan_routing",
+    "fct_plan",
+)
+PLAN_WORKLOADS = ("code", "prose")
+_RATE = re.compile(
+    r"^\s*(?P<rate>\d+(?:\.\d+)?)\s*/\s*(?P<per>min|h)\s*@\s*(?P<tokens>\d+(?:\.\d+)?)\s*(?P<k>k?)\s*$"
+)
+
+
+def _share(item: str, value: str) -> float:
+    try:
+        share = float(value)
+    except ValueError:
+        raise BuildError(f"--mix {item!r}: {value!r} is not a number") from None
+    if not math.isfinite(share) or not 0 <= share <= 1:
+        raise BuildError(f"--mix {item!r}: a share is between 0 and 1")
+    return share
+
+
+def parse_mix(text: str) -> float:
+    """The code share of ``code=0.7,prose=0.3`` (shares of the plan's streams; the two must
+    add to 1, and a workload left out has share 0)."""
+    shares: dict[str, float] = {}
+    for item in (p.strip() for p in text.split(",")):
+        name, sep, value = item.partition("=")
+        name = name.strip()
+        if not sep or name not in PLAN_WORKLOADS:
+            raise BuildError(f"--mix {item!r}: expected code=SHARE,prose=SHARE")
+        if name in shares:
+            raise BuildError(f"--mix: {name} is given twice")
+        shares[name] = _share(item, value.strip())
+    total = sum(shares.values())
+    if abs(total - 1) > 1e-9:
+        raise BuildError(f"--mix {text!r}: the shares add to {total:g}, not 1")
+    return shares.get("code", 0.0)
+
+
+def parse_long_prompts(text: str) -> tuple[float, int]:
+    """(prompts per minute, tokens each) of ``2/min@32k`` (k = 1000 tokens; ``/h`` also
+    reads), or ``0`` for none."""
+    if text.strip() == "0":
+        return 0.0, 0
+    m = _RATE.match(text)
+    if not m:
+        raise BuildError(f"--long-prompts {text!r}: expected RATE/min@TOKENS, e.g. 2/min@32k")
+    per_min = float(m["rate"]) / (60 if m["per"] == "h" else 1)
+    tokens = float(m["tokens"]) * (1000 if m["k"] else 1)
+    if not tokens.is_integer() or tokens < 1:
+        raise BuildError(f"--long-prompts {text!r}: a prompt is a whole number of tokens")
+    return per_min, int(tokens)
+
+
+def plan_vars(mix: str, long_prompts: str, max_below_share: float) -> dict[str, Any]:
+    if not math.isfinite(max_below_share) or not 0 < max_below_share <= 1:
+        raise BuildError("--max-below-share: a share of time, greater than 0 and at most 1")
+    per_min, tokens = parse_long_prompts(long_prompts)
+    out: dict[str, Any] = {
+        "plan_code_share": parse_mix(mix),
+        "plan_long_prompts_per_min": per_min,
+        "plan_max_below_threshold_share": max_below_share,
+    }
+    if tokens:  # none planned: the project's default length only words the budget
+        out["plan_long_prompt_tokens"] = tokens
+    return out
+
+
+def build_plan(db_path: Path, dbt_vars: dict[str, Any]) -> BuildResult:
+    """The plan's models and their data tests, with ``dbt_vars`` over the environment's; the
+    capacities they read stay as the night's build left them."""
+    return build(db_path, select=" ".join(PLAN_MODELS), dbt_vars=dbt_vars)

@@ -1,0 +1,130 @@
+"""The plan (issue 36 item 1) on the twin night: dbt's routing carries exactly as many streams
+of the mix as a brute force over every allocation finds, every replica stays inside its
+capacity line, and ``sparkcap plan`` prints what the marts say and refuses a mix it cannot
+mean."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import math
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from sparkcap import cli
+
+
+@pytest.fixture
+def night(twin_night: dict[str, object]) -> tuple[Path, str]:
+    return Path(str(twin_night["db"])), str(twin_night["run_id"])
+
+
+def _servers(db: Path, run_id: str) -> list[tuple[str, int, int]]:
+    """(deployment, code capacity, prose capacity) per replica, from fct_capacity and the
+    fleet's replicas, not from the plan's own models."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        rows = con.execute(
+            """
+            select c.deployment, any_value(d.replicas),
+                   coalesce(max(c.capacity_streams) filter (where c.workload = 'code'
+                            and c.is_measured), 0),
+                   coalesce(max(c.capacity_streams) filter (where c.workload = 'prose'
+                            and c.is_measured), 0)
+            from marts.fct_capacity c join marts.dim_deployments d using (run_id, deployment)
+            where c.run_id = ? group by c.deployment order by 1
+            """,
+            [run_id],
+        ).fetchall()
+    return [(name, int(code), int(prose)) for name, n, code, prose in rows for _ in range(n or 1)]
+
+
+def _options(code_cap: int, prose_cap: int) -> list[tuple[int, int]]:
+    return [
+        (c, p)
+        for c in range(code_cap + 1)
+        for p in range(prose_cap + 1)
+        if (code_cap == 0 and c == 0 and p <= prose_cap)
+        or (prose_cap == 0 and p == 0)
+        or (code_cap and prose_cap and c * prose_cap + p * code_cap <= code_cap * prose_cap)
+    ]
+
+
+def _brute_force(servers: list[tuple[str, int, int]], code_share: float) -> int:
+    best = 0
+    for combo in itertools.product(*(_options(c, p) for _, c, p in servers)):
+        code, prose = sum(c for c, _ in combo), sum(p for _, p in combo)
+        if code == math.floor((code + prose) * code_share + 0.5):
+            best = max(best, code + prose)
+    return best
+
+
+def test_the_twin_plan_is_the_brute_force_optimum_inside_every_capacity_line(
+    night: tuple[Path, str], twin_night: dict[str, object]
+) -> None:
+    db, run_id = night
+    servers = _servers(db, run_id)
+    assert len(servers) == 4 and all(c > 0 and p > 0 for _, c, p in servers), servers
+    with duckdb.connect(str(db), read_only=True) as con:
+        plan = con.execute(
+            "select planned_streams, planned_code_streams, planned_prose_streams, plan_verdict, "
+            "code_share from marts.fct_plan where run_id = ?",
+            [run_id],
+        ).fetchone()
+        routing = con.execute(
+            "select deployment, replicas, code_streams, prose_streams, code_capacity_streams, "
+            "prose_capacity_streams, capacity_share_used, mixed_basis, prefill_basis "
+            "from marts.fct_plan_routing where run_id = ? order by deployment",
+            [run_id],
+        ).fetchall()
+    assert plan is not None and plan[3] == "planned" and plan[4] == 0.7
+    assert plan[0] == _brute_force(servers, 0.7) > 0
+    assert plan[1] == math.floor(plan[0] * 0.7 + 0.5) and plan[1] + plan[2] == plan[0]
+    assert sum(r[2] for r in routing) == plan[1] and sum(r[3] for r in routing) == plan[2]
+    for _, _, _, _, code_cap, prose_cap, used, mixed, prefill in routing:
+        assert used <= 1 + 1e-9 and code_cap > 0 and prose_cap > 0
+        assert mixed and prefill  # every deployment says what its mixing and budget rest on
+    # the twin measured qwen's prefill interference and no one else's: a budget from it, and
+    # the others' said to be unmeasured rather than assumed
+    by_name = {r[0]: r for r in routing}
+    assert "not measured" not in by_name["qwen"][8] and "not measured" in by_name["glm"][8]
+    # the night's report shows the plan its build made (the project's default mix)
+    page = Path(str(twin_night["report"])).read_text(encoding="utf-8")
+    assert "<h2>Plan</h2>" in page
+    assert f"{plan[0]} concurrent streams ({plan[1]} code, {plan[2]} prose)" in page
+
+
+def test_plan_prints_the_marts_for_another_mix_and_refuses_a_bad_one(
+    night: tuple[Path, str], tmp_path: Path
+) -> None:
+    db, run_id = night
+    copy = tmp_path / "w.duckdb"
+    shutil.copy(db, copy)
+    out, err = io.StringIO(), io.StringIO()
+    args = ["plan", "--mix", "code=0.5,prose=0.5", "--long-prompts", "1/min@16k"]
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        cli.main([*args, "--db", str(copy)])
+    with duckdb.connect(str(copy), read_only=True) as con:
+        n, code, verdict = con.execute(
+            "select planned_streams, planned_code_streams, prefill_verdict from marts.fct_plan "
+            "where run_id = ?",
+            [run_id],
+        ).fetchone()  # type: ignore[misc]
+    assert n == _brute_force(_servers(copy, run_id), 0.5)
+    first = out.getvalue().splitlines()[0]
+    assert f"{n} concurrent streams ({code} code" in first and "50% code" in first, out.getvalue()
+    assert "1/min of 16000 tokens" in out.getvalue() and verdict in out.getvalue()
+    for bad, needle in (
+        (["--mix", "code=0.7,prose=0.2"], "add to 0.9"),
+        (["--mix", "agent=1"], "expected code=SHARE"),
+        (["--long-prompts", "2/min"], "expected RATE/min@TOKENS"),
+    ):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+            cli.main(["plan", *bad, "--db", str(copy)])
+        assert exit_.value.code == 1
+        lines = err.getvalue().strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
