@@ -24,8 +24,8 @@ options as (
         or (s.prose_capacity_streams = 0 and p.x = 0)
         or (
             s.code_capacity_streams > 0 and s.prose_capacity_streams > 0
-            and c.x * s.prose_capacity_streams + p.x * s.code_capacity_streams
-                <= s.code_capacity_streams * s.prose_capacity_streams
+            and {{ plan_line_room('s.code_capacity_streams', 's.prose_capacity_streams',
+                'c.x', 'p.x') }} >= 0
         )
 ),
 

@@ -34,20 +34,14 @@ spare as (
         case
             when code_capacity_streams = 0 then 0
             when prose_capacity_streams = 0 then code_capacity_streams - code_streams
-            else floor(
-                (code_capacity_streams * prose_capacity_streams
-                 - code_streams * prose_capacity_streams - prose_streams * code_capacity_streams)
-                / prose_capacity_streams
-            )
+            else floor({{ plan_line_room('code_capacity_streams', 'prose_capacity_streams',
+                'code_streams', 'prose_streams') }} / prose_capacity_streams)
         end as spare_code_streams,
         case
             when prose_capacity_streams = 0 then 0
             when code_capacity_streams = 0 then prose_capacity_streams - prose_streams
-            else floor(
-                (code_capacity_streams * prose_capacity_streams
-                 - code_streams * prose_capacity_streams - prose_streams * code_capacity_streams)
-                / code_capacity_streams
-            )
+            else floor({{ plan_line_room('code_capacity_streams', 'prose_capacity_streams',
+                'code_streams', 'prose_streams') }} / code_capacity_streams)
         end as spare_prose_streams,
         coalesce(code_streams / nullif(code_capacity_streams, 0), 0)
             + coalesce(prose_streams / nullif(prose_capacity_streams, 0), 0)
