@@ -115,11 +115,16 @@ class Pool:
         return self._spawn(f"worker-{host}-{pool}", [*cmd, "--limit", "2", "--name", host], env)
 
     def kill_tree(self, name: str) -> None:
-        """What a host that dies does: the worker and every flow run it started, at once."""
+        """What a host that dies does: the worker and every flow run it started, at once.
+        Each is stopped before any is killed: killed one by one, children first, a worker on
+        a busy machine saw its flow run exit -9 and reported it crashed, which no dead host
+        can (a fresh clone's burner run, f855606)."""
         root = psutil.Process(self.procs[name].pid)
-        for p in [*root.children(recursive=True), root]:
-            with contextlib.suppress(psutil.NoSuchProcess):
-                p.kill()
+        tree = [root, *root.children(recursive=True)]
+        for how in ("suspend", "kill"):
+            for p in tree:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    getattr(p, how)()
         self.procs[name].wait(timeout=20)
 
     def close(self) -> None:

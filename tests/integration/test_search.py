@@ -282,6 +282,9 @@ def test_cli_sweep_search_prints_what_the_marts_say(tmp_path: Path) -> None:
     assert bad.stderr.strip().splitlines() == ["error: --confidence applies only with --search"]
 
 
+# its 8-stream rate (48 tok/s) sits 4 % under the threshold: beside a CPU burner in the parallel
+# phase the simulator's late steps read it at a pass (a fresh clone's burner run, f855606)
+@pytest.mark.client_timing
 def test_short_trials_on_a_server_sending_three_tokens_a_chunk_are_judged_at_full_length(
     db_path: Path,
 ) -> None:
