@@ -15,7 +15,8 @@
         'tier_thresholds_tok_s', 'tier_ttft_p90_ceilings_s',
         'change_baseline_runs', 'change_min_baseline_runs', 'change_false_alarm_rate',
         'change_min_effect_pct', 'change_permutations', 'drift_window_runs',
-        'drift_min_pct_per_run', 'ttft_ceiling_s', 'ttft_quantile', 'cache_hit_min_share',
+        'drift_min_pct_per_run', 'ttft_ceiling_s', 'ttft_quantile', 'tail_confidence',
+        'cache_hit_min_share',
         'cold_cached_max_share', 'energy_max_sensor_w'
     ]) }}
 {%- endmacro %}

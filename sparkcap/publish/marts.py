@@ -39,6 +39,11 @@ class LevelRow(NamedTuple):
     ttft_quantile_s: float | None
     ttft_ceiling_s: float | None
     meets_ttft_ceiling: bool | None
+    # the turn TTFTs behind that quantile and the fewest that support it (dbt macro
+    # tail_min_samples): below, the figure is "not enough samples", never printed
+    ttft_quantile_samples: int | None
+    ttft_quantile_min_samples: int | None
+    ttft_quantile_is_supported: bool | None
     n_failed_streams: int
     any_queued: bool | None
 

@@ -422,6 +422,10 @@ def _quantile_ttft_cell(lv: LevelRow) -> str:
         return ""  # a code or prose level: its rule reads no TTFT
     # the mart's verdict on the ceiling, not a comparison of its own
     over = f" > {lv.ttft_ceiling_s:g}" if lv.meets_ttft_ceiling is False else ""
+    if lv.ttft_quantile_s is not None and lv.ttft_quantile_is_supported is not True:
+        # a tail over fewer samples than support it is no figure (dbt macro tail_min_samples)
+        n, need = lv.ttft_quantile_samples or 0, lv.ttft_quantile_min_samples
+        return f"not enough samples ({n} of {need if need is not None else '?'})" + over
     return _figure(lv.ttft_quantile_s, 2) + over
 
 
@@ -440,6 +444,9 @@ LEVEL_COLUMNS = (
     "ttft_quantile_s",
     "ttft_ceiling_s",
     "meets_ttft_ceiling",
+    "ttft_quantile_samples",
+    "ttft_quantile_min_samples",
+    "ttft_quantile_is_supported",
     "n_failed_streams",
     "any_queued",
 )

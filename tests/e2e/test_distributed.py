@@ -2,8 +2,9 @@
 (``prefect_api``), two workers standing for two client hosts, four simulated deployments in a
 simulator process, the parent run by the CLI.
 
-It must give the marts a single-process night gives on the same deployments, stage every wave
-once, keep the fleet file's exclusions, and name a killed worker's deployment as missing.
+It must give the marts the simulator's model says (the capacities and rates a single-process
+night measures on the same deployments), stage every wave once, keep the fleet file's
+exclusions, and name a killed worker's deployment as missing.
 """
 
 from __future__ import annotations
@@ -222,7 +223,7 @@ def pool(tmp_path_factory: pytest.TempPathFactory, prefect_api: str) -> Iterator
         p.close()
 
 
-def test_distributed_night_equals_the_single_process_night(
+def test_distributed_night_measures_what_the_simulator_models(
     pool: Pool, sim_endpoint: str, tmp_path: Path
 ) -> None:
     name = _pool_name("equal")
@@ -236,22 +237,16 @@ def test_distributed_night_equals_the_single_process_night(
     )  # fmt: skip
     logs = pool.log(f"worker-host-a-{name}")[-2000:] + pool.log(f"worker-host-b-{name}")[-2000:]
     assert dist.returncode == 0, dist.stdout + dist.stderr + logs
-    single = run_cli(
-        "run", "--fleet", str(fleet), "--db", str(tmp_path / "single.duckdb"),
-        "--reports", str(tmp_path / "r2"), "--no-prefect", env=env, timeout=900,
-    )  # fmt: skip
-    assert single.returncode == 0, single.stdout + single.stderr
-    # the same capacities, the ones the simulator was built to have
+    # the capacities the simulator was built to have, and each level's rate its model's
+    # r1 / (1 + a (c - 1)) within noise, measured from two client hosts. A single-process
+    # night on the same fleet was the reference once; the model is the truth it measured
+    # (its steps keep absolute deadlines), and `run --no-prefect` has tests of its own
     assert _capacities(tmp_path / "dist.duckdb") == EXPECTED
-    assert _capacities(tmp_path / "single.duckdb") == EXPECTED
-    # rates within noise: the same simulator, measured from two client hosts
-    d_rates, s_rates = (
-        _level_rates(tmp_path / "dist.duckdb"),
-        _level_rates(tmp_path / "single.duckdb"),
-    )
-    assert d_rates.keys() == s_rates.keys()
-    for k in d_rates:
-        assert d_rates[k] == pytest.approx(s_rates[k], rel=0.05), k
+    d_rates = _level_rates(tmp_path / "dist.duckdb")
+    assert set(d_rates) == {(d, w, c) for d, w in EXPECTED for c in (1, 2, 4)}
+    for (d, w, c), rate in d_rates.items():
+        r1, a = PROFILES[d]
+        assert rate == pytest.approx(r1 / (1 + a * (c - 1)), rel=0.05), (d, w, c)
     # every wave staged once: as many as the lake's manifests, as many as planned
     with duckdb.connect(str(tmp_path / "dist.duckdb"), read_only=True) as con:
         (run_id,) = con.execute("select run_id from raw.runs").fetchone()  # type: ignore[misc]

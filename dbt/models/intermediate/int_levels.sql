@@ -77,6 +77,8 @@ final as (
             as concurrency_x_median_tok_s,
         median(median_ttft_s) filter (where is_valid) as median_ttft_s,
         median(ttft_quantile_s) filter (where is_valid) as ttft_quantile_s,
+        -- the TTFTs behind that figure: every valid trial's, pooled
+        cast(coalesce(sum(n_ttft) filter (where is_valid), 0) as integer) as n_ttft_samples,
         -- agent sessions: the next turn's first token must come within the ceiling
         case when workload = 'agent' then {{ var('ttft_ceiling_s') }} end as ttft_ceiling_s,
         median(effective_concurrency) filter (where is_valid) as effective_concurrency,

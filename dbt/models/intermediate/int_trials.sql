@@ -60,6 +60,7 @@ per_wave as (
         median(ttft_s) as median_ttft_s,
         -- the TTFT an agent session's next turn must meet (int_levels), over every turn
         {{ ttft_quantile('ttft_s') }} as ttft_quantile_s,
+        count(ttft_s) as n_ttft,
         count(distinct session_id) as n_sessions,
         min(ttft_s) as min_ttft_s,
         max(ttft_s) as max_ttft_s,
@@ -169,6 +170,7 @@ final as (
         concurrency * median_decode_tok_s as concurrency_x_median_tok_s,
         median_ttft_s,
         ttft_quantile_s,
+        n_ttft,
         n_sessions,
         min_ttft_s,
         max_ttft_s,

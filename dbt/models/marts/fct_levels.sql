@@ -34,6 +34,14 @@ final as (
         case when l.ttft_ceiling_s is not null then cast({{ var('ttft_quantile') }} as double) end
             as ttft_quantile,
         case when l.ttft_ceiling_s is not null then l.ttft_quantile_s end as ttft_quantile_s,
+        -- the samples behind it and the fewest that support it: a report prints "not
+        -- enough samples" below that, never the figure (the level rule still reads it)
+        case when l.ttft_ceiling_s is not null then l.n_ttft_samples end as ttft_quantile_samples,
+        case when l.ttft_ceiling_s is not null
+            then {{ tail_min_samples(var('ttft_quantile')) }} end as ttft_quantile_min_samples,
+        case when l.ttft_ceiling_s is not null
+            then l.n_ttft_samples >= {{ tail_min_samples(var('ttft_quantile')) }}
+        end as ttft_quantile_is_supported,
         cast(l.ttft_ceiling_s as double) as ttft_ceiling_s,
         case when l.ttft_ceiling_s is not null and l.ttft_quantile_s is not null
             then {{ within_session_ttft_ceiling('l.ttft_quantile_s') }}

@@ -342,6 +342,18 @@ def session_turns_chart(data: dict[str, Any]) -> Any:
     deployment and level (concurrent sessions)."""
     st = data["session_turns"].copy()
     st["series"] = st["deployment"] + " @ " + st["concurrent_sessions"].astype(str) + " sessions"
+    # a tail over fewer turns than support it (dbt macro tail_min_samples) is no figure: the
+    # point is left out and its tooltip says why
+    supported = st.get("ttft_quantile_is_supported", pd.Series(False, index=st.index))
+    supported = supported.fillna(False).astype(bool)
+    st.loc[~supported, "ttft_quantile_s"] = None
+    n_samples = st.get("n_ttft_samples", pd.Series(0, index=st.index)).fillna(0).astype(int)
+    need = st.get("ttft_quantile_min_samples", pd.Series(None, index=st.index))
+    st["ttft_support"] = [
+        f"{n} turns" if ok else f"not enough samples ({n} of {'?' if pd.isna(m) else int(m)})"
+        for n, m, ok in zip(n_samples, need, supported, strict=True)
+    ]
+    n_hidden = int((~supported).sum())
     base = alt.Chart(st).encode(
         x=alt.X("turn_index:O", title="turn (context grows)"),
         color=alt.Color("series:N", title=None),
@@ -352,6 +364,7 @@ def session_turns_chart(data: dict[str, Any]) -> Any:
             alt.Tooltip("median_cached_tokens:Q", title="cached tokens", format=",.0f"),
             alt.Tooltip("median_decode_tok_s:Q", format=".1f"),
             alt.Tooltip("ttft_quantile_s:Q", title="TTFT (quantile) s", format=".2f"),
+            alt.Tooltip("ttft_support:N", title="TTFT samples"),
         ],
     )
     rate = base.mark_line(point=True).encode(
@@ -368,7 +381,16 @@ def session_turns_chart(data: dict[str, Any]) -> Any:
     return alt.hconcat(
         rate.properties(width=300, height=200, title="Decode rate by turn"),
         (ttft + ceiling).properties(
-            width=300, height=200, title="Time to first token by turn (dashed: the ceiling)"
+            width=300,
+            height=200,
+            title=alt.Title(
+                "Time to first token by turn (dashed: the ceiling)",
+                subtitle=(
+                    f"{n_hidden} of {len(st)} points left out: not enough samples for the quantile"
+                    if n_hidden
+                    else ""
+                ),
+            ),
         ),
     )
 

@@ -179,7 +179,8 @@ create table marts.fct_levels (run_id varchar, deployment varchar, workload varc
     concurrency integer, n_trials bigint, n_valid_trials bigint, n_failed_streams hugeint,
     median_decode_tok_s double, min_decode_tok_s double, median_ttft_s double,
     ttft_quantile double, ttft_quantile_s double, ttft_ceiling_s double,
-    meets_ttft_ceiling boolean, any_queued boolean);
+    meets_ttft_ceiling boolean, ttft_quantile_samples integer,
+    ttft_quantile_min_samples integer, ttft_quantile_is_supported boolean, any_queued boolean);
 create table marts.fct_capacity (run_id varchar, deployment varchar, workload varchar,
     method varchar, threshold_tok_s decimal(3, 1), capacity_streams integer,
     level_capacity_streams integer, first_failing_level integer, capacity_interpolated integer,
@@ -192,7 +193,8 @@ create table marts.fct_bottlenecks (run_id varchar, deployment varchar, workload
     limit_level_share_of_bound double, bound_capacity_streams integer, bound_flags varchar,
     unavailable_evidence varchar, is_confirmed boolean, overruled_evidence varchar);
 insert into marts.fct_levels values
-    ('r1', 'glm', 'code', 4, 1, 1, 0, 46, 45, 0.1, null, null, null, null, false);
+    ('r1', 'glm', 'code', 4, 1, 1, 0, 46, 45, 0.1, null, null, null, null, null, null, null,
+     false);
 insert into marts.fct_capacity values
     ('r1', 'glm', 'code', 'grid', 20.0, 4, 4, 8, 4, false, false, true, null, null, 0,
      'not run (grid)', 1, '4 streams (fails at 8)');

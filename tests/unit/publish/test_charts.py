@@ -3,6 +3,7 @@ measured workloads, and the headline's total inside the plot."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
@@ -225,11 +226,20 @@ def test_the_session_turns_chart_draws_rate_and_ttft_per_turn_with_the_ceiling()
             median_decode_tok_s=[50.0, 49.0, 45.0, 44.0],
             ttft_quantile_s=[0.2, 0.05, 0.6, 0.3],
             ttft_ceiling_s=5.0,
+            # the last turn's TTFT rests on fewer samples than a p90 needs
+            n_ttft_samples=[64, 64, 128, 40],
+            ttft_quantile_min_samples=64,
+            ttft_quantile_is_supported=[True, True, True, False],
         )
     )
     spec = session_turns_chart({"session_turns": turns}).to_dict()
     rows = [v for d in spec["datasets"].values() for v in d]
     assert {v.get("series") for v in rows} - {None} == {"d @ 1 sessions", "d @ 2 sessions"}
+    shown = {(v["concurrent_sessions"], v["turn_index"]): v for v in rows if "series" in v}
+    assert shown[(2, 1)]["ttft_quantile_s"] is None  # no figure, and the tooltip says why
+    assert shown[(2, 1)]["ttft_support"] == "not enough samples (40 of 64)"
+    assert shown[(2, 0)]["ttft_quantile_s"] == 0.6 and shown[(2, 0)]["ttft_support"] == "128 turns"
+    assert "1 of 4 points left out" in json.dumps(spec["hconcat"][1]["title"])
     assert [v["ttft_ceiling_s"] for v in rows if len(v) == 1] == [5.0]
     fields = {c["encoding"]["y"]["field"] for c in spec["hconcat"][1]["layer"]}
     assert fields == {"ttft_quantile_s", "ttft_ceiling_s"}

@@ -24,7 +24,8 @@ create table marts.fct_levels (run_id varchar, deployment varchar, workload varc
     concurrency integer, n_trials bigint, n_valid_trials bigint, n_failed_streams hugeint,
     median_decode_tok_s double, min_decode_tok_s double, median_ttft_s double,
     ttft_quantile double, ttft_quantile_s double, ttft_ceiling_s double,
-    meets_ttft_ceiling boolean, any_queued boolean);
+    meets_ttft_ceiling boolean, ttft_quantile_samples integer,
+    ttft_quantile_min_samples integer, ttft_quantile_is_supported boolean, any_queued boolean);
 create table marts.fct_capacity (run_id varchar, deployment varchar, workload varchar,
     method varchar, threshold_tok_s decimal(3, 1), capacity_streams integer,
     level_capacity_streams integer, first_failing_level integer, capacity_interpolated integer,
@@ -41,10 +42,13 @@ insert into raw.runs values
     ('r1', '2026-12-01 01:00:00+00', '2026-12-01 02:00:00+00', 'complete', null, '0.6.0');
 insert into raw.waves values ('r2', 'w1'), ('r2', 'w2'), ('r1', 'w3');
 insert into marts.fct_levels values
-    ('r1', 'm', 'code', 2, 1, 0, 2, null, null, null, null, null, null, null, null),
-    ('r1', 'm', 'code', 1, 1, 1, 0, 120.5, 110.0, 0.01, null, null, null, null, false),
-    ('r1', 'm', 'agent', 1, 1, 1, 0, 30.0, 28.0, 1.5, 0.9, 3.97, 5.0, true, false),
-    ('r2', 'm', 'code', 1, 1, 1, 0, 99.0, 98.0, 0.02, null, null, null, null, false);
+    ('r1', 'm', 'code', 2, 1, 0, 2, null, null, null, null, null, null, null, null, null, null,
+     null),
+    ('r1', 'm', 'code', 1, 1, 1, 0, 120.5, 110.0, 0.01, null, null, null, null, null, null, null,
+     false),
+    ('r1', 'm', 'agent', 1, 1, 1, 0, 30.0, 28.0, 1.5, 0.9, 3.97, 5.0, true, 80, 64, true, false),
+    ('r2', 'm', 'code', 1, 1, 1, 0, 99.0, 98.0, 0.02, null, null, null, null, null, null, null,
+     false);
 insert into marts.fct_capacity values
     ('r1', 'r429', 'code', 'grid', 15.0, 0, 0, 1, 0, false, false, false, null, null, 0,
      'not run (grid)', 0, 'no valid measurement at level 1: 2 of 2 rejected (429)'),
@@ -68,9 +72,11 @@ def db(tmp_path: Path) -> Path:
 
 def test_levels_come_back_typed_in_the_marts_order(db: Path) -> None:
     assert marts.levels(db, "r1") == [
-        marts.LevelRow("m", "agent", 1, 1, 1, 30.0, 28.0, 1.5, 0.9, 3.97, 5.0, True, 0, False),
-        marts.LevelRow("m", "code", 1, 1, 1, 120.5, 110.0, 0.01, None, None, None, None, 0, False),
-        marts.LevelRow("m", "code", 2, 0, 1, None, None, None, None, None, None, None, 2, None),
+        marts.LevelRow(
+            "m", "agent", 1, 1, 1, 30.0, 28.0, 1.5, 0.9, 3.97, 5.0, True, 80, 64, True, 0, False
+        ),
+        marts.LevelRow("m", "code", 1, 1, 1, 120.5, 110.0, 0.01, *[None] * 7, 0, False),
+        marts.LevelRow("m", "code", 2, 0, 1, None, None, None, *[None] * 7, 2, None),
     ]
     assert marts.levels(db, "nope") == []
 

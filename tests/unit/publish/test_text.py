@@ -216,8 +216,8 @@ HOSTILE = 'dep,"quoted"\nline'
 
 def _levels() -> tuple[list[LevelRow], list[CapacityRow]]:
     levels = [
-        LevelRow(HOSTILE, "code", 1, 1, 1, 120.5, 110.25, 0.01, None, None, None, None, 0, False),
-        LevelRow(HOSTILE, "code", 2, 0, 1, None, None, None, None, None, None, None, 2, None),
+        LevelRow(HOSTILE, "code", 1, 1, 1, 120.5, 110.25, 0.01, *[None] * 7, 0, False),
+        LevelRow(HOSTILE, "code", 2, 0, 1, None, None, None, *[None] * 7, 2, None),
     ]
     caps = [capacity('≥ 1 stream, "odd"\nreason', deployment=HOSTILE, is_lower_bound=True)]
     return levels, caps
@@ -260,9 +260,17 @@ def test_levels_as_a_table_show_missing_figures_as_dashes() -> None:
 
 def test_agent_levels_show_the_turn_ttft_their_rule_reads_and_streams_leave_it_blank() -> None:
     levels = [
-        LevelRow("d", "agent", 1, 1, 1, 30.0, 28.0, 1.2, 0.9, 3.97, 5.0, True, 0, False),
-        LevelRow("d", "agent", 2, 1, 1, 25.0, 22.0, 4.1, 0.9, 13.05, 5.0, False, 0, False),
-        LevelRow("d", "code", 4, 1, 1, 40.0, 38.0, 0.2, None, None, None, None, 0, False),
+        LevelRow(
+            "d", "agent", 1, 1, 1, 30.0, 28.0, 1.2, 0.9, 3.97, 5.0, True, 64, 64, True, 0, False
+        ),
+        LevelRow(
+            "d", "agent", 2, 1, 1, 25.0, 22.0, 4.1, 0.9, 13.05, 5.0, False, 90, 64, True, 0, False
+        ),
+        LevelRow("d", "code", 4, 1, 1, 40.0, 38.0, 0.2, *[None] * 7, 0, False),
+        # 63 turns: one short of what supports a p90 at 0.99, so no figure
+        LevelRow(
+            "d", "agent", 8, 1, 1, 15.0, 12.0, 9.1, 0.9, 17.5, 5.0, False, 63, 64, False, 0, False
+        ),
     ]
     buf = io.StringIO()
     text.print_levels(Console(file=buf, width=200), io.StringIO(), "r1", levels, [])
@@ -275,9 +283,11 @@ def test_agent_levels_show_the_turn_ttft_their_rule_reads_and_streams_leave_it_b
     assert "3.97" in agent_1 and ">" not in agent_1
     assert "13.05 > 5" in agent_2  # the rule's figure, over its ceiling: the level fails on it
     assert len(code.split()) == len(agent_1.split()) - 1  # no TTFT rule, no figure
+    (agent_8,) = [x for x in lines if x.split()[1:3] == ["agent", "8"]]
+    assert "not enough samples (63 of 64) > 5" in agent_8 and "17.5" not in agent_8
     # a run without agent levels keeps its columns
     buf = io.StringIO()
-    text.print_levels(Console(file=buf, width=200), io.StringIO(), "r1", levels[2:], [])
+    text.print_levels(Console(file=buf, width=200), io.StringIO(), "r1", levels[2:3], [])
     assert "p90" not in buf.getvalue() and header
 
 

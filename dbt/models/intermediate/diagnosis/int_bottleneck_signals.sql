@@ -157,6 +157,14 @@ signals as (
     select run_id, deployment, workload, limit_level, 'prefill', 'cold first turns', 6,
         first_turn_ttft_quantile_s,
         case when first_turn_ttft_quantile_s is null then 'no first turn started'
+             -- a quantile over too few turns is no figure (macro tail_min_samples): the
+             -- median, which few samples do support, and the count instead
+             when coalesce(n_first_turns, 0) < {{ tail_min_samples(var('ttft_quantile')) }}
+             then 'first turns (uncached system prompt and repository) started in '
+                 || round(first_turn_median_ttft_s, 2) || ' s at the median of '
+                 || coalesce(n_first_turns, 0) || ' (not enough samples for the TTFT quantile: '
+                 || {{ tail_min_samples(var('ttft_quantile')) }} || ' needed), '
+                 || 'the ceiling is ' || ttft_ceiling_s || ' s'
              else 'first turns (uncached system prompt and repository) started in '
                  || round(first_turn_ttft_quantile_s, 2) || ' s at the TTFT quantile, '
                  || 'the ceiling is ' || ttft_ceiling_s || ' s (all turns: '

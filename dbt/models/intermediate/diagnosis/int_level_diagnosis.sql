@@ -177,7 +177,9 @@ first_turns as (
     -- context, so their TTFT is the prefill's (the later turns find their prefix cached)
     select
         t.run_id, t.deployment, 'agent' as workload, t.concurrency,
-        {{ ttft_quantile('t.ttft_s') }} as first_turn_ttft_quantile_s
+        {{ ttft_quantile('t.ttft_s') }} as first_turn_ttft_quantile_s,
+        median(t.ttft_s) as first_turn_median_ttft_s,
+        cast(count(t.ttft_s) as integer) as n_first_turns
     from {{ ref('int_session_turns') }} as t
     inner join trials as w on w.wave_id = t.wave_id
     where t.turn_index = 0
@@ -228,6 +230,8 @@ joined as (
         c.invalid_reasons,
         g.prefill_phase_share,
         ft.first_turn_ttft_quantile_s,
+        ft.first_turn_median_ttft_s,
+        ft.n_first_turns,
         l.ttft_quantile_s,
         l.ttft_ceiling_s,
         k.tokens_per_chunk,

@@ -45,6 +45,7 @@ judged as (
         t.threshold_tok_s,
         t.ttft_p90_ceiling_s,
         f.ttft_p90_s,
+        f.n_ttft_streams as ttft_p90_samples,
         -- an agent level is held to its turns' TTFT ceiling at every tier that sets none
         -- of its own, as the capacity of record is (int_levels)
         {{ level_passes(
@@ -77,6 +78,7 @@ select
     n_valid_trials,
     median_decode_tok_s,
     ttft_p90_s,
+    ttft_p90_samples,
     any_queued,
     no_valid_trial_reason,
     passes_tier,

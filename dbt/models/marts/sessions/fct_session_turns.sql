@@ -1,6 +1,7 @@
 -- How an agent session's turns fare as its context grows: per level (concurrent sessions)
 -- and turn index, over the level's counted valid trials (int_trials.is_valid), the median
--- turn decode rate, the TTFT at `ttft_quantile` and the prompt the turn carried.
+-- turn decode rate, the TTFT at `ttft_quantile` (with the samples behind it, and whether
+-- they are enough to show it: macro tail_min_samples) and the prompt the turn carried.
 with turns as (
     select * from {{ ref('int_session_turns') }}
 ),
@@ -26,6 +27,10 @@ final as (
         median(t.ttft_s) as median_ttft_s,
         quantile_cont(t.ttft_s, {{ var('ttft_quantile') }}) as ttft_quantile_s,
         {{ var('ttft_quantile') }}::double as ttft_quantile,
+        cast(count(t.ttft_s) as integer) as n_ttft_samples,
+        {{ tail_min_samples(var('ttft_quantile')) }} as ttft_quantile_min_samples,
+        count(t.ttft_s) >= {{ tail_min_samples(var('ttft_quantile')) }}
+            as ttft_quantile_is_supported,
         {{ var('ttft_ceiling_s') }}::double as ttft_ceiling_s,
         max(t.run_watermark) as run_watermark
     from turns as t

@@ -63,6 +63,7 @@ joined as (
         su.first_unsustained_streams,
         lo.median_decode_tok_s as capacity_level_tok_s,
         lo.ttft_p90_s as capacity_level_ttft_p90_s,
+        lo.ttft_p90_samples as capacity_level_ttft_p90_samples,
         hi.fails_by as first_failing_by,
         case when hi.no_valid_trial_reason is not null then hi.concurrency end
             as unmeasured_level,
@@ -114,6 +115,11 @@ final as (
         first_unsustained_streams,
         capacity_level_tok_s,
         capacity_level_ttft_p90_s,
+        capacity_level_ttft_p90_samples,
+        -- the fewest samples a p90 needs (macro tail_min_samples): below it the report says
+        -- "not enough samples", never the figure
+        capacity_level_ttft_p90_samples >= {{ tail_min_samples('0.9') }}
+            as capacity_level_ttft_p90_is_supported,
         levels_tested,
         n_levels,
         run_watermark,
