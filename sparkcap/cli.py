@@ -21,7 +21,7 @@ import typer
 from pydantic import ValidationError
 
 from sparkcap import cli_options as opt
-from sparkcap import config
+from sparkcap import cli_replay, config
 from sparkcap.config.fleet import load_fleet
 from sparkcap.errors import SparkcapError
 from sparkcap.night.progress import probe_lines
@@ -36,6 +36,7 @@ app = typer.Typer(
     help="Measure how many concurrent streams an LLM fleet sustains at an interactive rate.",
 )
 err = text.text_console(stderr=True, soft_wrap=True)
+app.command("replay")(cli_replay.replay)  # its parsing lives in cli_replay.py
 
 
 @app.callback()

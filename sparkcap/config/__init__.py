@@ -578,6 +578,33 @@ class ContextLadderOptions(Strict):
     answer_tokens: int = Field(32, ge=2, le=4096)
 
 
+class ReplayOptions(Strict):
+    """Open-loop arrivals at one deployment: independent Poisson streams of code and prose
+    requests (and long prompts), each timed from its *scheduled* start, so a client that
+    sends late records a late request (coordinated omission), never a shorter wait.
+
+    The rates come from the plan (``marts.fct_replay_plan``: Little's law at the planned
+    concurrency and the measured stream durations) times ``rate_factor``; the seed fixes the
+    schedule, so two replays of one plan at one factor send the same requests at the same
+    instants. ``client_stall_s`` blocks the client's own event loop that long at
+    ``client_stall_at_s``: the self-check that shows what a stalled client does to a
+    send-time TTFT and to a scheduled-start one."""
+
+    kind: Literal["replay"] = "replay"
+    duration_s: float = Field(60.0, gt=0, le=86_400)
+    seed: int = Field(1, ge=0, le=2**31 - 1)
+    rate_factor: float = Field(1.0, gt=0, le=100)
+    planned_streams: float = Field(..., ge=0, le=1 << 20)
+    code_per_s: float = Field(0.0, ge=0, le=10_000)
+    prose_per_s: float = Field(0.0, ge=0, le=10_000)
+    long_per_min: float = Field(0.0, ge=0, le=10_000)
+    long_prompt_tokens: int = Field(32_000, ge=1, le=MAX_TOKENS)
+    code_tokens: int | None = Field(None, ge=2, le=MAX_TOKENS)
+    prose_tokens: int | None = Field(None, ge=2, le=MAX_TOKENS)
+    client_stall_s: float = Field(0.0, ge=0, le=600)
+    client_stall_at_s: float = Field(0.0, ge=0)
+
+
 ProbeName = Literal[
     "prefill-interference",
     "prompt-cache",

@@ -168,7 +168,13 @@ class _Probe:
         self.wave.probe = probe
         self.headers = request_headers(dep)
 
-    async def send(self, client: httpx.AsyncClient, spec: StreamSpec, role: str) -> RequestRecord:
+    async def send(
+        self,
+        client: httpx.AsyncClient,
+        spec: StreamSpec,
+        role: str,
+        scheduled_ns: int | None = None,
+    ) -> RequestRecord:
         i = len(self.wave.requests)
         rec = RequestRecord(
             request_id=f"{self.wave.wave_id}/s{i:03d}",
@@ -179,6 +185,7 @@ class _Probe:
             temperature=spec.temperature,
         )
         rec.role = role
+        rec.scheduled_ns = scheduled_ns
         self.wave.requests.append(rec)
         body = build_body(spec, self.dep.model, self.dep.continuous_usage, self.dep.extra_body)
         rec.token_ceiling = token_ceiling(body)

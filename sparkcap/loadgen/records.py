@@ -92,6 +92,9 @@ class RequestRecord:
     # agent sessions: which session of the wave sent this turn, and which turn it was (from 0)
     session_id: str | None = None
     turn_index: int | None = None
+    # open-loop replay: when the arrival process scheduled this request (ns from the anchor);
+    # sent_ns later than it is the client's lateness, and TTFT is read from here
+    scheduled_ns: int | None = None
     chunks: ChunkColumns = field(default_factory=ChunkColumns)
 
     @property
@@ -117,6 +120,23 @@ def stored_counts(rec: RequestRecord) -> tuple[int | None, int | None, int | Non
     why = "usage ignored: a count outside 0..2^31-1"
     error = why if rec.error is None else f"{rec.error}; {why}"
     return None, None, None, CountSource.INVALID_USAGE.value, error
+
+
+@dataclass(slots=True, frozen=True)
+class ReplayOffer:
+    """What an open-loop replay was asked to send: stored beside what it observed, so the
+    verdict can name the load it held or failed at."""
+
+    rate_factor: float
+    duration_s: float
+    seed: int
+    planned_streams: float
+    code_per_s: float
+    prose_per_s: float
+    long_per_min: float
+    long_prompt_tokens: int
+    client_stall_s: float
+    client_stall_at_s: float
 
 
 @dataclass(slots=True)
@@ -221,3 +241,5 @@ class WaveRecord:
     client_spoiled_live: str | None = None
     # the deployment's power source read while the wave ran (none named: empty)
     power_samples: list[PowerSample] = field(default_factory=list)
+    # an open-loop replay's offer (the arrival rates it was asked for); None for other waves
+    replay_offer: ReplayOffer | None = None

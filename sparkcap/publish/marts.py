@@ -561,3 +561,85 @@ def plan_routing(db_path: Path, run_id: str) -> list[PlanRoutingRow]:
         db_path, "fct_plan_routing", cols, "where run_id = ? order by deployment", [run_id]
     )
     return [PlanRoutingRow(*r) for r in rows]
+
+
+class ReplayPlanRow(NamedTuple):
+    """``marts.fct_replay_plan``: the open-loop arrival rate of one deployment's workload."""
+
+    deployment: str
+    workload: str
+    planned_streams: float
+    stream_duration_s: float | None
+    arrivals_per_s: float | None
+    long_prompts_per_min: float | None
+    long_prompt_tokens: int | None
+    not_replayable_reason: str | None
+
+
+class ReplayRow(NamedTuple):
+    """``marts.fct_replay``: one deployment's open-loop replay and its verdict."""
+
+    deployment: str
+    rate_factor: float
+    seed: int
+    planned_streams: float
+    n_requests: int
+    n_failed: int
+    mean_streams_in_flight: float | None
+    peak_streams_in_flight: int | None
+    median_decode_tok_s: float | None
+    share_below_threshold: float | None
+    ttft_scheduled_median_s: float | None
+    ttft_scheduled_p90_s: float | None
+    ttft_send_p90_s: float | None
+    ttft_samples: int
+    ttft_p90_is_supported: bool
+    max_send_lag_s: float | None
+    verdict: str
+    verdict_text: str
+
+
+class ReplayFleetRow(NamedTuple):
+    """``marts.fct_replay_fleet``: the plan under open-loop arrivals, for the fleet."""
+
+    rate_factor: float
+    seed: int
+    n_deployments: int
+    n_holding: int
+    failing_deployments: str | None
+    plan_verdict: str
+
+
+def replay_plan(db_path: Path, run_id: str) -> list[ReplayPlanRow]:
+    rows = _mart_rows(
+        db_path,
+        "fct_replay_plan",
+        ", ".join(ReplayPlanRow._fields),
+        "where run_id = ? order by deployment, workload",
+        [run_id],
+    )
+    return [ReplayPlanRow(*r) for r in rows]
+
+
+def replays(db_path: Path, run_id: str, wave_ids: Sequence[str]) -> list[ReplayRow]:
+    rows = _mart_rows(
+        db_path,
+        "fct_replay",
+        ", ".join(ReplayRow._fields),
+        "where run_id = ? and list_contains(?, wave_id) order by deployment",
+        [run_id, list(wave_ids)],
+    )
+    return [ReplayRow(*r) for r in rows]
+
+
+def replay_fleet(
+    db_path: Path, run_id: str, rate_factor: float, seed: int
+) -> ReplayFleetRow | None:
+    rows = _mart_rows(
+        db_path,
+        "fct_replay_fleet",
+        ", ".join(ReplayFleetRow._fields),
+        "where run_id = ? and rate_factor = ? and seed = ?",
+        [run_id, rate_factor, seed],
+    )
+    return ReplayFleetRow(*rows[0]) if rows else None

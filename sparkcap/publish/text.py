@@ -39,6 +39,8 @@ if TYPE_CHECKING:
         PlanRow,
         QueryResult,
         RecordedRun,
+        ReplayFleetRow,
+        ReplayRow,
         SearchDisagreement,
         SessionCacheRow,
     )
@@ -676,5 +678,72 @@ def plan_table(run_id: str, rows: Sequence[PlanRoutingRow]) -> Table:
             budget,
             r.limited_by,
             r.mixed_basis,
+        )
+    return table
+
+
+def replay_lines(
+    run_id: str,
+    fleet: ReplayFleetRow | None,
+    rows: Sequence[ReplayRow],
+    failed: dict[str, str],
+) -> list[str]:
+    """The fleet's verdict under open-loop arrivals first, then each deployment's in words."""
+    if fleet is None:
+        lines = [f"open-loop replay of run {run_id}: nothing recorded"]
+    else:
+        lines = [
+            f"open-loop replay of run {run_id} at {fleet.rate_factor:g}× the plan's arrivals "
+            f"(seed {fleet.seed}): the plan {fleet.plan_verdict}"
+            f" ({fleet.n_holding} of {fleet.n_deployments} deployments hold)"
+        ]
+    for r in rows:
+        lines.append(f"  {r.deployment}: {r.verdict_text}")
+    for name, why in sorted(failed.items()):
+        lines.append(f"  {name}: not replayed: {why}")
+    return lines
+
+
+def replay_table(run_id: str, rows: Sequence[ReplayRow]) -> Table:
+    """TTFT from the scheduled start beside the send-time one: a client that fell behind shows
+    in the first and hides in the second. A p90 over too few samples is no figure."""
+    table = Table(
+        title=f"replay, run {run_id}", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0)
+    )
+    for col, justify in [
+        ("deployment", "left"),
+        ("planned", "right"),
+        ("in flight", "right"),
+        ("peak", "right"),
+        ("requests", "right"),
+        ("failed", "right"),
+        ("med tok/s", "right"),
+        ("below", "right"),
+        ("TTFT p50 s", "right"),
+        ("TTFT p90 s", "right"),
+        ("send p90 s", "right"),
+        ("late s", "right"),
+        ("verdict", "left"),
+    ]:
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        if r.ttft_p90_is_supported:
+            p90, send_p90 = _figure(r.ttft_scheduled_p90_s, 2), _figure(r.ttft_send_p90_s, 2)
+        else:
+            p90 = send_p90 = f"few ({r.ttft_samples})"
+        table.add_row(
+            r.deployment,
+            f"{r.planned_streams * r.rate_factor:.1f}",
+            _figure(r.mean_streams_in_flight),
+            "—" if r.peak_streams_in_flight is None else str(r.peak_streams_in_flight),
+            str(r.n_requests),
+            str(r.n_failed),
+            _figure(r.median_decode_tok_s),
+            "—" if r.share_below_threshold is None else f"{r.share_below_threshold:.0%}",
+            _figure(r.ttft_scheduled_median_s, 2),
+            p90,
+            send_p90,
+            _figure(r.max_send_lag_s, 2),
+            r.verdict,
         )
     return table

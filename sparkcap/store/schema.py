@@ -181,6 +181,12 @@ RAW_TABLES: dict[str, pa.Schema] = {
         _c("full_tokens", I32, doc="the full output length a search's stream stands in for"),
         _c("session_id", STR, doc="agent workload: the session that sent this turn"),
         _c("turn_index", I32, doc="agent workload: the session's turn, from 0"),
+        _c(
+            "scheduled_ns",
+            I64,
+            doc="open-loop replay: the request's scheduled start, ns from the wave's anchor "
+            "(sent_ns later than it is the client's lateness)",
+        ),
     ),
     "chunks": _table(
         None,
@@ -217,6 +223,22 @@ RAW_TABLES: dict[str, pa.Schema] = {
         _c("labels", STR, null=False, doc="sorted JSON of the labels ('' when none), for reading"),
         _c("value", F64),
         _c("label_map", MAP, doc="the labels, structured: filter with element_at/map_values"),
+    ),
+    "replay_offers": _table(
+        "What an open-loop replay (`sparkcap replay`, a wave with probe `replay`) was asked "
+        "to send: seeded Poisson arrivals at these rates for this long. One row per replay "
+        "wave; `marts.fct_replay` sets what it observed against it.",
+        _c("wave_id", STR, null=False),
+        _c("rate_factor", F64, null=False, doc="times the plan's arrival rates (1.0: the plan)"),
+        _c("duration_s", F64, null=False, doc="arrivals were scheduled over this long"),
+        _c("seed", I64, null=False, doc="the schedule's seed: same seed, same instants"),
+        _c("planned_streams", F64, null=False, doc="the plan's concurrency for the deployment"),
+        _c("code_per_s", F64, null=False, doc="the plan's code arrivals a second (× factor)"),
+        _c("prose_per_s", F64, null=False, doc="the plan's prose arrivals a second (× factor)"),
+        _c("long_per_min", F64, null=False, doc="long prompts a minute (× factor)"),
+        _c("long_prompt_tokens", I32, null=False),
+        _c("client_stall_s", F64, null=False, doc="a deliberate client stall (0: none)"),
+        _c("client_stall_at_s", F64, null=False),
     ),
     "power_samples": _table(
         "A deployment's power source (its fleet file's `power:`: a DCGM exporter, a node "

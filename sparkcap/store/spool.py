@@ -51,9 +51,10 @@ TABLES = (
     "client_processes",
     "search_levels",
     "power_samples",
+    "replay_offers",
 )
-# absent from spools of sparkcap < 0.3 / 0.5 / issue 27
-_OPTIONAL = ("client_processes", "search_levels", "power_samples")
+# absent from spools of sparkcap < 0.3 / 0.5 / issue 27 / issue 36
+_OPTIONAL = ("client_processes", "search_levels", "power_samples", "replay_offers")
 
 
 def spool_root() -> Path:

@@ -456,6 +456,7 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "last_token_exact": [r.last_token_exact for r in reqs],
             "session_id": [r.session_id for r in reqs],
             "turn_index": [r.turn_index for r in reqs],
+            "scheduled_ns": [r.scheduled_ns for r in reqs],
         },
     )
     counts = np.fromiter((len(r.chunks) for r in reqs), dtype=np.int64, count=len(reqs))
@@ -520,7 +521,34 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
         "client_processes": client_processes,
         "search_levels": search_levels,
         "power_samples": power_table(wave),
+        "replay_offers": replay_table(wave),
     }
+
+
+def replay_table(wave: WaveRecord) -> pa.Table:
+    """A replay wave's offer, one row; no row for any other wave."""
+    offers = [wave.replay_offer] if wave.replay_offer is not None else []
+    return raw_table(
+        "replay_offers",
+        {
+            "wave_id": [wave.wave_id] * len(offers),
+            **{
+                name: [getattr(o, name) for o in offers]
+                for name in (
+                    "rate_factor",
+                    "duration_s",
+                    "seed",
+                    "planned_streams",
+                    "code_per_s",
+                    "prose_per_s",
+                    "long_per_min",
+                    "long_prompt_tokens",
+                    "client_stall_s",
+                    "client_stall_at_s",
+                )
+            },
+        },
+    )
 
 
 def power_table(wave: WaveRecord) -> pa.Table:
@@ -594,6 +622,7 @@ def stage_tables(
                 "client_processes",
                 "search_levels",
                 "power_samples",
+                "replay_offers",
                 "waves",
             ):
                 con.execute(f"delete from raw.{name} where list_contains(?, wave_id)", [ids])
@@ -604,8 +633,10 @@ def stage_tables(
             "client_processes",
             "search_levels",
             "power_samples",
+            "replay_offers",
         ):
-            # older spools lack client_processes (< 0.3), search_levels, power_samples
+            # older spools lack client_processes (< 0.3), search_levels, power_samples,
+            # replay_offers
             if name in tables:
                 _insert(con, f"raw.{name}", tables[name])
         if server_metrics is not None and server_metrics.num_rows:

@@ -18,6 +18,8 @@ PLAN_MODELS = (
     "int_plan_chosen",
     "fct_plan_routing",
     "fct_plan",
+    # the arrival rates that replay the plan open-loop (sparkcap replay)
+    "fct_replay_plan",
 )
 PLAN_WORKLOADS = ("code", "prose")
 _RATE = re.compile(

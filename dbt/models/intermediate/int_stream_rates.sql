@@ -93,6 +93,9 @@ final as (
         r.sent_ns,
         r.first_token_ns,
         r.last_token_ns,
+        r.end_ns,
+        -- open-loop replay: when the request was due (NULL for every other wave)
+        r.scheduled_ns,
         r.n_chunks,
         r.length_factor,
         r.first_chunk_tokens,

@@ -11,6 +11,15 @@ deployments as (
     select * from {{ ref('dim_deployments') }}
 ),
 
+open_loop as (
+    -- the newest replay of the plan at its own rate (sparkcap replay, factor 1.0) per
+    -- deployment: the capacity of record is a burst figure, this the steady one
+    select run_id, deployment, arg_max(verdict, started_at) as open_loop_verdict
+    from {{ ref('fct_replay') }}
+    where rate_factor = 1.0
+    group by run_id, deployment
+),
+
 final as (
     select
         c.*,
@@ -18,6 +27,8 @@ final as (
         d.nodes,
         d.hardware,
         d.model as model_name,
+        case o.open_loop_verdict when 'holds' then 'yes' when 'fails' then 'no' end
+            as holds_open_loop,
         case
             -- a level without a valid trial bounds nothing: it was not measured
             when not c.is_measured then 'no valid measurement'
@@ -52,6 +63,7 @@ final as (
         ) as flags
     from capacity as c
     left join deployments as d on d.run_id = c.run_id and d.deployment = c.deployment
+    left join open_loop as o on o.run_id = c.run_id and o.deployment = c.deployment
 )
 
 select * from final

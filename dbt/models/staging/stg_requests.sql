@@ -28,7 +28,8 @@ final as (
         cast(n_chunks as integer) as n_chunks,
         cast(role as varchar) as request_role,
         cast(session_id as varchar) as session_id,
-        cast(turn_index as integer) as turn_index
+        cast(turn_index as integer) as turn_index,
+        cast(scheduled_ns as bigint) as scheduled_ns
     from source
 )
 

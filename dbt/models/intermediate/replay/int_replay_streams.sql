@@ -1,0 +1,44 @@
+-- Every request of an open-loop replay (probe 'replay'), with its lateness and two TTFTs: from
+-- its scheduled start (what a user arriving then waits: a late send is a late request) and
+-- from its actual send (what a closed-loop client reports, blind to its own stalls).
+with streams as (
+    select * from {{ ref('int_stream_rates') }}
+    where probe = 'replay'
+),
+
+offers as (
+    select * from {{ ref('stg_replay_offers') }}
+),
+
+final as (
+    select
+        s.run_id,
+        s.wave_id,
+        s.deployment,
+        s.request_id,
+        s.request_role as workload,
+        s.status,
+        s.completion_tokens,
+        s.scheduled_ns,
+        s.sent_ns,
+        s.first_token_ns,
+        s.last_token_ns,
+        s.end_ns,
+        s.decode_tok_s,
+        (s.sent_ns - s.scheduled_ns) / 1e9 as send_lag_s,
+        {{ ttft_seconds('s.first_token_ns', 's.scheduled_ns') }} as ttft_from_scheduled_s,
+        s.ttft_s as ttft_from_send_s,
+        -- in flight from when it was due until its stream ended (or, unended, the schedule's end)
+        s.scheduled_ns / 1e9 as due_s,
+        coalesce(s.end_ns, s.last_token_ns, cast(o.duration_s * 1e9 as bigint)) / 1e9 as ended_s,
+        o.duration_s,
+        -- the first share of the schedule fills an empty server: its requests are sent and
+        -- recorded, but the verdict reads the streams due after it (var replay_warmup_share)
+        {{ var('replay_warmup_share') }} * o.duration_s as warmup_s,
+        s.scheduled_ns / 1e9 >= {{ var('replay_warmup_share') }} * o.duration_s as is_counted,
+        o.rate_factor
+    from streams as s
+    inner join offers as o on o.wave_id = s.wave_id
+)
+
+select * from final

@@ -1,0 +1,137 @@
+-- An open-loop replay's verdict per deployment: what it was offered (raw.replay_offers) set
+-- against what it observed after its warm-up (var replay_warmup_share of the schedule, which
+-- fills an empty server), judged by the level rule's threshold. It holds when every request
+-- ended ok, the median decode rate of each workload it carried is >= var threshold_tok_s and,
+-- where enough samples support the tail (macro tail_min_samples), the TTFT p90 from the
+-- scheduled start is <= var ttft_ceiling_s. A client that sent later than
+-- var replay_max_send_lag_s behind schedule gives no verdict (its lateness is measured and
+-- shown, never blamed on the server).
+with streams as (
+    select * from {{ ref('int_replay_streams') }}
+),
+
+offers as (
+    select * from {{ ref('stg_replay_offers') }}
+),
+
+waves as (
+    select wave_id, started_at from {{ ref('stg_waves') }}
+),
+
+in_flight as (
+    select wave_id, max(streams_in_flight) as peak_streams_in_flight
+    from {{ ref('fct_replay_concurrency') }}
+    group by wave_id
+),
+
+observed as (
+    select
+        run_id,
+        wave_id,
+        deployment,
+        count(*) as n_requests,
+        count(*) filter (where status = 'ok') as n_ok,
+        count(*) filter (where status <> 'ok') as n_failed,
+        string_agg(distinct status, ', ' order by status) filter (where status <> 'ok')
+            as failure_statuses,
+        count(*) filter (where workload = 'code') as n_code,
+        count(*) filter (where workload = 'prose') as n_prose,
+        count(*) filter (where workload = 'long') as n_long,
+        count(*) filter (where is_counted) as n_counted,
+        median(decode_tok_s) filter (where is_counted and workload in ('code', 'prose'))
+            as median_decode_tok_s,
+        median(decode_tok_s) filter (where is_counted and workload = 'code')
+            as code_median_decode_tok_s,
+        median(decode_tok_s) filter (where is_counted and workload = 'prose')
+            as prose_median_decode_tok_s,
+        avg(case when decode_tok_s < {{ var('threshold_tok_s') }} then 1.0 else 0.0 end)
+            filter (where is_counted and workload in ('code', 'prose') and decode_tok_s is not null)
+            as share_below_threshold,
+        -- Little's law read back: the time-average of streams in flight after the warm-up
+        sum(greatest(0, least(ended_s, duration_s) - greatest(sent_ns / 1e9, warmup_s)))
+            / nullif(any_value(duration_s) - any_value(warmup_s), 0) as mean_streams_in_flight,
+        median(ttft_from_scheduled_s) filter (where is_counted and workload in ('code', 'prose'))
+            as ttft_scheduled_median_s,
+        quantile_cont(ttft_from_scheduled_s, 0.9)
+            filter (where is_counted and workload in ('code', 'prose')) as ttft_scheduled_p90_s,
+        quantile_cont(ttft_from_send_s, 0.9)
+            filter (where is_counted and workload in ('code', 'prose')) as ttft_send_p90_s,
+        -- the worst wait: a client's stall shows in the first and hides in the second
+        max(ttft_from_scheduled_s) as ttft_scheduled_max_s,
+        max(ttft_from_send_s) as ttft_send_max_s,
+        cast(count(ttft_from_scheduled_s) filter (
+            where is_counted and workload in ('code', 'prose')) as integer
+        ) as ttft_samples,
+        max(send_lag_s) as max_send_lag_s,
+        quantile_cont(send_lag_s, 0.9) as send_lag_p90_s
+    from streams
+    group by run_id, wave_id, deployment
+),
+
+judged as (
+    select
+        o.*,
+        f.rate_factor,
+        f.duration_s,
+        f.seed,
+        f.planned_streams,
+        f.code_per_s,
+        f.prose_per_s,
+        f.long_per_min,
+        f.client_stall_s,
+        w.started_at,
+        i.peak_streams_in_flight,
+        {{ tail_min_samples('0.9') }} as ttft_min_samples,
+        o.ttft_samples >= {{ tail_min_samples('0.9') }} as ttft_p90_is_supported,
+        o.max_send_lag_s <= {{ var('replay_max_send_lag_s') }} as client_kept_schedule,
+        {{ var('threshold_tok_s') }} as threshold_tok_s,
+        {{ var('ttft_ceiling_s') }} as ttft_ceiling_s
+    from observed as o
+    inner join offers as f on f.wave_id = o.wave_id
+    left join waves as w on w.wave_id = o.wave_id
+    left join in_flight as i on i.wave_id = o.wave_id
+),
+
+final as (
+    select
+        *,
+        list_filter([
+            case when n_failed > 0
+                then n_failed || ' of ' || n_requests || ' requests failed (' || failure_statuses
+                    || ')' end,
+            case when code_median_decode_tok_s < threshold_tok_s
+                then 'code median ' || round(code_median_decode_tok_s, 1) || ' tok/s < '
+                    || threshold_tok_s end,
+            case when prose_median_decode_tok_s < threshold_tok_s
+                then 'prose median ' || round(prose_median_decode_tok_s, 1) || ' tok/s < '
+                    || threshold_tok_s end,
+            case when ttft_p90_is_supported and ttft_scheduled_p90_s > ttft_ceiling_s
+                then 'TTFT p90 from the scheduled start ' || round(ttft_scheduled_p90_s, 2)
+                    || ' s > ' || ttft_ceiling_s || ' s' end
+        ], lambda x: x is not null) as failures,
+        case
+            when n_requests = 0 then 'nothing measured'
+            when not client_kept_schedule then 'no verdict'
+            when n_failed > 0
+                or code_median_decode_tok_s < threshold_tok_s
+                or prose_median_decode_tok_s < threshold_tok_s
+                or (ttft_p90_is_supported and ttft_scheduled_p90_s > ttft_ceiling_s)
+                then 'fails'
+            when median_decode_tok_s is null then 'nothing measured'
+            else 'holds'
+        end as verdict
+    from judged
+)
+
+select
+    * exclude (failures),
+    case verdict
+        when 'holds' then 'holds: ' || round(mean_streams_in_flight, 1)
+            || ' streams in flight on average at ' || round(median_decode_tok_s, 1) || ' tok/s'
+        when 'fails' then 'fails: ' || array_to_string(failures, '; ')
+        when 'no verdict' then 'no verdict: the client sent up to ' || round(max_send_lag_s, 2)
+            || ' s behind schedule (var replay_max_send_lag_s ' || {{ var('replay_max_send_lag_s') }}
+            || ' s)'
+        else 'nothing measured: no request of this replay decoded'
+    end as verdict_text
+from final

@@ -1,0 +1,35 @@
+-- The plan under open-loop arrivals, for the whole fleet: per run, rate factor and seed, the
+-- plan holds when every deployment's replay holds; otherwise it fails at the deployments named
+-- (or gives no verdict where a client fell behind or nothing was measured).
+with replays as (
+    select * from {{ ref('fct_replay') }}
+),
+
+final as (
+    select
+        run_id,
+        rate_factor,
+        seed,
+        min(started_at) as started_at,
+        count(*) as n_deployments,
+        count(*) filter (where verdict = 'holds') as n_holding,
+        string_agg(deployment, ', ' order by deployment) filter (where verdict = 'fails')
+            as failing_deployments,
+        string_agg(deployment || ': ' || verdict_text, '; ' order by deployment)
+            filter (where verdict = 'fails') as failing_reasons,
+        string_agg(deployment, ', ' order by deployment)
+            filter (where verdict not in ('holds', 'fails')) as unjudged_deployments,
+        case
+            when count(*) filter (where verdict = 'fails') > 0
+                then 'fails at ' || string_agg(deployment, ', ' order by deployment)
+                    filter (where verdict = 'fails')
+            when count(*) filter (where verdict <> 'holds') > 0
+                then 'no verdict: ' || string_agg(deployment || ' ' || verdict, ', '
+                    order by deployment) filter (where verdict <> 'holds')
+            else 'holds'
+        end as plan_verdict
+    from replays
+    group by run_id, rate_factor, seed
+)
+
+select * from final

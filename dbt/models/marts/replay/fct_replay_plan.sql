@@ -1,0 +1,89 @@
+-- The arrival rates that replay the plan open-loop, from Little's law (L = lambda W): per
+-- deployment and workload, the plan's streams on one replica (fct_plan_routing's streams /
+-- replicas: the mean replica) over the measured stream duration W, the median send-to-end
+-- time of the night's ok streams at the tested level that carries the plan's total (the
+-- smallest tested level at or above it, else the highest tested). Long prompts: the fleet's
+-- var plan_long_prompts_per_min shared by planned streams (a replica's share), an assumption
+-- the plan does not route and this model states.
+with routing as (
+    select * from {{ ref('fct_plan_routing') }}
+),
+
+plan as (
+    select run_id, planned_streams as fleet_planned_streams, long_prompts_per_min,
+        long_prompt_tokens
+    from {{ ref('fct_plan') }}
+),
+
+trials as (
+    select wave_id, run_id, deployment, workload, concurrency
+    from {{ ref('int_trials') }}
+    where probe is null and trial > 0 and not coalesce(is_superseded, false) and is_valid
+),
+
+durations as (
+    -- every ok stream's send-to-end time, per tested level
+    select t.run_id, t.deployment, t.workload, t.concurrency,
+        median((s.end_ns - s.sent_ns) / 1e9) as stream_duration_s,
+        count(*) as n_streams
+    from trials as t
+    inner join {{ ref('int_stream_rates') }} as s on s.wave_id = t.wave_id
+    where s.status = 'ok' and s.end_ns > s.sent_ns
+    group by all
+),
+
+per_workload as (
+    select r.run_id, r.deployment, r.replicas, 'code' as workload,
+        r.code_streams / r.replicas as planned_streams,
+        r.planned_streams / r.replicas as replica_planned_streams
+    from routing as r
+    union all
+    select r.run_id, r.deployment, r.replicas, 'prose',
+        r.prose_streams / r.replicas, r.planned_streams / r.replicas
+    from routing as r
+),
+
+chosen as (
+    select
+        p.*,
+        coalesce(
+            min(d.concurrency) filter (where d.concurrency >= ceil(p.replica_planned_streams)),
+            max(d.concurrency)
+        ) as duration_level
+    from per_workload as p
+    left join durations as d
+        on d.run_id = p.run_id and d.deployment = p.deployment and d.workload = p.workload
+    group by all
+),
+
+final as (
+    select
+        c.run_id,
+        c.deployment,
+        c.workload,
+        c.replicas,
+        cast(c.planned_streams as double) as planned_streams,
+        cast(c.replica_planned_streams as double) as replica_planned_streams,
+        c.duration_level,
+        d.stream_duration_s,
+        d.n_streams as duration_streams,
+        -- Little's law: arrivals a second that keep planned_streams in flight on average
+        case when c.planned_streams = 0 then 0.0
+             when d.stream_duration_s > 0 then c.planned_streams / d.stream_duration_s
+        end as arrivals_per_s,
+        case when c.workload = 'code' and pl.fleet_planned_streams > 0
+            then pl.long_prompts_per_min * c.replica_planned_streams / pl.fleet_planned_streams
+            when c.workload = 'code' then 0.0
+        end as long_prompts_per_min,
+        pl.long_prompt_tokens,
+        case when c.planned_streams = 0 then 'nothing planned'
+             when d.stream_duration_s is null then 'no measured stream duration: no replay rate'
+        end as not_replayable_reason
+    from chosen as c
+    left join durations as d
+        on d.run_id = c.run_id and d.deployment = c.deployment and d.workload = c.workload
+        and d.concurrency = c.duration_level
+    left join plan as pl on pl.run_id = c.run_id
+)
+
+select * from final

@@ -1,0 +1,84 @@
+"""``sparkcap replay``: the night's plan under open-loop arrivals (kept out of ``cli.py``,
+which parses every other command). It parses, calls :mod:`sparkcap.night.replay` and prints
+what ``marts.fct_replay`` and ``fct_replay_fleet`` say."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from sparkcap import cli_options as opt
+from sparkcap.config.fleet import load_fleet
+from sparkcap.publish import text
+from sparkcap.settings import get_settings
+
+_STALL = re.compile(r"^\s*(?P<s>\d+(?:\.\d+)?)\s*s?\s*@\s*(?P<at>\d+(?:\.\d+)?)\s*s?\s*$")
+
+DurationOption = Annotated[
+    float, typer.Option(help="seconds of arrivals to schedule", min=1.0, max=86_400.0)
+]
+RateFactorOption = Annotated[
+    float,
+    typer.Option(help="times the plan's arrival rates (1.3: 30 % more users)", min=0.01, max=100),
+]
+SeedOption = Annotated[int, typer.Option(help="the schedule's seed", min=0, max=2**31 - 1)]
+StallOption = Annotated[
+    str | None,
+    typer.Option(help="block the client's loop SECONDS@AT (e.g. 1.5@10): a self-check"),
+]
+
+
+def parse_stall(value: str | None) -> tuple[float, float]:
+    if value is None:
+        return 0.0, 0.0
+    m = _STALL.match(value)
+    if m is None:
+        raise typer.BadParameter("SECONDS@AT, e.g. 1.5@10", param_hint="--stall")
+    return float(m["s"]), float(m["at"])
+
+
+def replay(
+    fleet: opt.NightFleetOption,
+    duration: DurationOption = 60.0,
+    rate_factor: RateFactorOption = 1.0,
+    seed: SeedOption = 1,
+    mix: opt.MixOption = "code=0.7,prose=0.3",
+    long_prompts: opt.LongPromptsOption = "2/min@32k",
+    max_below_share: opt.MaxBelowShareOption = 0.05,
+    stall: StallOption = None,
+    run: opt.ExportRunOption = None,
+    db: opt.DbOption = None,
+) -> None:
+    """Replay the plan with open-loop (Poisson) arrivals; dbt says if it holds (fct_replay)."""
+    from sparkcap.night.replay import REPLAY_MODELS, replay_options, run_replays
+    from sparkcap.publish import marts
+    from sparkcap.transform.dbt_build import build
+    from sparkcap.transform.plan_vars import build_plan, plan_vars
+
+    out = text.text_console(soft_wrap=True)
+    db_path: Path = db if db is not None else get_settings().db_path
+    client_stall = parse_stall(stall)
+    the_fleet = load_fleet(fleet)
+    build_plan(db_path, plan_vars(mix, long_prompts, max_below_share))
+    run_id = run or marts.latest_built_run(db_path)
+    max_tokens = {w: p.max_tokens for w, p in the_fleet.workloads.items()}
+    offers = replay_options(
+        marts.replay_plan(db_path, run_id),
+        duration_s=duration,
+        rate_factor=rate_factor,
+        seed=seed,
+        max_tokens={"code": max_tokens.get("code"), "prose": max_tokens.get("prose")},
+        client_stall=client_stall,
+    )
+    outcome = asyncio.run(run_replays(the_fleet, db_path, run_id, offers))
+    build(db_path, select=" ".join(REPLAY_MODELS))
+    rows = marts.replays(db_path, run_id, [w.wave_id for w in outcome.waves])
+    for line in text.replay_lines(
+        run_id, marts.replay_fleet(db_path, run_id, rate_factor, seed), rows, outcome.failed
+    ):
+        out.print(line, highlight=False)
+    out.print(text.replay_table(run_id, rows))

@@ -1,0 +1,137 @@
+"""Open-loop replay: requests that arrive on their own schedule, not when the last one ended.
+
+Every capacity sparkcap reports comes from synchronized, closed-loop waves: the study's
+protocol, and a burst worst case. Real users arrive independently. A replay sends seeded
+Poisson arrivals of code and prose requests (and long prompts) at one deployment for a stated
+duration, and stamps each request's *scheduled* start beside its actual send. A client that
+falls behind (a stalled loop, a slow connection pool) then records late requests, whose wait
+counts from when they were due; a client that timed from its own sends would hide the stall
+(coordinated omission).
+
+The rates are the plan's (``marts.fct_replay_plan``, Little's law in dbt); this module only
+keeps the schedule and records what happened. dbt judges it (``marts.fct_replay``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+import time
+from dataclasses import dataclass
+
+from sparkcap.config import Deployment, ReplayOptions
+from sparkcap.loadgen.connections import make_client
+from sparkcap.loadgen.probes import _Probe, _spec, document
+from sparkcap.loadgen.records import ReplayOffer, RequestRecord, WaveRecord
+from sparkcap.loadgen.wave import LoopMonitor
+from sparkcap.loadgen.workloads import StreamSpec, build_streams
+
+_NS = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    at_s: float  # scheduled start, seconds from the replay's anchor
+    role: str  # code | prose | long
+    index: int  # the n-th arrival of its role
+
+
+def poisson_arrivals(rates_per_s: dict[str, float], duration_s: float, seed: int) -> list[Arrival]:
+    """Independent Poisson processes, one per role, merged in time order, each conditioned on
+    its expected count: round(rate × duration) instants drawn uniformly over the duration
+    (given its count, a Poisson process's instants are exactly that). The bursts and gaps are
+    Poisson's; the offered load is the plan's, not one draw's luck (over 20 s at 4.5 a second,
+    one seed offered 20 % more than another, and a replay at the planned rate judged a load the
+    plan never asked for). Each role draws from its own seeded generator, so one role's rate
+    leaves the others' instants alone."""
+    out: list[Arrival] = []
+    for role, rate in sorted(rates_per_s.items()):
+        n = round(rate * duration_s) if rate > 0 else 0
+        rng = random.Random(f"{seed}:{role}")
+        instants = sorted(rng.uniform(0.0, duration_s) for _ in range(n))
+        out.extend(Arrival(t, role, i) for i, t in enumerate(instants))
+    out.sort(key=lambda a: (a.at_s, a.role, a.index))
+    return out
+
+
+def _offer(options: ReplayOptions) -> ReplayOffer:
+    return ReplayOffer(
+        rate_factor=options.rate_factor,
+        duration_s=options.duration_s,
+        seed=options.seed,
+        planned_streams=options.planned_streams,
+        code_per_s=options.code_per_s,
+        prose_per_s=options.prose_per_s,
+        long_per_min=options.long_per_min,
+        long_prompt_tokens=options.long_prompt_tokens,
+        client_stall_s=options.client_stall_s,
+        client_stall_at_s=options.client_stall_at_s,
+    )
+
+
+async def replay(dep: Deployment, run_id: str, options: ReplayOptions) -> WaveRecord:
+    """One replay at ``dep``: a wave (probe ``replay``) whose requests carry their scheduled
+    starts. Roles: ``code``, ``prose``, ``long``. Every request is sent once, on schedule or
+    as soon after as the client can; none is retried and none dropped."""
+    rates = {
+        "code": options.code_per_s * options.rate_factor,
+        "prose": options.prose_per_s * options.rate_factor,
+        "long": options.long_per_min * options.rate_factor / 60.0,
+    }
+    arrivals = poisson_arrivals(rates, options.duration_s, options.seed)
+    # two replays of one run never share a wave id (staging replaces by wave)
+    tag = f"x{options.rate_factor:g}-s{options.seed}-{secrets.token_hex(3)}"
+    p = _Probe(dep, run_id, f"replay-{tag}", "mixed", max(1, round(options.planned_streams)))
+    p.wave.probe = "replay"
+    p.wave.replay_offer = _offer(options)
+    n_role = {r: sum(a.role == r for a in arrivals) for r in ("code", "prose")}
+    specs: dict[str, list[StreamSpec]] = {
+        "code": build_streams(
+            "code", max(1, n_role["code"]), f"{run_id[-6:]}-rp", options.code_tokens
+        ),
+        "prose": build_streams(
+            "prose", max(1, n_role["prose"]), f"{run_id[-6:]}-rp", options.prose_tokens
+        ),
+    }
+    # a request on the wire at every instant of the replay, and then some: a pool smaller
+    # than the arrivals in flight would queue sends inside the client and hide it
+    pool = max(16, 4 * round(options.planned_streams * options.rate_factor) + 16)
+    monitor = LoopMonitor()
+    async with make_client(dep, pool) as client:
+        long_text = ""
+        if rates["long"] > 0:
+            long_text, _ = await document(
+                client, dep, options.long_prompt_tokens, secrets.token_hex(6)
+            )
+        # the anchor is now: the schedule's zero, after the long document was prepared
+        p.wave.started_at_ns = time.time_ns()
+        p.wave.anchor_perf_ns = anchor = time.perf_counter_ns()
+        monitor.start()
+        tasks: list[asyncio.Task[RequestRecord]] = []
+        stalled = options.client_stall_s <= 0
+        for a in arrivals:
+            due_ns = anchor + round(a.at_s * _NS)
+            if not stalled and a.at_s >= options.client_stall_at_s:
+                # the deliberate stall: the loop itself blocks, as a busy client's does
+                stall_ns = anchor + round(options.client_stall_at_s * _NS)
+                await asyncio.sleep(max(0.0, (stall_ns - time.perf_counter_ns()) / _NS))
+                time.sleep(options.client_stall_s)
+                stalled = True
+            wait_s = (due_ns - time.perf_counter_ns()) / _NS
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+            if a.role == "long":
+                spec = _spec(
+                    f"long-{a.index}",
+                    f"[{secrets.token_hex(4)}] " + long_text + "\nSummarise in one line.",
+                    4,
+                )
+            else:
+                spec = specs[a.role][a.index % len(specs[a.role])]
+            tasks.append(
+                asyncio.create_task(p.send(client, spec, a.role, scheduled_ns=due_ns - anchor))
+            )
+        await asyncio.gather(*tasks)
+        await monitor.stop()
+    return p.finish(monitor)

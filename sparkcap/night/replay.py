@@ -1,0 +1,107 @@
+"""An open-loop replay of a night's plan (``sparkcap replay``): every planned deployment at
+once, as a fleet receives its users, each at the rates dbt derived from the plan
+(``marts.fct_replay_plan``), recorded into the night's own run and judged by dbt
+(``marts.fct_replay``, ``fct_replay_fleet``).
+
+A deployment whose replay fails to run costs that deployment only: its failure is a
+``raw.step_outcomes`` row (step ``replay``) and the others' waves are kept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparkcap.config import ReplayOptions
+from sparkcap.config.fleet import Fleet
+from sparkcap.errors import SparkcapError
+from sparkcap.loadgen.records import WaveRecord
+from sparkcap.loadgen.replay import replay
+from sparkcap.night.sweeps import preflight
+from sparkcap.publish.marts import ReplayPlanRow
+from sparkcap.servers.llama import launched
+from sparkcap.store import spool
+from sparkcap.store.warehouse import record_step_to
+
+REPLAY_MODELS = ("+fct_replay", "+fct_replay_fleet", "+fct_replay_concurrency")
+
+
+class ReplayError(SparkcapError):
+    """Nothing to replay: no plan, or no deployment the plan sends streams to."""
+
+
+@dataclass
+class ReplayOutcome:
+    waves: list[WaveRecord] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # deployment -> why
+
+
+def replay_options(
+    rows: list[ReplayPlanRow],
+    *,
+    duration_s: float,
+    rate_factor: float,
+    seed: int,
+    max_tokens: dict[str, int | None],
+    client_stall: tuple[float, float] = (0.0, 0.0),
+) -> dict[str, ReplayOptions]:
+    """The plan's rows as each deployment's replay; a deployment the plan gives nothing (or no
+    measured duration) is left out. The rates are dbt's; only the factor is applied (by the
+    replay itself, so the offer stored is the plan's and the factor beside it)."""
+    by_dep: dict[str, dict[str, ReplayPlanRow]] = {}
+    for r in rows:
+        by_dep.setdefault(r.deployment, {})[r.workload] = r
+    out: dict[str, ReplayOptions] = {}
+    stall_s, stall_at_s = client_stall
+    for dep, w in by_dep.items():
+        code, prose = w.get("code"), w.get("prose")
+        code_rate = (code.arrivals_per_s or 0.0) if code else 0.0
+        prose_rate = (prose.arrivals_per_s or 0.0) if prose else 0.0
+        if code_rate <= 0 and prose_rate <= 0:
+            continue
+        out[dep] = ReplayOptions(
+            duration_s=duration_s,
+            seed=seed,
+            rate_factor=rate_factor,
+            planned_streams=sum(r.planned_streams for r in (code, prose) if r is not None),
+            code_per_s=code_rate,
+            prose_per_s=prose_rate,
+            long_per_min=(code.long_prompts_per_min or 0.0) if code else 0.0,
+            long_prompt_tokens=(code.long_prompt_tokens or 32_000) if code else 32_000,
+            code_tokens=max_tokens.get("code"),
+            prose_tokens=max_tokens.get("prose"),
+            client_stall_s=stall_s,
+            client_stall_at_s=stall_at_s,
+        )
+    if not out:
+        raise ReplayError("the plan sends no streams anywhere with a measured stream duration")
+    return out
+
+
+async def run_replays(
+    fleet: Fleet, db_path: Path, run_id: str, offers: dict[str, ReplayOptions]
+) -> ReplayOutcome:
+    outcome = ReplayOutcome()
+    deployments = {d.name: d for d in fleet.deployments if d.name in offers}
+    with launched(fleet) as endpoints:
+
+        async def one(name: str) -> WaveRecord:
+            dep = deployments[name].resolve(endpoints.get(name))
+            await preflight(dep)
+            return await replay(dep, run_id, offers[name])
+
+        names = sorted(deployments)
+        results = await asyncio.gather(*(one(n) for n in names), return_exceptions=True)
+    for name, result in zip(names, results, strict=True):
+        if isinstance(result, BaseException):
+            if not isinstance(result, Exception):
+                raise result
+            outcome.failed[name] = f"{type(result).__name__}: {result}".strip()
+            record_step_to(db_path, run_id, name, "replay", "failed", outcome.failed[name])
+            continue
+        spool.write_wave(result, db_path)
+        spool.stage_spool(db_path, None, run_id)
+        record_step_to(db_path, run_id, name, "replay", "ok", "")
+        outcome.waves.append(result)
+    return outcome
