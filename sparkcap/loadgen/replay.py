@@ -15,6 +15,7 @@ keeps the schedule and records what happened. dbt judges it (``marts.fct_replay`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import secrets
 import time
@@ -56,18 +57,9 @@ def poisson_arrivals(rates_per_s: dict[str, float], duration_s: float, seed: int
 
 
 def _offer(options: ReplayOptions) -> ReplayOffer:
-    return ReplayOffer(
-        rate_factor=options.rate_factor,
-        duration_s=options.duration_s,
-        seed=options.seed,
-        planned_streams=options.planned_streams,
-        code_per_s=options.code_per_s,
-        prose_per_s=options.prose_per_s,
-        long_per_min=options.long_per_min,
-        long_prompt_tokens=options.long_prompt_tokens,
-        client_stall_s=options.client_stall_s,
-        client_stall_at_s=options.client_stall_at_s,
-    )
+    """The options a replay stores beside what it observed: the offer's own fields."""
+    names = {f.name for f in dataclasses.fields(ReplayOffer)}
+    return ReplayOffer(**options.model_dump(include=names))
 
 
 async def replay(dep: Deployment, run_id: str, options: ReplayOptions) -> WaveRecord:

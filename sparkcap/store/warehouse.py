@@ -12,6 +12,7 @@ keep their names (columns may be added, never renamed). Staging rules:
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
 import functools
@@ -35,7 +36,7 @@ from sparkcap.config import Deployment, url_without_credentials
 from sparkcap.errors import MissingFile, SparkcapError
 from sparkcap.loadgen.discover import DECLARED, SPARKCAP, FactRow, declared_facts, sparkcap_facts
 from sparkcap.loadgen.metrics import labels_text
-from sparkcap.loadgen.records import MAX_COUNT, WaveRecord, stored_counts
+from sparkcap.loadgen.records import MAX_COUNT, ReplayOffer, WaveRecord, stored_counts
 from sparkcap.settings import get_settings
 from sparkcap.store.schema import RAW_TABLES, SCHEMA_SQL, columns, raw_table
 
@@ -532,20 +533,10 @@ def replay_table(wave: WaveRecord) -> pa.Table:
         "replay_offers",
         {
             "wave_id": [wave.wave_id] * len(offers),
+            # the offer's fields are the table's columns (raw_table refuses any other)
             **{
-                name: [getattr(o, name) for o in offers]
-                for name in (
-                    "rate_factor",
-                    "duration_s",
-                    "seed",
-                    "planned_streams",
-                    "code_per_s",
-                    "prose_per_s",
-                    "long_per_min",
-                    "long_prompt_tokens",
-                    "client_stall_s",
-                    "client_stall_at_s",
-                )
+                f.name: [getattr(o, f.name) for o in offers]
+                for f in dataclasses.fields(ReplayOffer)
             },
         },
     )
