@@ -16,7 +16,7 @@
         'change_baseline_runs', 'change_min_baseline_runs', 'change_false_alarm_rate',
         'change_min_effect_pct', 'change_permutations', 'drift_window_runs',
         'drift_min_pct_per_run', 'ttft_ceiling_s', 'ttft_quantile', 'tail_confidence',
-        'replay_max_send_lag_s', 'replay_warmup_share',
+        'replay_max_send_lag_s', 'replay_max_late_share', 'replay_warmup_share',
         'cache_hit_min_share',
         'cold_cached_max_share', 'energy_max_sensor_w'
     ]) }}

@@ -595,6 +595,7 @@ class ReplayRow(NamedTuple):
     ttft_samples: int
     ttft_p90_is_supported: bool
     max_send_lag_s: float | None
+    n_sent_late: int
     verdict: str
     verdict_text: str
 

@@ -722,7 +722,7 @@ def replay_table(run_id: str, rows: Sequence[ReplayRow]) -> Table:
         ("TTFT p50 s", "right"),
         ("TTFT p90 s", "right"),
         ("send p90 s", "right"),
-        ("late s", "right"),
+        ("late n · s", "right"),
         ("verdict", "left"),
     ]:
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
@@ -743,7 +743,7 @@ def replay_table(run_id: str, rows: Sequence[ReplayRow]) -> Table:
             _figure(r.ttft_scheduled_median_s, 2),
             p90,
             send_p90,
-            _figure(r.max_send_lag_s, 2),
+            f"{r.n_sent_late} · {_figure(r.max_send_lag_s, 2)}",
             r.verdict,
         )
     return table

@@ -32,7 +32,8 @@ from sparkcap.servers.sim.server import SimProcess, SimServer
 from sparkcap.transform.dbt_build import run_models
 from tests.integration.helpers import RELAXED_TIMING
 
-# a replay is valid only while the client keeps its schedule (var replay_max_send_lag_s):
+# a replay is valid only while the client keeps its schedule (vars replay_max_send_lag_s,
+# replay_max_late_share):
 # beside other tests on two cores the client fell behind, so these run in the timing phase
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.client_timing]
 

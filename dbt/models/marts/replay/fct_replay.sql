@@ -3,9 +3,12 @@
 -- fills an empty server), judged by the level rule's threshold. It holds when every request
 -- ended ok, the median decode rate of each workload it carried is >= var threshold_tok_s and,
 -- where enough samples support the tail (macro tail_min_samples), the TTFT p90 from the
--- scheduled start is <= var ttft_ceiling_s. A client that sent later than
--- var replay_max_send_lag_s behind schedule gives no verdict (its lateness is measured and
--- shown, never blamed on the server).
+-- scheduled start is <= var ttft_ceiling_s. A client that sent more than
+-- var replay_max_late_share of its requests later than var replay_max_send_lag_s behind
+-- schedule gives no verdict (its lateness is measured and shown, never blamed on the server).
+-- A share, not the single worst send: one late send is one late request, whose wait its TTFT
+-- from the scheduled start already carries; it is a client that cannot keep the schedule which
+-- offers a load nobody planned (one 0.3 s hiccup of a loaded machine voided a whole replay).
 with streams as (
     select * from {{ ref('int_replay_streams') }}
 ),
@@ -63,7 +66,9 @@ observed as (
             where is_counted and workload in ('code', 'prose')) as integer
         ) as ttft_samples,
         max(send_lag_s) as max_send_lag_s,
-        quantile_cont(send_lag_s, 0.9) as send_lag_p90_s
+        quantile_cont(send_lag_s, 0.9) as send_lag_p90_s,
+        cast(count(*) filter (where send_lag_s > {{ var('replay_max_send_lag_s') }}) as integer)
+            as n_sent_late
     from streams
     group by run_id, wave_id, deployment
 ),
@@ -83,7 +88,9 @@ judged as (
         i.peak_streams_in_flight,
         {{ tail_min_samples('0.9') }} as ttft_min_samples,
         o.ttft_samples >= {{ tail_min_samples('0.9') }} as ttft_p90_is_supported,
-        o.max_send_lag_s <= {{ var('replay_max_send_lag_s') }} as client_kept_schedule,
+        o.n_sent_late / o.n_requests as late_share,
+        o.n_sent_late <= {{ var('replay_max_late_share') }} * o.n_requests
+            as client_kept_schedule,
         {{ var('threshold_tok_s') }} as threshold_tok_s,
         {{ var('ttft_ceiling_s') }} as ttft_ceiling_s
     from observed as o
@@ -129,9 +136,10 @@ select
         when 'holds' then 'holds: ' || round(mean_streams_in_flight, 1)
             || ' streams in flight on average at ' || round(median_decode_tok_s, 1) || ' tok/s'
         when 'fails' then 'fails: ' || array_to_string(failures, '; ')
-        when 'no verdict' then 'no verdict: the client sent up to ' || round(max_send_lag_s, 2)
-            || ' s behind schedule (var replay_max_send_lag_s ' || {{ var('replay_max_send_lag_s') }}
-            || ' s)'
+        when 'no verdict' then 'no verdict: the client sent ' || n_sent_late || ' of '
+            || n_requests || ' requests more than ' || {{ var('replay_max_send_lag_s') }}
+            || ' s behind schedule, up to ' || round(max_send_lag_s, 2) || ' s (var '
+            || 'replay_max_late_share ' || {{ var('replay_max_late_share') }} || ')'
         else 'nothing measured: no request of this replay decoded'
     end as verdict_text
 from final
