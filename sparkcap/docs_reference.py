@@ -336,19 +336,48 @@ def marts_page() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _column_rules(tests: Any) -> tuple[dict[str, list[str]], list[str], list[Any]]:
+    """A model's ``column_rules`` test (one query for its column rules: dbt/macros/
+    test_column_rules.sql) read back into what it checks column by column, its key, and the
+    model's other tests, so the page shows each rule where a reader looks for it."""
+    per_column: dict[str, list[str]] = {}
+    keys: list[str] = []
+    others: list[Any] = []
+    for test in tests or []:
+        rules = test.get("column_rules") if isinstance(test, dict) else None
+        if not isinstance(rules, dict):
+            others.append(test)
+            continue
+        args = rules.get("arguments") or {}
+        for rule in ("not_null", "unique"):
+            for column in args.get(rule) or []:
+                per_column.setdefault(str(column), []).append(rule)
+        for column, values in (args.get("accepted_values") or {}).items():
+            shown = ", ".join(str(v) for v in values)
+            per_column.setdefault(str(column), []).append(f"accepted_values ({shown})")
+        if args.get("unique_combination"):
+            keys.append(", ".join(str(c) for c in args["unique_combination"]))
+    return per_column, keys, others
+
+
 def _model_lines(model: Mapping[str, Any], unit_tests: list[dict[str, Any]]) -> list[str]:
     lines = [f"### `{model.get('name')}`", ""]
     if model.get("description"):
         lines += [_prose(model["description"]), ""]
-    if model.get("data_tests"):
-        lines += [f"Tests: {_tests_text(model['data_tests'])}.", ""]
+    per_column, keys, others = _column_rules(model.get("data_tests"))
+    shown = [f"unique_combination ({k})" for k in keys] + [_prose(_test_text(t)) for t in others]
+    if shown:
+        lines += [f"Tests: {'; '.join(shown)}.", ""]
     columns = [c for c in model.get("columns") or [] if isinstance(c, dict)]
     if columns:
         lines += ["| column | description | tests |", "| --- | --- | --- |"]
         for column in columns:
+            tests = per_column.get(str(column.get("name")), []) + [
+                _prose(_test_text(t)) for t in column.get("data_tests") or []
+            ]
             lines.append(
                 f"| `{column.get('name')}` | {_prose(column.get('description'))} | "
-                f"{_tests_text(column.get('data_tests'))} |"
+                f"{'; '.join(tests)} |"
             )
         lines.append("")
     if unit_tests:

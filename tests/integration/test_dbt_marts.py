@@ -362,3 +362,19 @@ def test_a_searched_levels_interval_is_one_bootstrap_everywhere(db_path: Path) -
             0.9,
         )
         assert (live.ci_low_tok_s, live.ci_high_tok_s) == (low, high), concurrency
+
+
+def test_a_broken_column_rule_names_its_rule_and_column(tmp_path: Path) -> None:
+    """One data test holds a model's column rules (column_rules): a run whose raw status no
+    rule accepts fails the build, and the message names the rule, the column and the rows
+    (dbt's own "Got 1 result" would not say which of stg_runs' rules broke)."""
+    from sparkcap.transform.dbt_build import BuildError
+
+    db = tmp_path / "w.duckdb"
+    run_id = "20261204T000000Z-bad"
+    run_start_to(db, run_id, {}, time.time_ns())
+    with duckdb.connect(str(db)) as con:
+        con.execute("update raw.runs set status = 'half-done'")
+    with pytest.raises(BuildError) as failed:
+        build(db, select="stg_runs")
+    assert "stg_runs_column_rules: accepted_values run_status: 1 rows" in str(failed.value)
