@@ -33,6 +33,7 @@ class BuildResult:
     success: bool
     failures: list[str] = field(default_factory=list)
     n_nodes: int = 0
+    n_unit_tests: int = 0
 
 
 def dbt_args(
@@ -189,8 +190,10 @@ def run_dbt(
     failures: list[str] = []
     n = 0
     results = getattr(res.result, "results", None) or []
+    n_unit = 0
     for r in results:
         n += 1
+        n_unit += str(getattr(getattr(r, "node", None), "resource_type", "")) == "unit_test"
         status = str(getattr(r, "status", ""))
         if status in ("error", "fail", "runtime error"):
             node = getattr(r, "node", None)
@@ -200,7 +203,9 @@ def run_dbt(
             failures.append(f"{name}: {broken or (msg[0] if msg else status)}")
     if res.exception is not None and not failures:
         failures.append(str(res.exception).strip().splitlines()[0])
-    return BuildResult(success=bool(res.success), failures=failures, n_nodes=n)
+    return BuildResult(
+        success=bool(res.success), failures=failures, n_nodes=n, n_unit_tests=n_unit
+    )
 
 
 def _broken_column_rules(db_path: Path, node: Any) -> str | None:
