@@ -203,9 +203,7 @@ def run_dbt(
             failures.append(f"{name}: {broken or (msg[0] if msg else status)}")
     if res.exception is not None and not failures:
         failures.append(str(res.exception).strip().splitlines()[0])
-    return BuildResult(
-        success=bool(res.success), failures=failures, n_nodes=n, n_unit_tests=n_unit
-    )
+    return BuildResult(success=bool(res.success), failures=failures, n_nodes=n, n_unit_tests=n_unit)
 
 
 def _broken_column_rules(db_path: Path, node: Any) -> str | None:
