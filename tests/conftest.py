@@ -1,14 +1,15 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from _pytest.nodeid import coerce_node_id
 
-from tests.integration.helpers import RELAXED_TIMING, TWIN_TRIALS
-from tests.paths import ROOT
+from tests.integration.helpers import RELAXED_TIMING
+from tests.twin import PREBUILT_ENV, twin_night_for_session
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
 if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("PREFECT_HOME"):
@@ -20,6 +21,15 @@ if os.environ.get("PYTEST_XDIST_WORKER") and os.environ.get("PREFECT_HOME"):
 if os.environ.get("PREFECT_HOME"):  # Prefect will not create missing parent folders
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Groups start in the order ``pytest_collection_modifyitems`` sorts them, longest work
+    first: pytest-xdist's own reordering (by a group's number of tests) started the twin night
+    and the llama-server's tests first, each waiting on something ``make test`` builds beside
+    them."""
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
 
 
 @pytest.fixture
@@ -40,32 +50,10 @@ def _isolated_home(
 
 
 @pytest.fixture(scope="session")
-def twin_night(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, object]]:
-    """The twin fleet through the whole pipeline once (demo profile): shared by the slow tests."""
-    from sparkcap.night import plan as night_plan
-    from sparkcap.night import steps as pipeline
-
-    base = tmp_path_factory.mktemp("twin")
-    # Three trials per level, not the demo's one: GLM code at 4 streams sits ~6 % above the
-    # threshold by design (the study's knife edge), and one 64-token wave on a busy CI machine
-    # once read it 1 % below. The level median over trials is the study's method.
-    fleet = night_plan.fleet_for(ROOT / "fleets" / "twin.yaml", "demo", trials=TWIN_TRIALS)
-    db = base / "twin.duckdb"
-    reports = base / "reports"
-    with pytest.MonkeyPatch.context() as mp:  # for the night only: no later test inherits it
-        mp.setenv("SPARKCAP_HOME", str(base / "home"))
-        # the twin's capacities are about the fleet's design, not the client's timing: on a
-        # machine running tests in parallel a 64-token wave's start skew can pass 5 % of its
-        # decode span
-        mp.setenv("SPARKCAP_DBT_VARS", RELAXED_TIMING["SPARKCAP_DBT_VARS"])
-        result = pipeline.run_pipeline(fleet, db, reports)
-    yield {
-        "db": db,
-        "run_id": result["run_id"],
-        "reports": reports,
-        "report": Path(str(result["report"])),
-        "dq_success": result["dq_success"],
-    }
+def twin_night(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    """The twin fleet through the whole pipeline once (demo profile): shared by the slow tests.
+    ``make test`` builds it ahead of the tests, in a process of its own (``tests/twin.py``)."""
+    return twin_night_for_session(tmp_path_factory.mktemp("twin"))
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
@@ -94,14 +82,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         keys_of[id(item)] = keys
         for other in keys[1:]:
             parent[find(other)] = find(keys[0])
-    # the real-server tests wait on the llama-server build that `make test` starts beside
-    # them: the other slow groups first, so no worker idles on the build while there is work
-    items.sort(key=_start_order)
+    group_of = {id(item): find(keys_of[id(item)][0]) for item in items if keys_of[id(item)]}
+    group_size = Counter(group_of.values())
+    position = {id(item): i for i, item in enumerate(items)}
+    items.sort(
+        key=lambda item: (
+            _start_order(item),
+            -group_size.get(group_of.get(id(item), ""), 1),
+            position[id(item)],
+        )
+    )
     grouping = bool(getattr(config.option, "loadgroup", False))  # set on xdist workers
     for item in items:
-        keys = keys_of[id(item)]
-        if keys:
-            group = find(keys[0]).replace("@", "_").replace("]", "_")
+        if id(item) in group_of:
+            group = group_of[id(item)].replace("@", "_").replace("]", "_")
             item.add_marker(pytest.mark.xdist_group(group))
             if grouping and "@" not in item.nodeid:
                 # pytest-xdist 3.8 groups by an "@group" suffix on the node id, which it sets
@@ -110,11 +104,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def _start_order(item: pytest.Item) -> int:
-    """e2e and integration tests, then those on the real llama-server, then the unit tests
-    (many and short: what fills the end of a parallel run); a stable sort keeps the rest."""
+    """The order groups start in (pytest-xdist hands them out in this order, see
+    ``pytest_configure``): the e2e groups (the longest: distributed nights, Prefect flows, the
+    wheel), then the integration tests, larger groups first; then the tests of the twin night
+    where ``make test`` builds it ahead of them (so no worker waits for it while there is other
+    work; built here, it is the longest group and goes first); then those on the real
+    llama-server, whose build ``make test`` starts beside the tests; last the unit tests (many
+    and short: what fills the end of a parallel run)."""
     if item.get_closest_marker("unit"):
-        return 2
-    return 1 if item.get_closest_marker("real_server") else 0
+        return 5
+    if item.get_closest_marker("real_server"):
+        return 4
+    if "twin_night" in getattr(item, "fixturenames", ()):
+        return 3 if os.environ.get(PREBUILT_ENV) else 0
+    return 1 if item.get_closest_marker("e2e") else 2
 
 
 def shared_fixtures(item: pytest.Item) -> set[str]:
