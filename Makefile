@@ -64,7 +64,7 @@ test: $(STAMP)
 	      $(PY) -m pytest -q -p no:cacheprovider --durations=10 \
 	      -m client_timing > "$(LOGS)/timing.log" 2>&1; echo $$? > "$(LOGS)/timing.rc"; \
 	    echo $$(( $$(date +%s) - t0 )) > "$(LOGS)/timing.s" ) & \
-	  ( set -e; $(VENV)/bin/ruff check sparkcap flows tests benchmarks; \
+	  ( ( set -e; $(VENV)/bin/ruff check sparkcap flows tests benchmarks; \
 	    $(VENV)/bin/ruff format --check sparkcap flows tests benchmarks; \
 	    $(VENV)/bin/mypy; $(VENV)/bin/lint-imports --no-cache; \
 	    $(PY) -m sparkcap.docs_reference --check ) > "$(LOGS)/lint.log" 2>&1; \
