@@ -35,6 +35,9 @@ def test_the_key_changes_with_each_input_of_the_compile(monkeypatch: pytest.Monk
     monkeypatch.undo()
     monkeypatch.setattr(llama, "CMAKE_FLAGS", (*llama.CMAKE_FLAGS, "-DGGML_OPENMP=OFF"))
     assert _key(monkeypatch) != base
+    monkeypatch.undo()
+    monkeypatch.setattr(llama, "UNITY_INCLUDE", llama.UNITY_INCLUDE.replace("16", "8"))
+    assert _key(monkeypatch) != base
 
 
 def test_the_binary_lives_outside_sparkcap_cache(
