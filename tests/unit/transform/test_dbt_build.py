@@ -55,3 +55,42 @@ def test_node_selection_is_left_out_of_the_parse() -> None:
     args = ["--project-dir", "p", "--select", "a", "b", "--indirect-selection", "cautious"]
     args += ["--exclude", "test_type:unit", "--full-refresh", "--quiet"]
     assert dbt_build._parse_arguments(args) == ["--project-dir", "p", "--quiet"]
+
+
+def test_the_key_changes_with_the_adapters_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A manifest kept on disk outlives the process that parsed it: one parsed with another
+    dbt-duckdb holds that adapter's macros."""
+    import importlib.metadata
+
+    monkeypatch.setattr(dbt_build, "dbt_project_dir", lambda: tmp_path)
+    args = ["build"]
+    first = dbt_build._manifest_key(args)
+    real = importlib.metadata.version
+
+    def other_duckdb_adapter(name: str) -> str:
+        return "0.0.1" if name == "dbt-duckdb" else real(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", other_duckdb_adapter)
+    assert dbt_build._manifest_key(args) != first
+
+
+def test_a_parse_is_kept_for_the_next_process_and_a_damaged_one_is_parsed_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dbt.contracts.graph.manifest import Manifest
+
+    from sparkcap.settings import get_settings
+
+    monkeypatch.setenv("SPARKCAP_CACHE", str(tmp_path / "cache"))
+    dbt_build._store_manifest("k" * 64, Manifest())
+    path = get_settings().cache_dir / "dbt-manifests" / f"{'k' * 64}.msgpack"
+    assert path.exists() and not list(path.parent.glob("*.partial"))
+    assert isinstance(dbt_build._stored_manifest("k" * 64), Manifest)
+    assert dbt_build._stored_manifest("n" * 64) is None
+    path.write_bytes(b"\x93 not a manifest")
+    assert dbt_build._stored_manifest("k" * 64) is None
+    # a cache that cannot be written costs a parse, never the build
+    monkeypatch.setenv("SPARKCAP_CACHE", str(path))  # a file where a folder should be
+    dbt_build._store_manifest("k" * 64, Manifest())
