@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from subprocess import CompletedProcess
 from typing import Any
 
 import duckdb
@@ -111,7 +112,10 @@ def one_deployment_fleet(
 def run_cli(
     *args: str, env: dict[str, str] | None = None, timeout: float = 600
 ) -> subprocess.CompletedProcess[str]:
-    """``python -m sparkcap.cli ARGS`` in a child process, output captured as text."""
+    """``python -m sparkcap.cli ARGS`` in a child process, output captured as text: for what
+    only a process shows (its exit status as the shell sees it, argv and environment parsing
+    from scratch, signals, a terminal, what a killed one leaves). A test about what a command
+    does takes :func:`cli_in_process`."""
     return subprocess.run(
         [sys.executable, "-m", "sparkcap.cli", *args],
         capture_output=True,
@@ -147,3 +151,35 @@ def wait_for_prefect_api(api: str, log: Path, timeout_s: float) -> None:
             pass
         time.sleep(0.5)
     pytest.fail("prefect server did not start: " + log.read_text(errors="replace")[-3000:])
+
+
+def cli_in_process(*args: str, env: dict[str, str] | None = None) -> CompletedProcess[str]:
+    """``sparkcap ARGS`` in this process (``cli.main``), with ``env`` as the whole environment
+    while it runs, its output captured as text and its exit status as a child's would be.
+
+    Why: a child process pays ~7 s of CPU importing dbt, Great Expectations and Prefect and
+    parsing the dbt project again; a pytest worker has them already. The command is the same
+    code a person runs, from the parsing of its arguments on; what only a process shows keeps
+    :func:`run_cli`. An exception the command does not turn into an error line is raised
+    here, where a child would have printed its traceback and exited 1."""
+    import io
+    from contextlib import redirect_stderr, redirect_stdout
+
+    from sparkcap import cli
+
+    saved = dict(os.environ)
+    out, err = io.StringIO(), io.StringIO()
+    code: int = 0
+    try:
+        if env is not None:
+            os.environ.clear()
+            os.environ.update(env)
+        with redirect_stdout(out), redirect_stderr(err):
+            try:
+                cli.main(list(args))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return CompletedProcess(["sparkcap", *args], code, out.getvalue(), err.getvalue())
