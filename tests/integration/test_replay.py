@@ -29,7 +29,7 @@ from sparkcap.loadgen.replay import poisson_arrivals, replay
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.engine import SimProfile
 from sparkcap.servers.sim.server import SimProcess, SimServer
-from sparkcap.transform.dbt_build import run_models
+from sparkcap.transform.dbt_build import build
 from tests.integration.helpers import RELAXED_TIMING
 
 # a replay is valid only while the client keeps its schedule (vars replay_max_send_lag_s,
@@ -97,7 +97,9 @@ def test_the_plan_holds_open_loop_at_its_rate_and_fails_at_1_3x_where_the_model_
                 db,
             )
         )
-        run_models(db, ["+fct_plan_routing"], {"bootstrap_samples": 20})
+        # the whole night's build, as a night makes it: the report rendered after the
+        # replays reads every mart
+        build(db, dbt_vars={"bootstrap_samples": 20})
         fleet = tmp_path / "fleet.yaml"
         workloads = {"levels": list(LEVELS), "trials": 1, "warmup": False, "max_tokens": TOKENS}
         fleet.write_text(
@@ -117,6 +119,9 @@ def test_the_plan_holds_open_loop_at_its_rate_and_fails_at_1_3x_where_the_model_
         common = ["--fleet", str(fleet), "--db", str(db), "--long-prompts", "0", "--duration"]
         at_plan = _cli("replay", *common, "32", "--seed", "3")
         over = _cli("replay", *common, "32", "--seed", "3", "--rate-factor", "1.3")
+    # the night's report, rendered again after its replays, shows them
+    _cli("report", "--db", str(db), "--out", str(tmp_path / "reports"))
+    page = next((tmp_path / "reports").glob("*/index.html")).read_text(encoding="utf-8")
 
     with duckdb.connect(str(db), read_only=True) as con:
         routed = dict(
@@ -153,6 +158,10 @@ def test_the_plan_holds_open_loop_at_its_rate_and_fails_at_1_3x_where_the_model_
     assert lag is not None and lag[0] < 0.25  # the client kept the schedule
     assert "the plan holds" in at_plan and "steady: holds" in at_plan, at_plan
     assert "the plan fails at steady" in over and "steady: fails: code median" in over, over
+    section = page[page.index("<h2>Open-loop replay</h2>") :].split("</section>", 1)[0]
+    assert "fails at steady" in section and "holds" in section and "chart-replay" in section
+    assert "TTFT p90 s (scheduled)" in section
+    assert '"chart-replay"' in page  # the chart's spec is in the page
     print(at_plan, over, replays, sep="\n")  # the figures, for `pytest -s`
 
 

@@ -430,6 +430,44 @@ VERDICT_COLORS = {
 }
 
 
+def replay_concurrency_chart(data: dict[str, Any]) -> Any:
+    """Streams in flight second by second through each open-loop replay, beside the streams
+    the plan offered at that rate (the dashed line, Little's law): a plan that holds stays
+    near its line; one that fails climbs away from it, its slower streams staying longer."""
+    c = data["replay_concurrency"].copy()
+    c["replay"] = c.apply(lambda r: f"{r['rate_factor']:g}× (seed {int(r['seed'])})", axis=1)
+    base = alt.Chart(c).encode(x=alt.X("t_s:Q", title="seconds into the replay"))
+    flight = base.mark_line(interpolate="step-after").encode(
+        y=alt.Y("streams_in_flight:Q", title="streams in flight"),
+        color=alt.Color(
+            "verdict:N",
+            title="verdict",
+            scale=alt.Scale(
+                domain=["holds", "fails", "no verdict", "nothing measured"],
+                range=["#1b7837", "#b2182b", "#999999", "#cccccc"],
+            ),
+        ),
+        tooltip=["deployment", "replay", "t_s", "streams_in_flight", "verdict"],
+    )
+    offered = base.mark_rule(strokeDash=[4, 3], color="#333333").encode(
+        y="mean(offered_streams):Q", tooltip=[alt.Tooltip("mean(offered_streams):Q", format=".1f")]
+    )
+    return (
+        alt.layer(flight, offered, data=c)
+        .properties(width=260, height=160)
+        .facet(
+            column=alt.Column("deployment:N", title=None),
+            row=alt.Row("replay:N", title=None),
+        )
+        .properties(
+            title=alt.TitleParams(
+                "Streams in flight under open-loop arrivals",
+                subtitle="dashed: the streams the plan offers at that rate (Little's law)",
+            )
+        )
+    )
+
+
 def search_path_chart(data: dict[str, Any]) -> Any:
     """Where each search went: the concurrency it tried at each step (log 2), coloured by the
     verdict of record, sustain waves as diamonds; the tooltip holds the interval and why the

@@ -168,6 +168,51 @@ def _plan(con: Any, data: dict[str, Any], run_id: str) -> None:
     )
 
 
+REPLAY_MARTS = ("fct_replay", "fct_replay_fleet", "fct_replay_concurrency")
+
+
+def _replay(con: Any, data: dict[str, Any], run_id: str) -> None:
+    """The night's open-loop replays (``sparkcap replay`` runs after a night and keeps its
+    replays with it; render the report again to show them): the fleet's verdict per replay,
+    each deployment's, and the streams in flight second by second. A TTFT p90 over fewer
+    samples than support it (dbt macro tail_min_samples) is words, never a figure."""
+    for key in ("replay_fleet", "replays", "replay_concurrency"):
+        data[key] = pd.DataFrame()
+    if not all(_has_mart(con, m) for m in REPLAY_MARTS):
+        return
+    run = {"run": run_id}
+    data["replay_fleet"] = _df(
+        con,
+        "select rate_factor, seed, n_holding || ' of ' || n_deployments as holding, "
+        "plan_verdict from marts.fct_replay_fleet where run_id = $run "
+        "order by rate_factor, seed",
+        run,
+    )
+    data["replays"] = _df(
+        con,
+        "select rate_factor, seed, deployment, round(planned_streams * rate_factor, 1) as "
+        "offered_streams, round(mean_streams_in_flight, 1) as in_flight, "
+        "peak_streams_in_flight as peak, n_requests, n_failed, "
+        "round(median_decode_tok_s, 1) as median_tok_s, "
+        "round(ttft_scheduled_median_s, 2) as ttft_scheduled_median_s, "
+        "case when ttft_p90_is_supported then round(ttft_scheduled_p90_s, 2)::varchar "
+        "else 'not enough samples (' || ttft_samples || ' of ' || ttft_min_samples || ')' "
+        "end as ttft_scheduled_p90, "
+        "n_sent_late, verdict_text from marts.fct_replay where run_id = $run "
+        "order by rate_factor, seed, deployment",
+        run,
+    )
+    data["replay_concurrency"] = _df(
+        con,
+        "select c.deployment, c.rate_factor, r.seed, c.t_s, c.streams_in_flight, "
+        "r.planned_streams * r.rate_factor as offered_streams, r.verdict "
+        "from marts.fct_replay_concurrency c join marts.fct_replay r "
+        "using (run_id, wave_id, deployment) where c.run_id = $run "
+        "order by c.rate_factor, r.seed, c.deployment, c.t_s",
+        run,
+    )
+
+
 def _search_path(con: Any, which: str, params: dict[str, Any]) -> pd.DataFrame:
     """``marts.fct_search_path`` rows of the report's runs (none for a grid night, or a
     warehouse built before searches existed)."""
@@ -427,6 +472,7 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
         _why(con, data, "where run_id = $run", {"run": run_id})
         _nightly(con, data, "where run_id = $run", {"run": run_id})
         _plan(con, data, run_id)
+        _replay(con, data, run_id)
         has_probes = con.execute(
             "select count(*) from information_schema.tables "
             "where table_schema = 'marts' and table_name = 'fct_prefill_interference'"

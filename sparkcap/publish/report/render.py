@@ -29,6 +29,7 @@ from sparkcap.publish.report.charts import (
     prefill_chart,
     probe_ttft_chart,
     rate_chart,
+    replay_concurrency_chart,
     search_path_chart,
     session_turns_chart,
     threshold_of,
@@ -141,6 +142,8 @@ def render_report(
         charts["ladder"] = context_ladder_chart(data)
     if not data["search_path"].empty:
         charts["search"] = search_path_chart(data)
+    if not data.get("replay_concurrency", pd.DataFrame()).empty:
+        charts["replay"] = replay_concurrency_chart(data)
     bounds = data.get("bounds", pd.DataFrame())
     if not bounds.empty and bounds["bound_decode_tok_s"].notna().any():
         charts["bounds"] = bound_chart(data)
@@ -240,6 +243,9 @@ def render_report(
         energy=data.get("energy", pd.DataFrame()),
         plan_lines=plan_lines(data["plan"]) if data.get("plan") else [],
         plan_routing=data.get("plan_routing", pd.DataFrame()),
+        replay_fleet=data.get("replay_fleet", pd.DataFrame()),
+        replays=data.get("replays", pd.DataFrame()),
+        replay_chart="replay" in charts,
         bound_chart="bounds" in charts,
         dq_links=dq_links,
         dq=None if dq.empty else dq,

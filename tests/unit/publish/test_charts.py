@@ -243,3 +243,23 @@ def test_the_session_turns_chart_draws_rate_and_ttft_per_turn_with_the_ceiling()
     assert [v["ttft_ceiling_s"] for v in rows if len(v) == 1] == [5.0]
     fields = {c["encoding"]["y"]["field"] for c in spec["hconcat"][1]["layer"]}
     assert fields == {"ttft_quantile_s", "ttft_ceiling_s"}
+
+
+def test_the_replay_chart_sets_streams_in_flight_beside_what_the_plan_offered() -> None:
+    from sparkcap.publish.report.charts import replay_concurrency_chart
+
+    rows = [
+        dict(deployment=d, rate_factor=f, seed=3, t_s=t, streams_in_flight=n, verdict=v,
+             offered_streams=8 * f)
+        for d, f, v, n in (("steady", 1.0, "holds", 8), ("steady", 1.3, "fails", 14))
+        for t in range(5)
+    ]  # fmt: skip
+    spec = replay_concurrency_chart({"replay_concurrency": pd.DataFrame(rows)}).to_dict()
+    assert spec["facet"]["row"]["field"] == "replay" and spec["facet"]["column"]["field"] == (
+        "deployment"
+    )
+    line, rule = spec["spec"]["layer"]
+    assert line["mark"]["type"] == "line" and line["encoding"]["y"]["field"] == "streams_in_flight"
+    assert rule["mark"]["type"] == "rule" and rule["encoding"]["y"]["field"] == "offered_streams"
+    data = next(iter(spec["datasets"].values()))
+    assert {r["replay"] for r in data} == {"1× (seed 3)", "1.3× (seed 3)"}
