@@ -192,3 +192,27 @@ def test_a_stalled_client_shows_in_the_ttft_from_the_scheduled_start_only() -> N
     assert (worst.first_token_ns - worst.scheduled_ns) / 1e9 > 0.5  # type: ignore[operator]
     on_time = [r for r in wave.requests if (r.scheduled_ns or 0) < 1.0e9]
     assert all((r.sent_ns - r.scheduled_ns) / 1e9 < 0.1 for r in on_time)  # type: ignore[operator]
+
+
+def test_long_prompts_are_a_third_arrival_process_sent_on_their_own_schedule() -> None:
+    """The plan's long prompts (its long-prompt rate) arrive as their own Poisson process
+    beside the streams: each is sent at its instant, as the long document it is (the server
+    counts its prompt), and recorded with its role, apart from the code streams whose rates
+    the verdict reads. Run with --long-prompts 0 elsewhere, this is where a replay sends them."""
+    options = ReplayOptions(
+        duration_s=3.0, seed=5, planned_streams=2, code_per_s=4.0, code_tokens=8,
+        long_per_min=40.0, long_prompt_tokens=2000,
+    )  # fmt: skip
+    due = poisson_arrivals({"code": 4.0, "prose": 0.0, "long": 40.0 / 60}, 3.0, 5)
+    due_long = sorted(a.at_s for a in due if a.role == "long")
+    assert len(due_long) == 2  # round(40/min x 3 s)
+    with SimServer([_profile("steady")]) as sim:
+        wave = asyncio.run(replay(_dep("steady", sim.endpoint), "r-long", options))
+    longs = sorted((r for r in wave.requests if r.role == "long"), key=lambda r: r.scheduled_ns)
+    assert len(longs) == 2 and len(wave.requests) == len(due)
+    assert [r.scheduled_ns / 1e9 for r in longs] == pytest.approx(due_long, abs=1e-6)  # type: ignore[operator]
+    for r in longs:
+        assert r.status == "ok" and r.prompt_tokens is not None and r.prompt_tokens >= 1900
+        assert r.sent_ns is not None and (r.sent_ns - r.scheduled_ns) / 1e9 < 0.1  # type: ignore[operator]
+    codes = [r for r in wave.requests if r.role == "code"]
+    assert codes and all(r.status == "ok" and (r.prompt_tokens or 0) < 500 for r in codes)
