@@ -16,10 +16,16 @@ from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
 from sparkcap.servers.sim.engine import SimFaults, SimProfile
 
-# dbt vars for tests whose 0.1–0.2 s streams share a process (and the GIL) with the simulator:
-# their timestamps are a few ms late, a few per cent of such a short stream's rate, and the
-# timing rule (0.5 %) would rightly invalidate them. These tests are about something else.
-SHORT_STREAM_VARS: dict[str, object] = {"timing_error_tolerance": 0.5, "start_skew_tolerance": 0.5}
+# dbt vars for tests whose 0.1–0.2 s streams share a process (and the GIL) with the simulator
+# and a machine with the rest of the suite: their timestamps are a few ms late, a few per cent
+# of such a short stream's rate, and the timing rule (0.5 %) would rightly invalidate them.
+# These tests are about something else, so the rule is as loose as a sweep takes (a tolerance
+# must stay below 1): at 0.5 a 16-token wave read a 68 % error bound once, beside the suite's
+# three workers and two other test runs, and its data-quality test failed on client timing.
+SHORT_STREAM_VARS: dict[str, object] = {
+    "timing_error_tolerance": 0.95,
+    "start_skew_tolerance": 0.95,
+}
 # the same for a CLI in a subprocess: its capture (re-measure) and its build both read it
 RELAXED_TIMING: dict[str, str] = {"SPARKCAP_DBT_VARS": json.dumps(SHORT_STREAM_VARS)}
 
@@ -153,7 +159,9 @@ def wait_for_prefect_api(api: str, log: Path, timeout_s: float) -> None:
     pytest.fail("prefect server did not start: " + log.read_text(errors="replace")[-3000:])
 
 
-def cli_in_process(*args: str, env: dict[str, str] | None = None) -> CompletedProcess[str]:
+def cli_in_process(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 600
+) -> CompletedProcess[str]:
     """``sparkcap ARGS`` in this process (``cli.main``), with ``env`` as the whole environment
     while it runs, its output captured as text and its exit status as a child's would be.
 
@@ -161,16 +169,27 @@ def cli_in_process(*args: str, env: dict[str, str] | None = None) -> CompletedPr
     parsing the dbt project again; a pytest worker has them already. The command is the same
     code a person runs, from the parsing of its arguments on; what only a process shows keeps
     :func:`run_cli`. An exception the command does not turn into an error line is raised
-    here, where a child would have printed its traceback and exited 1."""
+    here, where a child would have printed its traceback and exited 1; so is
+    ``TimeoutError`` from a command still running after ``timeout`` seconds (the child's
+    ``TimeoutExpired``), where the test runs in the main thread, as pytest runs it."""
     import io
+    import signal
+    import threading
     from contextlib import redirect_stderr, redirect_stdout
 
     from sparkcap import cli
 
+    def too_long(*_: object) -> None:
+        raise TimeoutError(f"sparkcap {' '.join(args)} still running after {timeout:g} s")
+
+    timed = threading.current_thread() is threading.main_thread()
     saved = dict(os.environ)
     out, err = io.StringIO(), io.StringIO()
     code: int = 0
+    previous = signal.signal(signal.SIGALRM, too_long) if timed else None
     try:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, timeout)
         if env is not None:
             os.environ.clear()
             os.environ.update(env)
@@ -180,6 +199,9 @@ def cli_in_process(*args: str, env: dict[str, str] | None = None) -> CompletedPr
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
+        if timed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
         os.environ.clear()
         os.environ.update(saved)
     return CompletedProcess(["sparkcap", *args], code, out.getvalue(), err.getvalue())

@@ -197,7 +197,7 @@ def test_a_cli_search_of_sessions_on_two_slots_finds_two_and_its_tier_agrees(
     waits for a slot behind another's answer, over the TTFT ceiling. `sparkcap sweep --workload
     agent --search` answers 2 sessions, its sustain wave's turns are judged by their own TTFT
     (they held), the tier of record is the capacity, and the sweep's build passes (exit 0)."""
-    from tests.integration.helpers import run_cli
+    from tests.integration.helpers import cli_in_process
 
     shape = ",".join(
         f"{k}={v}"
@@ -220,7 +220,7 @@ def test_a_cli_search_of_sessions_on_two_slots_finds_two_and_its_tier_agrees(
     db = tmp_path / "agent.duckdb"
     twoslot = fast_profile("twoslot", step_s1=0.02, draft_tokens=0, max_slots=2)
     with SimServer([twoslot]) as sim:
-        res = run_cli(
+        res = cli_in_process(
             "sweep",
             "--endpoint",
             sim.endpoint,

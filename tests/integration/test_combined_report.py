@@ -19,7 +19,7 @@ from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
-from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile, run_cli
+from tests.integration.helpers import SHORT_STREAM_VARS, cli_in_process, dep, fast_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -65,7 +65,7 @@ def test_runs_of_hand_made_sweeps_read_as_one_report(tmp_path: Path) -> None:
 
     out = tmp_path / "reports"
     args = ["report", "--db", str(db), "--out", str(out)]
-    done = run_cli(*args, "--run", run_a, "--run", run_b, "--run", run_c)
+    done = cli_in_process(*args, "--run", run_a, "--run", run_b, "--run", run_c)
     assert done.returncode == 0, done.stderr[-2000:]
     (index,) = out.glob("combined-3-runs-*/index.html")
     page = index.read_text(encoding="utf-8")
@@ -74,15 +74,15 @@ def test_runs_of_hand_made_sweeps_read_as_one_report(tmp_path: Path) -> None:
     assert f"<b>≈ {own['a'] + own['b']} code streams</b>" in page
 
     if day == datetime.now(UTC).date():  # the runs did not straddle midnight UTC
-        done = run_cli(*args, "--night", day.isoformat())
+        done = cli_in_process(*args, "--night", day.isoformat())
         assert done.returncode == 0, done.stderr[-2000:]
         night_page = (out / f"night-{day.isoformat()}" / "index.html").read_text()
         assert f"<b>≈ {own['a'] + own['b']} code streams</b>" in night_page
 
-    bad = run_cli(*args, "--run", run_a, "--run", "no-such-run")
+    bad = cli_in_process(*args, "--run", run_a, "--run", "no-such-run")
     assert bad.returncode != 0
     assert bad.stderr.strip().splitlines()[-1].startswith("error: no run no-such-run")
-    both = run_cli(*args, "--run", run_a, "--night", "2026-01-01")
+    both = cli_in_process(*args, "--run", run_a, "--night", "2026-01-01")
     assert both.returncode != 0 and "--run or --night" in both.stderr
-    empty = run_cli(*args, "--night", "1999-01-01")
+    empty = cli_in_process(*args, "--night", "1999-01-01")
     assert empty.returncode != 0 and "no built run started on 1999-01-01" in empty.stderr

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -22,7 +19,13 @@ from sparkcap.night.sweeps import run_sweeps
 from sparkcap.resources import expectations_dir
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
-from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile, faulty
+from tests.integration.helpers import (
+    SHORT_STREAM_VARS,
+    cli_in_process,
+    dep,
+    fast_profile,
+    faulty,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,16 +51,6 @@ def sweep_into(sim: SimServer, db: Path, model: str) -> str:
         for wl in ("code", "prose")
     ]
     return asyncio.run(run_sweeps(reqs, db)).run_id
-
-
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sparkcap.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=dict(os.environ),
-    )
 
 
 def q(db: Path, sql: str, params: list[object] | None = None) -> list[tuple[object, ...]]:
@@ -112,7 +105,7 @@ def test_bad_outputs_fail_validation_and_leave_capacity(
 ) -> None:
     run_id = sweep_into(sim, db_path, model)
     out = tmp_path / "dq"
-    p = cli("validate", "--db", str(db_path), "--run", run_id, "--out", str(out))
+    p = cli_in_process("validate", "--db", str(db_path), "--run", run_id, "--out", str(out))
     assert p.returncode == 1, p.stdout + p.stderr
     assert expectation in p.stderr.splitlines()[-1]
     assert p.stderr.startswith("error: blocking expectations failed")
@@ -195,10 +188,11 @@ def test_validation_after_build_triggers_rebuild_of_that_run(
     assert after == 0
     reasons = q(
         db_path,
-        "select distinct invalid_reasons from marts.fct_trials where run_id = ? and trial > 0",
+        "select invalid_reasons from marts.fct_trials where run_id = ? and trial > 0",
         [run_id],
     )
-    assert reasons == [("data-quality: at_most_ten_tokens",)]
+    # every trial, each for the validation's reason (a loaded machine may add its own)
+    assert reasons and all("data-quality: at_most_ten_tokens" in str(r) for (r,) in reasons)
 
 
 @pytest.mark.reliability
@@ -215,12 +209,12 @@ def test_validate_without_run_takes_the_newest_sweep_not_a_link_check(
     link_run = "29991231T000000Z-linkck"  # newer than anything
     run_start_to(db_path, link_run, {"link_check": {}}, time.time_ns())
     run_end_to(db_path, link_run, "complete")
-    p = cli("validate", "--db", str(db_path), "--out", str(tmp_path / "dq"))
+    p = cli_in_process("validate", "--db", str(db_path), "--out", str(tmp_path / "dq"))
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines()[0] == f"run {swept}"
     empty = tmp_path / "only-links.duckdb"
     run_start_to(empty, link_run, {"link_check": {}}, time.time_ns())
-    p = cli("validate", "--db", str(empty))
+    p = cli_in_process("validate", "--db", str(empty))
     assert p.returncode == 1
     assert "none of the 1 run(s)" in p.stderr and "skipped" in p.stderr
 

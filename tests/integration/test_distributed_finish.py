@@ -24,7 +24,7 @@ from sparkcap.night import plan as night_plan
 from sparkcap.night.distributed.parent import record_night_start
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.store.lake import ChildKey, Lake
-from tests.integration.helpers import dep, fast_profile, run_cli
+from tests.integration.helpers import cli_in_process, dep, fast_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -97,7 +97,7 @@ def test_finish_names_lost_and_unstarted_children(
     finish = ("run", "--fleet", str(fleet_path), "--db", str(db), "--reports", str(reports))
 
     # bravo's heartbeat is fresh: it may still be sweeping, so nothing is staged yet
-    p = run_cli(*finish, "--finish", run_id, "--no-prefect", env=env, timeout=300)
+    p = cli_in_process(*finish, "--finish", run_id, "--no-prefect", env=env)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "bravo/code of run" in p.stderr and "still running on host-b" in p.stderr
     assert "Traceback" not in p.stderr and p.stderr.count("error:") == 1
@@ -106,7 +106,7 @@ def test_finish_names_lost_and_unstarted_children(
     # ten minutes of silence: bravo is lost; charlie never left a status
     heartbeat = Path(url) / "manifests" / key["bravo"].partition / "child-code.heartbeat"
     heartbeat.write_text(str(time.time() - 600))
-    p = run_cli(*finish, "--finish", run_id, "--no-prefect", env=env, timeout=600)
+    p = cli_in_process(*finish, "--finish", run_id, "--no-prefect", env=env)
     assert p.returncode == 1, p.stdout + p.stderr
     lost = r"bravo not measured: code: lost \(no heartbeat for 6\d\d s from client host host-b"
     assert re.search(lost, p.stderr), p.stderr
@@ -135,5 +135,5 @@ def test_finish_names_lost_and_unstarted_children(
     assert "host-b" in html and "never started" in html
 
     # a run the database does not know: one line, nothing written
-    p = run_cli(*finish, "--finish", "20261130T000000Z-000000", "--no-prefect", env=env)
+    p = cli_in_process(*finish, "--finish", "20261130T000000Z-000000", "--no-prefect", env=env)
     assert p.returncode == 1 and "is not in" in p.stderr and "Traceback" not in p.stderr

@@ -199,7 +199,7 @@ def test_sparkcap_stage_stages_a_lake_a_parent_left(
     tmp_path: Path,
 ) -> None:
     """A parent that died after its children finished: the lake is staged by hand, once."""
-    from tests.integration.helpers import run_cli
+    from tests.integration.helpers import cli_in_process
 
     waves, run_id = measured.waves, measured.run_id
     lake = Lake(tmp_path / "lake")
@@ -208,12 +208,12 @@ def test_sparkcap_stage_stages_a_lake_a_parent_left(
     db = measured.warehouse(tmp_path / "w.duckdb")
     env = {**os.environ, "SPARKCAP_HOME": str(tmp_path / "home")}
     args = ("stage", "--db", str(db), "--lake", str(tmp_path / "lake"), "--run", run_id)
-    first = run_cli(*args, env=env)
+    first = cli_in_process(*args, env=env)
     assert first.returncode == 0, first.stderr
     assert f"staged {len(waves)} wave(s) of run {run_id}" in first.stdout
-    again = run_cli(*args, env=env)
+    again = cli_in_process(*args, env=env)
     assert f"staged 0 wave(s) of run {run_id}" in again.stdout
     assert f"({len(waves)} already there)" in again.stdout
-    alone = run_cli("stage", "--db", str(db), "--lake", str(tmp_path / "lake"), env=env)
+    alone = cli_in_process("stage", "--db", str(db), "--lake", str(tmp_path / "lake"), env=env)
     assert alone.returncode != 0
     assert "--lake and --run go together" in alone.stderr

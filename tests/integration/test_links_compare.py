@@ -19,7 +19,7 @@ from sparkcap.night.sweeps import run_link_check, run_sweeps
 from sparkcap.publish.compare import compare
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
-from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile
+from tests.integration.helpers import SHORT_STREAM_VARS, cli_in_process, dep, fast_profile
 
 pytestmark = pytest.mark.integration
 
@@ -132,26 +132,8 @@ def test_compare_two_runs(db_path: Path) -> None:
     with pytest.raises(LookupError, match="no such run"):
         compare(db_path, runs[0], "nope")
     import json
-    import subprocess
-    import sys
 
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "sparkcap.cli",
-            "compare",
-            runs[0],
-            runs[1],
-            "--db",
-            str(db_path),
-            "--format",
-            "json",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    p = cli_in_process("compare", runs[0], runs[1], "--db", str(db_path), "--format", "json")
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout)  # machine-readable: the same figures as the frames
     assert doc["before"] == runs[0] and doc["after"] == runs[1]

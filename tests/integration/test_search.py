@@ -232,12 +232,12 @@ def test_report_shows_the_search(db_path: Path, tmp_path: Path) -> None:
 def test_cli_sweep_search_prints_what_the_marts_say(tmp_path: Path) -> None:
     """`sparkcap sweep --search` at the default 20 tok/s: 50 / (1 + 0.6 (c - 1)) tok/s gives
     22.7 at 3 streams and 17.9 at 4, so the answer is 3 (the grid's 1, 2, 4 would say 2)."""
-    from tests.integration.helpers import run_cli
+    from tests.integration.helpers import cli_in_process
 
     prof = SimProfile(model="m", step_s1=0.02, batch_slowdown=0.6, draft_tokens=0)
     db = tmp_path / "cli.duckdb"
     with SimServer([prof]) as sim:
-        res = run_cli(
+        res = cli_in_process(
             "sweep",
             "--endpoint",
             sim.endpoint,
@@ -265,7 +265,7 @@ def test_cli_sweep_search_prints_what_the_marts_say(tmp_path: Path) -> None:
     ], res.stdout
     (cap,) = q(db, "select capacity_streams, method from marts.fct_capacity")
     assert cap == (3, "search")
-    bad = run_cli(
+    bad = cli_in_process(
         "sweep",
         "--endpoint",
         "http://127.0.0.1:9/v1",
@@ -329,9 +329,11 @@ def test_short_trials_on_a_server_sending_three_tokens_a_chunk_are_judged_at_ful
     )
     (low, high, windowed, n, ratio) = rates[0]
     assert (low, high) == (128, 128) and windowed == n and n > 0, rates
-    # the first chunk's two untimed tokens: (29 / 31) x (127 / 125) ~ 0.95 of the short formula
-    # (0.9297 once on a fully loaded machine, whose late chunks move the window estimate)
-    assert 0.92 < float(ratio) < 0.97, rates  # type: ignore[arg-type]
+    # the first chunk's two untimed tokens: (29 / 31) x (127 / 125) ~ 0.95 of the short formula,
+    # which reads 1.0 (a trial judged by it). A loaded machine's late chunks move the window
+    # estimate: 0.9297 once, 0.9712 once (beside two other test runs); the bounds keep ~0.015
+    # from both and stay clear of 1.0, the defect this ratio is here to catch
+    assert 0.915 < float(ratio) < 0.985, rates  # type: ignore[arg-type]
 
 
 # Issue 34, item 3: a server whose only limit is its memory bandwidth, decoding at 0.8 of the

@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 
 from sparkcap.servers.sim.server import SimServer
-from tests.integration.helpers import RELAXED_TIMING, fast_profile, one_deployment_fleet, run_cli
+from tests.integration.helpers import (
+    RELAXED_TIMING,
+    cli_in_process,
+    fast_profile,
+    one_deployment_fleet,
+    run_cli,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -146,7 +152,7 @@ def test_hand_made_sweeps_of_two_deployments_read_as_one_report(tmp_path: Path) 
     env = {**os.environ, "SPARKCAP_HOME": str(tmp_path / "home"), **RELAXED_TIMING}
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return run_cli(*args, env=env)
+        return cli_in_process(*args, env=env)
 
     with SimServer([fast_profile("a"), fast_profile("b")]) as sim:
         common = [
@@ -206,6 +212,8 @@ def test_a_prefect_night_shows_progress_live_and_keeps_it_in_the_run_logs(
         home = tmp_path / "home"
         env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
         env |= {"SPARKCAP_HOME": str(home), "PREFECT_HOME": str(tmp_path / "prefect")}
+        # a child: Prefect reads PREFECT_HOME and sets up its logging (the console handler's
+        # level, the stream it writes to) once per process, and that set-up is what is judged
         p = run_cli(
             "run",
             "--fleet",
@@ -252,7 +260,9 @@ def test_link_check_prints_dbts_verdict_for_each_link(tmp_path: Path) -> None:
         )
     )
     env = {**os.environ, "SPARKCAP_HOME": str(tmp_path / "home")}
-    p = run_cli("link-check", "--fleet", str(fleet), "--db", str(tmp_path / "l.duckdb"), env=env)
+    p = cli_in_process(
+        "link-check", "--fleet", str(fleet), "--db", str(tmp_path / "l.duckdb"), env=env
+    )
     assert p.returncode == 1, p.stderr
     assert "Traceback" not in p.stderr
     assert p.stdout.splitlines()[1:] == [

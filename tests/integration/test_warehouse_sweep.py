@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -15,7 +14,7 @@ from sparkcap.config import Deployment, SweepPlan, SweepRequest
 from sparkcap.night.sweeps import PreflightError, run_sweeps
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.store.warehouse import open_warehouse, stage_wave
-from tests.integration.helpers import RELAXED_TIMING, dep, fast_profile, faulty
+from tests.integration.helpers import RELAXED_TIMING, cli_in_process, dep, fast_profile, faulty
 
 pytestmark = pytest.mark.integration
 
@@ -140,15 +139,11 @@ def test_unreachable_endpoint_fails_preflight(db_path: Path) -> None:
 
 
 def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """In this process: these tests are about what the commands do and say, not about a
+    process (a child would pay ~7 s of CPU importing dbt, Great Expectations and Prefect)."""
     import os
 
-    return subprocess.run(
-        [sys.executable, "-m", "sparkcap.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
+    return cli_in_process(*args, env={**os.environ, **(env or {})})
 
 
 def test_cli_sweep_then_sql(sim: SimServer, db_path: Path) -> None:

@@ -24,8 +24,10 @@ from sparkcap.store.warehouse import run_start_to, warehouse_key
 from tests.integration.helpers import (
     RELAXED_TIMING,
     SHORT_STREAM_VARS,
+    cli_in_process,
     dep,
     fast_profile,
+    run_cli,
     wave_census,
 )
 from tests.paths import ROOT
@@ -36,13 +38,11 @@ CANARY = "sk-canary-7f3a9c1e5b2d4f60"
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sparkcap.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
+    return cli_in_process(*args, env={**os.environ, **(env or {})})
+
+
+def cli_child(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, env={**os.environ, **(env or {})}, timeout=120)
 
 
 def one_sweep(
@@ -97,7 +97,9 @@ def test_second_writer_gets_database_is_busy_and_nothing_is_lost(
         )
         try:
             assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-            p = cli(
+            # a child process: DuckDB's file lock is per process, and the busy database is
+            # what a second sparkcap process meets
+            p = cli_child(
                 "sweep",
                 "--endpoint",
                 sim.endpoint,
@@ -239,13 +241,7 @@ def test_kill_9_of_a_real_sparkcap_stage_leaves_whole_waves_and_the_next_stages_
 
     staged, bad = wave_census(db)
     assert bad == 0 and 0 < staged < n_spooled  # killed mid-way, nothing half-written
-    p = subprocess.run(
-        [sys.executable, "-m", "sparkcap.cli", "stage", "--db", str(db)],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    p = cli_in_process("stage", "--db", str(db), env=env)
     assert p.returncode == 0, p.stderr
     assert wave_census(db) == (n_spooled, 0)  # the rest, each wave once
     assert spool.pending(db) == [] or not root.exists()
@@ -345,7 +341,9 @@ def test_custom_header_values_are_secrets(db_path: Path, tmp_path: Path) -> None
             args = ["sweep", "--endpoint", sim.endpoint, "--model", "m", "--workload", "code"]
             args += ["--levels", "1", "--trials", "1", "--max-tokens", "8", "--no-warmup"]
             args += ["--max-remeasures", "0", "--db", str(db_path), "--header", flag]
-            p = cli(*args, env=env)
+            # a child process: its whole stdout and stderr, the load-generating process's
+            # included, are what must not hold the value
+            p = cli_child(*args, env=env)
             assert p.returncode == 0, p.stderr  # the simulator answers 401 without the header
             outputs += [p.stdout, p.stderr]
             without = cli(*args[:-2], env=env)

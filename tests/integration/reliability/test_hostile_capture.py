@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import subprocess
-import sys
 import tracemalloc
 from array import array
 from pathlib import Path
@@ -22,7 +21,7 @@ import yaml
 
 from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.loadgen.records import RequestRecord, WaveRecord
-from tests.integration.helpers import RELAXED_TIMING, dep
+from tests.integration.helpers import RELAXED_TIMING, cli_in_process, dep
 from tests.integration.reliability.rawserver import RawServer, vllm_stream
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
@@ -220,7 +219,7 @@ def test_token_lengths_beyond_the_int32_columns_are_refused_up_front(tmp_path: P
 
 @pytest.mark.slow
 def test_a_fleet_night_with_absurd_usage_from_one_deployment_publishes_the_others(
-    tmp_path: Path,
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """A simulated deployment and one whose server reports ``completion_tokens`` 2^31 and
     ``prompt_tokens: true`` on every stream: the night is swept, staged, built and reported;
@@ -283,12 +282,13 @@ def test_a_fleet_night_with_absurd_usage_from_one_deployment_publishes_the_other
             "--reports",
             str(reports),
             "--no-prefect",
-            timeout=300,
             # 16-token streams: about hostile counts, not the client's timing (in CI's parallel
             # run the one good trial was judged unusable on timing and the capacity read 0)
             env=RELAXED_TIMING,
         )
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
+    workers = capfd.readouterr().err  # the load-generating processes write to fd 2 itself
+    assert "Traceback" not in workers, workers[-3000:]
     assert next(reports.glob("*/index.html")).exists(), p.stderr[-2000:]
     # the absurd deployment's counts fail data quality (it claims to report usage): one line
     assert p.stderr.strip().splitlines()[-1].startswith("error: "), p.stderr[-2000:]
@@ -406,19 +406,23 @@ def test_url_credentials_are_sent_but_stored_and_printed_nowhere(
     assert swept.deployment.basic_auth_header() == basic
     # an error line names the endpoint without them
     dead = f"http://{USER}:{PASSWORD}@127.0.0.1:9/v1"
-    p = cli(
-        "sweep",
-        "--endpoint",
-        dead,
-        "--model",
-        "m",
-        "--workload",
-        "code",
-        "--db",
-        str(tmp_path / "dead.duckdb"),
-    )
+    # in this process: the preflight fails before any wave, so no load-generating process
+    # writes to the terminal, and what a child would log to its stderr is in caplog
+    with caplog.at_level(logging.DEBUG):
+        p = cli(
+            "sweep",
+            "--endpoint",
+            dead,
+            "--model",
+            "m",
+            "--workload",
+            "code",
+            "--db",
+            str(tmp_path / "dead.duckdb"),
+        )
     assert p.returncode != 0 and "127.0.0.1:9" in p.stderr
-    assert PASSWORD not in p.stderr + p.stdout and USER not in p.stderr + p.stdout
+    for shown in (p.stderr + p.stdout, caplog.text):
+        assert PASSWORD not in shown and USER not in shown
 
 
 def test_every_url_built_from_the_endpoint_keeps_its_query_string() -> None:
@@ -529,17 +533,9 @@ def test_an_infinite_timeout_is_refused(tmp_path: Path) -> None:
         load_fleet(path)
 
 
-def cli(
-    *args: str, timeout: float = 120, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     base = {k: v for k, v in os.environ.items() if k != "SPARKCAP_UNSET_HEADER_VAR"}
-    return subprocess.run(
-        [sys.executable, "-m", "sparkcap.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**base, **(env or {})},
-    )
+    return cli_in_process(*args, env={**base, **(env or {})})
 
 
 def assert_one_error_line(p: subprocess.CompletedProcess[str], needle: str) -> None:

@@ -31,7 +31,7 @@ from sparkcap.loadgen.sweep import new_run_id, run_sweep
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.store import spool
 from sparkcap.store.warehouse import StorageError, open_warehouse, run_end_to, run_start_to
-from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile
+from tests.integration.helpers import SHORT_STREAM_VARS, cli_in_process, dep, fast_profile, run_cli
 from tests.integration.reliability.rawserver import RawServer
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
@@ -45,14 +45,12 @@ def sim() -> Iterator[SimServer]:
         yield s
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "sparkcap.cli", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-    )
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return cli_in_process(*args)
+
+
+def cli_child(*args: str) -> subprocess.CompletedProcess[str]:
+    return run_cli(*args, timeout=120)
 
 
 def one_error_line(p: subprocess.CompletedProcess[str]) -> str:
@@ -284,9 +282,11 @@ def test_a_read_only_file_system_is_one_error_line_and_reads_still_work(tmp_path
         run_start_to(db, "r", {}, time.time_ns())
         run_end_to(db, "r", "complete")
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
-        line = one_error_line(cli("build", "--db", str(db)))
+        # child processes: the read-only disk as a command meets it from its start, nothing of
+        # it opened before the remount by the process that runs the command
+        line = one_error_line(cli_child("build", "--db", str(db)))
         assert str(db) in line and "Read-only file system" in line and "EROFS" in line, line
-        q = cli("sql", "select status from raw.runs", "--db", str(db), "--format", "csv")
+        q = cli_child("sql", "select status from raw.runs", "--db", str(db), "--format", "csv")
         assert q.returncode == 0 and q.stdout.split() == ["status", "complete"], q.stderr
 
 

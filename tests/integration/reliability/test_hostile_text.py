@@ -15,8 +15,6 @@ nothing says so, and a Ctrl-C leaves one error line and a run row that says what
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import io
 import json
 import os
 import re
@@ -32,9 +30,8 @@ import duckdb
 import pandas as pd
 import pytest
 
-from sparkcap.cli import main
 from sparkcap.servers.sim.server import SimServer
-from tests.integration.helpers import fast_profile, faulty, one_deployment_fleet
+from tests.integration.helpers import cli_in_process, fast_profile, faulty, one_deployment_fleet
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 
@@ -44,14 +41,8 @@ REFUSED = "no valid measurement at level 1: 2 of 2 rejected (429)"
 
 def cli(*args: str) -> tuple[int, str, str]:
     """``sparkcap ARGS`` in this process: (exit status, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            main(list(args))
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
+    p = cli_in_process(*args)
+    return p.returncode, p.stdout, p.stderr
 
 
 def q(db: Path, sql: str, params: list[object] | None = None) -> list[tuple[object, ...]]:

@@ -10,8 +10,6 @@ and the report, and the night ends non-zero (CLI) or Failed (Prefect) after publ
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import duckdb
@@ -21,6 +19,7 @@ import yaml
 from sparkcap.servers.sim.server import SimServer
 from tests.integration.helpers import (
     RELAXED_TIMING,
+    cli_in_process,
     fast_profile,
     one_deployment_fleet,
     wave_census,
@@ -93,23 +92,15 @@ def assert_the_night_names_the_dead_node(db: Path, report: Path) -> None:
 def test_cli_night_with_a_dead_node(tmp_path: Path) -> None:
     db, reports = tmp_path / "n.duckdb", tmp_path / "reports"
     with SimServer([fast_profile("m")]) as sim:
-        p = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "sparkcap.cli",
-                "run",
-                "--fleet",
-                str(fleet_file(tmp_path, sim.endpoint)),
-                "--db",
-                str(db),
-                "--reports",
-                str(reports),
-                "--no-prefect",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
+        p = cli_in_process(
+            "run",
+            "--fleet",
+            str(fleet_file(tmp_path, sim.endpoint)),
+            "--db",
+            str(db),
+            "--reports",
+            str(reports),
+            "--no-prefect",
             env={**os.environ, "SPARKCAP_HOME": str(tmp_path / "home")},
         )
     assert p.returncode == 1, p.stderr
