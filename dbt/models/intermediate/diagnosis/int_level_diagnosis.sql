@@ -142,8 +142,12 @@ server as (
         sum(value) filter (where evidence = 'queue_time_s_sum')
             / nullif(sum(value) filter (where evidence = 'queue_time_count'), 0)
             as mean_queue_time_s,
-        string_agg(distinct evidence || ' (' || unavailable_reason || ')', '; ')
-            filter (where status = 'unavailable') as unavailable_evidence
+        -- in a stated order: without one, the same night's text came out in another order on
+        -- a rebuild (seen comparing two builds of one warehouse)
+        string_agg(
+            distinct evidence || ' (' || unavailable_reason || ')', '; '
+            order by evidence || ' (' || unavailable_reason || ')'
+        ) filter (where status = 'unavailable') as unavailable_evidence
     from evidence
     group by all
 ),
