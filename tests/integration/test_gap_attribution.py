@@ -19,7 +19,10 @@ from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
 from tests.integration.helpers import RELAXED_TIMING
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+# the shares are differences of measured rates (a 0.7 s stream, a sim in this process): they are
+# held to 0.15-0.2 of the gap, so the test runs in the serial timing phase. In the parallel
+# phase of one CI run a stall of the loaded machine read -0.20 for a factor the engine lacks
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.client_timing]
 
 
 def _profile(model: str, **kw: Any) -> SimProfile:
