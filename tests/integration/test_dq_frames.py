@@ -3,7 +3,6 @@ ones the marts hold, and nothing that depends on data-quality results feeds them
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -12,8 +11,8 @@ import pytest
 
 from sparkcap.dq.validate import DQ_MODELS, build_frames, run_validation
 from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
-from sparkcap.settings import get_settings
 from sparkcap.store.warehouse import run_end_to, run_start_to, stage_wave_to
+from sparkcap.transform.dbt_build import _parsed_manifest, dbt_args
 
 pytestmark = pytest.mark.integration
 
@@ -86,10 +85,9 @@ def test_the_frames_read_no_data_quality_result(db_path: Path) -> None:
     picks the runs to rebuild, never a value), never through the trials' verdict."""
     stage_night(db_path)
     build_frames(db_path)
-    manifest = json.loads(
-        (get_settings().work_dir / "dbt-target" / "manifest.json").read_text(encoding="utf-8")
-    )
-    parents: dict[str, list[str]] = manifest["parent_map"]
+    # the manifest the build ran with (dbt writes no manifest.json: --no-write-json)
+    manifest = _parsed_manifest(dbt_args("run", db_path))
+    parents = {uid: list(node.depends_on.nodes) for uid, node in manifest.nodes.items()}
     seen: set[str] = set()
     todo = [f"model.sparkcap.{name}" for name in DQ_MODELS]
     while todo:
