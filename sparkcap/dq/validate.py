@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -200,13 +199,26 @@ def latest_run_id(db_path: Path) -> str:
     return str(rows[0][0])
 
 
-def _gx_context(root: Path) -> Any:
+def _gx_context() -> Any:
+    """An in-memory context: the suites and validation definitions are made again from
+    ``expectations/`` on every validation, and the data docs are written to the run's own
+    folder, so nothing of GX's needs to outlive the call. A file context wrote each suite and
+    definition to YAML and read its config back (~140 YAML loads a validation), and two
+    validations in two processes shared its folder."""
     os.environ["GX_ANALYTICS_ENABLED"] = "False"
     import great_expectations as gx
-    from great_expectations.data_context.types.base import ProgressBarsConfig
+    from great_expectations.data_context.types.base import (
+        DataContextConfig,
+        InMemoryStoreBackendDefaults,
+        ProgressBarsConfig,
+    )
 
-    root.mkdir(parents=True, exist_ok=True)
-    context = gx.get_context(mode="file", project_root_dir=str(root))
+    # without a config of ours GX makes a docs site in a new temporary folder per context, left
+    # behind in /tmp; the run's site is set below
+    config = DataContextConfig(
+        store_backend_defaults=InMemoryStoreBackendDefaults(init_temp_docs_sites=False)
+    )
+    context = gx.get_context(mode="ephemeral", project_config=config)
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
     return context
 
@@ -239,10 +251,9 @@ def run_validation(
             "requests are checked with the sweep run they belong to)"
         )
 
-    gx_root = get_settings().work_dir / "gx"
-    context = _gx_context(gx_root)
-    # this run's docs show this run's validations; the warehouse keeps the history
-    shutil.rmtree(gx_root / "gx" / "uncommitted" / "validations", ignore_errors=True)
+    # a context of this call's: its docs show this run's validations, the warehouse keeps
+    # the history
+    context = _gx_context()
     source = context.data_sources.add_or_update_pandas(name="sparkcap")
 
     outcomes: list[ExpectationOutcome] = []
@@ -290,7 +301,6 @@ def run_validation(
             "site_index_builder": {"class_name": "DefaultSiteIndexBuilder"},
         }
     }
-    context.variables.save()
     for suite_name, vd in validation_definitions:
         spec = specs[suite_name]
         index_col = spec["index_column"]
