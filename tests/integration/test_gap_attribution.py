@@ -27,10 +27,14 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.client_timi
 
 def _profile(model: str, **kw: Any) -> SimProfile:
     # context and batch barely slow decode here, so output length explains ~nothing; three
-    # streams so the bootstrap resamples streams (it cannot tell two apart, see the report)
+    # streams so the bootstrap resamples streams (it cannot tell two apart, see the report).
+    # 30 ms decode steps: the tokens a step are all but fixed here ("low" noise, one prompt's
+    # seed), so what blurs a share is the time a step takes, and at 10 ms steps a loaded
+    # machine's few ms of event-loop lag read 0.20 and 0.18 for a factor the engine lacks
+    # (CI, and the timing phase of a fresh clone, 2026-12-05)
     return SimProfile(
         model=model,
-        step_s1=0.01,
+        step_s1=0.03,
         batch_slowdown=0.02,
         context_slowdown=0.0,
         draft_tokens=3,
@@ -55,7 +59,7 @@ def _shares(db: Path, deployment: str) -> dict[str, tuple[Any, ...]]:
 def test_the_probe_names_the_factor_the_engine_was_built_with(
     db_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # about the shares, not the client's timing: 0.2-0.7 s streams share a process with the sim
+    # about the shares, not the client's timing: 0.6-2 s streams share a process with the sim
     monkeypatch.setenv("SPARKCAP_DBT_VARS", RELAXED_TIMING["SPARKCAP_DBT_VARS"])
     by_temperature = _profile(
         "temp", acceptance_code=0.8, acceptance_prose=0.8, temperature_penalty=0.5
@@ -77,6 +81,10 @@ def test_the_probe_names_the_factor_the_engine_was_built_with(
     build(db_path, select="+fct_gap_attribution")
 
     temp = _shares(db_path, "temp")
+    content = _shares(db_path, "content")
+    print(
+        {k: v[:3] for k, v in {**temp, **{f"content/{k}": v for k, v in content.items()}}.items()}
+    )
     assert set(temp) == {
         "temperature",
         "output length",
@@ -86,7 +94,9 @@ def test_the_probe_names_the_factor_the_engine_was_built_with(
     assert all(r[3] == "measured" and r[4] > 0 for r in temp.values()), temp
     share, low, high = temp["temperature"][:3]
     assert abs(share - 1) < 0.15 and low <= share <= high, temp
-    assert abs(temp["output length"][0]) < 0.15, temp
+    # the secondary factors within 0.2: three runs beside two CPU burners read up to 0.13
+    # (output length, whose shorter streams time worst) and 0.14 (prompt content)
+    assert abs(temp["output length"][0]) < 0.2, temp
     assert abs(temp["prompt content: acceptance"][0]) < 0.2, temp
     assert abs(temp["temperature, prose side"][0] - 1) < 0.2, temp
     # what each variant asked for: code's prompts at prose's temperature, prose's lengths
@@ -94,7 +104,6 @@ def test_the_probe_names_the_factor_the_engine_was_built_with(
     assert temp["output length"][5] == 2 and temp["output length"][6] == 0.0
     assert 48 <= temp["output length"][7] <= 96
 
-    content = _shares(db_path, "content")
     assert all(r[3] == "measured" for r in content.values()), content
     share, low, high = content["temperature"][:3]
     assert abs(share) < 0.15 and low <= share <= high, content
