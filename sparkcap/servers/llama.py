@@ -75,8 +75,8 @@ CMAKE_FLAGS: tuple[str, ...] = (
 # cpp-httplib) is compiled at -O1, appended after the Release -O3 so it wins: the kernels, where
 # a token's time goes, keep -O3. Measured on the 2 idle cores (2026-12-05, ninja's log): the
 # compile's work 405 -> 253 CPU-s, 203 -> 127 s wall; decode of the Gemma 270M on one thread
-# 24.5 -> 24.1 tok/s and a cold 600-token prefill ~206 -> ~199 tok/s (four runs each), within
-# what the tests hold a real server to.
+# 24.5 -> 24.1 tok/s and a cold ~160-token prompt's prefill ~206 -> ~199 tok/s (four runs
+# each), within what the tests hold a real server to.
 UNITY_INCLUDE = """\
 cmake_language(DEFER DIRECTORY ${CMAKE_SOURCE_DIR} CALL _sparkcap_unity)
 function(_sparkcap_unity)
