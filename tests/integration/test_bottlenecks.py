@@ -23,6 +23,7 @@ from sparkcap.servers.sim.engine import SimProfile, bandwidth_bound_tok_s
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
 from tests.integration.helpers import SHORT_STREAM_VARS, fast_profile
+from tests.spread import within
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -85,7 +86,11 @@ def test_each_simulated_limit_gets_its_verdict(db_path: Path) -> None:
                 weight_bytes=2e9,
                 kv_bytes_per_token=8e6,
             ),
-            _request(slots, "slots", (2, 4)),
+            # three rounds of two at 6 streams: a client stall at one round's end can read the
+            # next round's first tokens before this one's last (idle7, 2026-12-05: four
+            # "decoding at once" at 4 streams, so not queued), never all six at once; and the
+            # third round's TTFT spread (~2.6 s) clears queued_ttft_min_s (2 s) as well
+            _request(slots, "slots", (2, 6)),
             _request(kv, "kv", (2, 8)),
             _request(dip, "dip", (4, 5, 8)),
             _request(prefill, "prefill", (1, 8)),
@@ -133,7 +138,7 @@ def test_each_simulated_limit_gets_its_verdict(db_path: Path) -> None:
     for streams, context, bound, share in bounds:
         truth = bandwidth_bound_tok_s(BANDWIDTH, streams, context)
         assert bound == pytest.approx(truth, rel=0.01), (streams, bound, truth)
-        assert 0.7 <= share <= 0.9, (streams, share)
+        within("bw: measured / bound", share, 0.7, 0.9, (streams, share))
     # the gauges were sampled while the waves ran (the 16-stream wave lasts seconds)
     assert sampled_during is not None and sampled_during[0] >= 3, sampled_during
     # llama-server publishes no preemption counter: unavailable, with the reason, never 0

@@ -34,6 +34,7 @@ from sparkcap.loadgen.sweep import new_run_id, run_sweep
 from sparkcap.night.progress import live_decode_tok_s
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimProcess
+from tests.spread import within
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
@@ -95,11 +96,14 @@ def test_two_processes_time_their_streams_against_one_anchor(tmp_path: Path) -> 
             # realtime clock can move against the monotonic one meanwhile: 0.47 ms once)
             late_first_ms = (w.anchor_perf_ns + r.first_token_ns - s["first_token_ns"]) / 1e6
             late_last_ms = (w.anchor_perf_ns + r.last_token_ns - s["last_token_ns"]) / 1e6
-            assert -1 <= late_first_ms < 250 and -1 <= late_last_ms < 250, (
-                late_first_ms,
-                late_last_ms,
+            within("first token late, ms", late_first_ms, -1, 250, r.request_id)
+            within("last token late, ms", late_last_ms, -1, 250, r.request_id)
+            within(
+                "|client rate / server log - 1|",
+                abs(live_decode_tok_s(r) / s["decode_tok_s"] - 1),
+                high=0.03,
+                context=(r.request_id, live_decode_tok_s(r), s["decode_tok_s"]),
             )
-            assert live_decode_tok_s(r) == pytest.approx(s["decode_tok_s"], rel=0.03)
         for p in w.client_processes:
             mine = [
                 r for r in w.requests if r.stream_index % len(w.client_processes) == p.process_index
@@ -113,7 +117,8 @@ def test_two_processes_time_their_streams_against_one_anchor(tmp_path: Path) -> 
     exact = [r.first_token_exact for w in (one, eight) for r in w.requests]
     assert any(exact), exact
     released = [p.released_ns for p in eight.client_processes]
-    assert max(released) - min(released) < 50e6  # one release instant, give or take scheduling
+    # one release instant, give or take scheduling
+    within("release spread, ms", (max(released) - min(released)) / 1e6, high=50)
     with duckdb.connect(str(db), read_only=True) as con:
         rows = con.execute(
             "select w.client_process_count, count(p.wave_id), sum(p.n_streams), w.n_requests, "

@@ -31,6 +31,7 @@ from sparkcap.servers.sim.engine import SimProfile
 from sparkcap.servers.sim.server import SimProcess, SimServer
 from sparkcap.transform.dbt_build import build
 from tests.integration.helpers import RELAXED_TIMING
+from tests.spread import within
 
 # a replay is valid only while the client keeps its schedule (vars replay_max_send_lag_s,
 # replay_max_late_share):
@@ -152,15 +153,19 @@ def test_the_plan_holds_open_loop_at_its_rate_and_fails_at_1_3x_where_the_model_
     assert {k.split("/")[0] for k, r in rates.items() if r > 0} == {"steady", "roomy"}, rates
     # the model's steady state, within noise: ~8.8 in flight at 22.4 tok/s, ~15 at 16.8
     steady_1, steady_13 = replays[("steady", 1.0)], replays[("steady", 1.3)]
-    assert steady_1[0] == "holds" and 7.5 <= steady_1[1] <= 10.5 and steady_1[2] >= 22, replays
-    assert steady_13[0] == "fails" and steady_13[1] >= 12 and steady_13[2] <= 19.5, replays
+    assert steady_1[0] == "holds" and steady_13[0] == "fails", replays
+    within("steady 1.0x: streams in flight", steady_1[1], 7.5, 10.5, replays)
+    within("steady 1.0x: median decode tok/s", steady_1[2], low=22, context=replays)
+    within("steady 1.3x: streams in flight", steady_13[1], low=12, context=replays)
+    within("steady 1.3x: median decode tok/s", steady_13[2], high=19.5, context=replays)
     assert replays[("roomy", 1.0)][0] == replays[("roomy", 1.3)][0] == "holds", replays
     assert fleet_verdicts == {1.0: "holds", 1.3: "fails at steady"}
     # the client kept the schedule, as the mart judges it (a share of late sends, not the worst
     # one: a saturated CI machine held one send of this test 0.70 s once, 2026-12-05, and the
     # verdicts above were right all the same)
     assert len(late_shares) == 4, late_shares
-    assert all(share is not None and share <= 0.05 for _, _, share in late_shares), late_shares
+    for _, _, share in late_shares:
+        within("late share of sends", share, high=0.05, context=late_shares)
     assert "the plan holds" in at_plan and "steady: holds" in at_plan, at_plan
     assert "the plan fails at steady" in over and "steady: fails: code median" in over, over
     section = page[page.index("<h2>Open-loop replay</h2>") :].split("</section>", 1)[0]
@@ -189,14 +194,17 @@ def test_a_stalled_client_shows_in_the_ttft_from_the_scheduled_start_only() -> N
     for r in late:
         lag_s = (r.sent_ns - r.scheduled_ns) / 1e9  # type: ignore[operator]
         # sent when the loop woke (2.0 s): the lateness is what was left of the stall
-        assert lag_s == pytest.approx(2.0 - r.scheduled_ns / 1e9, abs=0.1)  # type: ignore[operator]
+        woke_s = lag_s - (2.0 - r.scheduled_ns / 1e9)  # type: ignore[operator]
+        within("stalled send: lag past the wake-up, s", woke_s, -0.1, 0.1, r.request_id)
         from_schedule = (r.first_token_ns - r.scheduled_ns) / 1e9  # type: ignore[operator]
         from_send = (r.first_token_ns - r.sent_ns) / 1e9  # type: ignore[operator]
-        assert from_send < 0.3 and from_schedule >= lag_s  # the server was never slow
+        within("stalled send: TTFT from the send, s", from_send, high=0.3)
+        assert from_schedule >= lag_s  # the server was never slow
     worst = max(late, key=lambda r: r.sent_ns - r.scheduled_ns)  # type: ignore[operator]
     assert (worst.first_token_ns - worst.scheduled_ns) / 1e9 > 0.5  # type: ignore[operator]
     on_time = [r for r in wave.requests if (r.scheduled_ns or 0) < 1.0e9]
-    assert all((r.sent_ns - r.scheduled_ns) / 1e9 < 0.1 for r in on_time)  # type: ignore[operator]
+    for r in on_time:
+        within("on-time send lag, s", (r.sent_ns - r.scheduled_ns) / 1e9, high=0.1)  # type: ignore[operator]
 
 
 def test_long_prompts_are_a_third_arrival_process_sent_on_their_own_schedule() -> None:
@@ -218,6 +226,7 @@ def test_long_prompts_are_a_third_arrival_process_sent_on_their_own_schedule() -
     assert [r.scheduled_ns / 1e9 for r in longs] == pytest.approx(due_long, abs=1e-6)  # type: ignore[operator]
     for r in longs:
         assert r.status == "ok" and r.prompt_tokens is not None and r.prompt_tokens >= 1900
-        assert r.sent_ns is not None and (r.sent_ns - r.scheduled_ns) / 1e9 < 0.1  # type: ignore[operator]
+        assert r.sent_ns is not None
+        within("long prompt send lag, s", (r.sent_ns - r.scheduled_ns) / 1e9, high=0.1)  # type: ignore[operator]
     codes = [r for r in wave.requests if r.role == "code"]
     assert codes and all(r.status == "ok" and (r.prompt_tokens or 0) < 500 for r in codes)

@@ -15,6 +15,7 @@ from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.engine import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
+from tests.spread import within
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -333,7 +334,7 @@ def test_short_trials_on_a_server_sending_three_tokens_a_chunk_are_judged_at_ful
     # which reads 1.0 (a trial judged by it). A loaded machine's late chunks move the window
     # estimate: 0.9297 once, 0.9712 once (beside two other test runs); the bounds keep ~0.015
     # from both and stay clear of 1.0, the defect this ratio is here to catch
-    assert 0.915 < float(ratio) < 0.985, rates  # type: ignore[arg-type]
+    within("short / windowed decode rate", float(ratio), 0.915, 0.985, rates)  # type: ignore[arg-type]
 
 
 # Issue 34, item 3: a server whose only limit is its memory bandwidth, decoding at 0.8 of the
@@ -430,7 +431,7 @@ def test_a_bandwidth_limited_search_is_judged_at_the_context_each_wave_ran(
         assert (context < 110) == (kind == "level"), (streams, kind, context)
         truth = bandwidth_bound_tok_s(BANDWIDTH, streams, context)
         assert bound == pytest.approx(truth, rel=0.01), (streams, bound, truth)
-        assert share == pytest.approx(0.8, abs=0.03), (streams, kind, share)
+        within("measured / bound - 0.8", share - 0.8, -0.03, 0.03, (streams, kind, share))
     assert cap[:3] == (true_capacity, 8, False), cap
     assert cap[3].startswith("7 streams · search; sustain wave: fell at 8, held at 7"), cap
     assert why == ("memory-bandwidth", 8, None), why

@@ -34,8 +34,8 @@ class Verdict(StrEnum):
 
     WAIT = "wait"  # nothing to decide yet
     ENDED = "ended"  # Prefect says its flow run is final: stop watching, read its account
-    LOST = "lost"  # running and silent: its worker or host died; marked crashed, named
-    GIVE_BACK = "give back"  # taken, never started: its worker died; marked crashed, run again
+    LOST = "lost"  # running, beat, then silent: its worker or host died; crashed, named
+    GIVE_BACK = "give back"  # taken, never beat: its worker died; marked crashed, run again
     UNSTARTED = "unstarted"  # the same, but given back already: marked crashed, named
     NEVER_TAKEN = "never taken"  # no worker took it within the window: marked cancelled, named
 
@@ -79,19 +79,22 @@ def child_verdict(
     while no worker has held it), ``now_s``, ``deadline_s`` (the window's end): the parent's
     monotonic clock; ``may_give_back``: the parent can submit it again and has not yet.
 
-    Silence is only judged past ``stall_s`` (equal is not yet). A running child is never
-    resubmitted, lost or not: what it landed is kept, and a sweep half measured twice would be
-    two measurements. A pending child that has beaten once started measuring, so it is not
-    given back. The window cancels only a run no worker took (scheduled, late included), never
-    one a worker holds.
+    Silence is only judged past ``stall_s`` (equal is not yet). A child that has beaten is
+    never resubmitted, lost or not: what it landed is kept, and a sweep half measured twice
+    would be two measurements. One that never beat, pending or running, measured nothing (its
+    heartbeat starts before its first request), so it is given back once: Prefect marks a run
+    running before the child's own code starts, and a host killed in that gap (a fresh clone's
+    killed-worker test, 2026-12-05) left a child that ran on neither host, named lost "from
+    client host ?" though nothing of it was measured. The window cancels only a run no worker
+    took (scheduled, late included), never one a worker holds.
     """
     if state in FINAL_STATES:
         return Verdict.ENDED
     silent_s = silence_s(heartbeat_age_s, silent_since_s, now_s)
+    if state in TAKEN_STATES and heartbeat_age_s is None and silent_s > stall_s:
+        return Verdict.GIVE_BACK if may_give_back else Verdict.UNSTARTED
     if state == "RUNNING" and silent_s > stall_s:
         return Verdict.LOST
-    if state == "PENDING" and heartbeat_age_s is None and silent_s > stall_s:
-        return Verdict.GIVE_BACK if may_give_back else Verdict.UNSTARTED
     if state == "SCHEDULED" and now_s > deadline_s:
         return Verdict.NEVER_TAKEN
     return Verdict.WAIT
@@ -158,7 +161,8 @@ def lost_reason(workload: str, silent: str, host: str) -> str:
 
 def unstarted_reason(workload: str, silent_s: float) -> str:
     return (
-        f"{workload}: taken by a worker that stopped before starting it (pending {silent_s:.0f} s)"
+        f"{workload}: taken by a worker that stopped before starting it (held {silent_s:.0f} s "
+        "without a heartbeat)"
     )
 
 

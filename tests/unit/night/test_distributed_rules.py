@@ -34,7 +34,9 @@ TABLE: dict[str | None, tuple[Verdict, ...]] = {
     #              open: never (taken now, long ago), fresh, stale | closed: the same four
     "SCHEDULED": (W, W, W, W, N, N, N, N),  # the window cancels a run no worker took
     "PENDING": (W, G, W, W, W, G, W, W),  # taken, never beat: given back; never cancelled
-    "RUNNING": (W, L, W, L, W, L, W, L),  # silent: lost, window or not
+    # beat, then silent: lost, window or not; never beat (killed between Prefect's "running"
+    # and the child's first heartbeat): nothing measured, given back
+    "RUNNING": (W, G, W, L, W, G, W, L),
     "PAUSED": (W, W, W, W, W, W, W, W),
     "CANCELLING": (W, W, W, W, W, W, W, W),  # someone is cancelling it: Prefect will end it
     "COMPLETED": (E, E, E, E, E, E, E, E),
@@ -90,7 +92,7 @@ def test_silence_is_judged_only_past_stall_s() -> None:
     assert _verdict("RUNNING", just, NOW_S) is L
     # a run that never beat: counted from when the parent first saw it without a heartbeat
     assert _verdict("RUNNING", None, NOW_S - STALL_S) is W
-    assert _verdict("RUNNING", None, NOW_S - just) is L
+    assert _verdict("RUNNING", None, NOW_S - just) is G
     assert _verdict("PENDING", None, NOW_S - STALL_S) is W
     assert _verdict("PENDING", None, NOW_S - just) is G
 
@@ -124,7 +126,10 @@ def test_waiting_for_a_worker_is_not_silence() -> None:
     later_s = taken_s + STALL_S + 1
     assert clock("RUNNING", None, taken_s, later_s) == taken_s
     assert _verdict("PENDING", None, taken_s, now=later_s) is G
-    assert _verdict("RUNNING", None, taken_s, now=later_s) is L
+    assert _verdict("RUNNING", None, taken_s, now=later_s) is G
+    assert _verdict("RUNNING", None, taken_s, now=later_s, may_give_back=False) is (
+        Verdict.UNSTARTED
+    )
     # a clock not started is no silence at all
     assert rules.silence_s(None, None, NOW_S) == 0.0
     assert _verdict("PENDING", None, None, CLOSED) is W
@@ -190,7 +195,7 @@ def test_the_reasons_name_the_workload_the_host_and_the_silence() -> None:
         "code: lost (no heartbeat for 21 s from client host host-a: its worker or host died)"
     )
     assert rules.unstarted_reason("prose", 7.4) == (
-        "prose: taken by a worker that stopped before starting it (pending 7 s)"
+        "prose: taken by a worker that stopped before starting it (held 7 s without a heartbeat)"
     )
     assert rules.never_taken_reason("code", 3.0) == (
         "code: never started (no worker took it within the night's window of 3 s)"
