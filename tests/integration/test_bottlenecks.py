@@ -91,7 +91,11 @@ def test_each_simulated_limit_gets_its_verdict(db_path: Path) -> None:
             # "decoding at once" at 4 streams, so not queued), never all six at once; and the
             # third round's TTFT spread (~2.6 s) clears queued_ttft_min_s (2 s) as well
             _request(slots, "slots", (2, 6)),
-            _request(kv, "kv", (2, 8)),
+            # 12 streams on a cache that holds four: as with the slots, a late read of one
+            # round's last chunk (a loop stamp) after the next round's kernel-stamped first
+            # token joined two rounds into "8 decoding at once" beside 8 busy processes
+            # (timing_spread, 2026-12-05); three rounds cannot all join
+            _request(kv, "kv", (2, 12)),
             _request(dip, "dip", (4, 5, 8)),
             _request(prefill, "prefill", (1, 8)),
         ]
@@ -122,14 +126,22 @@ def test_each_simulated_limit_gets_its_verdict(db_path: Path) -> None:
             "and m.name = 'sim:num_requests_running'",
             [run_id],
         ).fetchone()
+        # what the queue rules saw, for the failure message: (deployment, streams, peak
+        # decoding at once, queued, median tok/s, invalid reasons)
+        waves = con.execute(
+            "select deployment, concurrency, peak_concurrency, queued, median_decode_tok_s, "
+            "invalid_reasons from intermediate.int_trials where run_id = ? "
+            "and deployment in ('slots', 'kv') order by 1, 2",
+            [run_id],
+        ).fetchall()
         unavailable = con.execute(
             "select evidence, unavailable_reason from marts.fct_server_evidence "
             "where run_id = ? and deployment = 'slots' and evidence = 'preemptions' limit 1",
             [run_id],
         ).fetchall()
     assert verdicts["bw"][0] == "memory-bandwidth", verdicts["bw"]
-    assert verdicts["slots"][0] == "request-slots", verdicts["slots"]
-    assert verdicts["kv"][0] == "kv-cache", verdicts["kv"]
+    assert verdicts["slots"][0] == "request-slots", (verdicts["slots"], waves)
+    assert verdicts["kv"][0] == "kv-cache", (verdicts["kv"], waves)
     assert verdicts["dip"][0] == "batch-buckets", verdicts["dip"]
     assert verdicts["prefill"][0] == "prefill", verdicts["prefill"]
     # dbt's bound is the simulator's own formula at the measured context, and the measured
