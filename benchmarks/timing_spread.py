@@ -66,7 +66,7 @@ def report(spread: Path) -> str:
     ]
     for (test, measure), rows in sorted(by_figure.items()):
         values = [float(r["value"]) for r in rows if r["value"] is not None]  # type: ignore[arg-type]
-        low, high = rows[0]["low"], rows[0]["high"]
+        low, high = rows[-1]["low"], rows[-1]["high"]  # the bound as it stands now
         lo_b = None if low is None else float(low)  # type: ignore[arg-type]
         hi_b = None if high is None else float(high)  # type: ignore[arg-type]
         worst = min(_headroom(v, lo_b, hi_b) for v in values) if values else float("nan")

@@ -122,16 +122,20 @@ def test_the_probe_names_the_factor_the_engine_was_built_with(
     share, low, high = content["temperature"][:3]
     within("content engine: temperature share", share, -0.15, 0.15, content)
     assert low <= share <= high, content
+    # the content engine's secondary figures: beside 8 busy processes, 10 runs
+    # (benchmarks/timing_spread.py, 2026-12-05), the absent temperature's prose side read
+    # -0.103 .. +0.097 and the named prompt content 0.865 .. 1.04: the bounds keep about one
+    # observed span of room and still tell the named factor (~1) from an absent one (~0)
     within(
         "content engine: temperature (prose side) share",
         content["temperature, prose side"][0],
-        -0.15,
-        0.15,
+        -0.2,
+        0.2,
         content,
     )
     within(
         "content engine: prompt content share",
         content["prompt content: acceptance"][0],
-        low=0.8,
+        low=0.7,
         context=content,
     )

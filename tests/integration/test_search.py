@@ -431,7 +431,11 @@ def test_a_bandwidth_limited_search_is_judged_at_the_context_each_wave_ran(
         assert (context < 110) == (kind == "level"), (streams, kind, context)
         truth = bandwidth_bound_tok_s(BANDWIDTH, streams, context)
         assert bound == pytest.approx(truth, rel=0.01), (streams, bound, truth)
-        within("measured / bound - 0.8", share - 0.8, -0.03, 0.03, (streams, kind, share))
+        # the simulator's efficiency, 0.8, within 0.04: beside 8 busy processes the one-stream
+        # short trial read 0.8 + 0.024 at worst (benchmarks/timing_spread.py, 10 runs,
+        # 2026-12-05); the defect this guards, a bound taken at the wrong context, moves the
+        # share by ~35 % (the short trials' ~94 tokens against the sustain waves' ~155)
+        within("measured / bound - 0.8", share - 0.8, -0.04, 0.04, (streams, kind, share))
     assert cap[:3] == (true_capacity, 8, False), cap
     assert cap[3].startswith("7 streams · search; sustain wave: fell at 8, held at 7"), cap
     assert why == ("memory-bandwidth", 8, None), why
