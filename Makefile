@@ -13,11 +13,8 @@ export GX_ANALYTICS_ENABLED := False
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (sparkcap needs Python 3.11)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --no-compile -e '.[dev]'
-	@# pip compiles the ~12,000 files it installed on one core (~27 CPU-s); compileall spreads
-	@# them over every core. Its exit status is 1 for the few files of other Python versions
-	@# some packages ship (pip skips those silently too)
-	@$(PY) -m compileall -qq -j 0 $(VENV)/lib || true
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
 	@touch $(STAMP)
 
 venv: $(STAMP)
