@@ -56,8 +56,12 @@ def _headroom(value: float, low: float | None, high: float | None) -> float:
 
 def report(spread: Path) -> str:
     by_figure: dict[tuple[str, str], list[dict[str, object]]] = defaultdict(list)
-    for line in spread.read_text(encoding="utf-8").splitlines():
-        row = json.loads(line)
+    for number, line in enumerate(spread.read_text(encoding="utf-8").splitlines(), 1):
+        try:
+            row = json.loads(line)
+            float(row["value"]) if row["value"] is not None else None
+        except (ValueError, KeyError, TypeError):  # a run killed mid-write, a foreign file
+            raise SystemExit(f"error: {spread}:{number} is not a spread figure") from None
         test = re.sub(r"\[\d+\]$", "[k]", str(row["test"]).split("::", 1)[-1])
         by_figure[(test, str(row["measure"]))].append(row)
     lines = [
