@@ -121,8 +121,8 @@ def _start_order(item: pytest.Item) -> int:
 
 
 def shared_fixtures(item: pytest.Item) -> set[str]:
-    """This project's fixtures, wider than one test, that the item uses (and the llama-server,
-    which every ``real_server`` test starts from one cached build)."""
+    """This project's fixtures, wider than one test, that the item uses (and the module's
+    llama-server, which each ``real_server`` module starts from one cached build)."""
     info = getattr(item, "_fixtureinfo", None)
     found: set[str] = set()
     for name, defs in info.name2fixturedefs.items() if info else ():
@@ -130,5 +130,9 @@ def shared_fixtures(item: pytest.Item) -> set[str]:
             if fixturedef.scope != "function" and fixturedef.baseid.startswith("tests"):
                 found.add(f"{fixturedef.baseid}::{name}")
     if item.get_closest_marker("real_server"):
-        found.add("llama-server")
+        # one group per module, not one for all: each module starts its own llama-server
+        # (one thread) from the one cached build, so the two run side by side on two workers
+        # once the build is done, instead of one after the other on one core at the end of
+        # the run (idle10: the last ~90 s of the parallel phase had a core idle)
+        found.add(f"llama-server:{Path(str(item.path)).stem}")
     return found
