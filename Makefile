@@ -38,9 +38,11 @@ TIMING_NICE ?= -15
 LOGS := $(SPARKCAP_HOME)/test-logs
 
 # make test: everything starts at once, because most of the suite waits rather than computes:
-#   - the llama-server cold path (download, digest, configure; the compile, ~4.5 min on 2 cores,
-#     only where the build cache lacks this key), in the background; the real-server tests
-#     wait on its lock and are queued last;
+#   - the llama-server cold path (download, digest, configure; the compile, ~9 min on 2 cores
+#     beside the rest, only where the build cache lacks this key), in the background, then the
+#     real-server tests (-m real_server) on 2 workers of their own: run as soon as the build
+#     is done, not queued in the parallel run, where a group waits behind the last tests of the
+#     worker that took it (pytest-xdist hands a worker its next group before its last test);
 #   - the twin night (tests/twin.py, ~5 min, mostly simulated decoding) that every mart,
 #     report and terminal test reads, built ahead of them;
 #   - the tests that hold the client's own timing to a tolerance (-m client_timing), one at a
@@ -59,7 +61,14 @@ test: $(STAMP)
 	  t0=$$(date +%s); \
 	  echo "llama-server in the background (log: $(SPARKCAP_HOME)/llama-build.log)"; \
 	  ( $(PY) -m sparkcap.servers.llama --check-cold > "$(SPARKCAP_HOME)/llama-build.log" 2>&1; \
-	    echo $$? > "$(SPARKCAP_HOME)/llama-build.rc" ) & \
+	    brc=$$?; echo $$brc > "$(SPARKCAP_HOME)/llama-build.rc"; \
+	    if [ $$brc -eq 0 ]; then PREFECT_HOME="$(PREFECT_HOME)/real-server" \
+	      $(PY) -m pytest -q -p no:cacheprovider --durations=10 -n 2 --dist loadgroup \
+	      -m "real_server and not client_timing" > "$(LOGS)/real-server.log" 2>&1; \
+	      echo $$? > "$(LOGS)/real-server.rc"; \
+	    else echo "not run: the llama-server build failed" > "$(LOGS)/real-server.log"; \
+	      echo 1 > "$(LOGS)/real-server.rc"; fi; \
+	    echo $$(( $$(date +%s) - t0 )) > "$(LOGS)/real-server.s" ) & \
 	  echo "twin night, client-timing tests and lint in the background (logs: $(LOGS))"; \
 	  ( PREFECT_HOME="$(PREFECT_HOME)/twin" nice -n $(TIMING_NICE) \
 	      $(PY) -m tests.twin "$$SPARKCAP_TEST_TWIN_DIR" \
@@ -74,7 +83,7 @@ test: $(STAMP)
 	    $(PY) -m sparkcap.docs_reference --check ) > "$(LOGS)/lint.log" 2>&1; \
 	    echo $$? > "$(LOGS)/lint.rc"; echo $$(( $$(date +%s) - t0 )) > "$(LOGS)/lint.s" ) & \
 	  $(PY) -m pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadgroup \
-	    -m "not client_timing"; rc=$$?; t2=$$(date +%s); \
+	    -m "not client_timing and not real_server"; rc=$$?; t2=$$(date +%s); \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=1; fi; \
 	  wait; t3=$$(date +%s); \
 	  echo "── lint ──"; cat "$(LOGS)/lint.log"; \
@@ -85,12 +94,18 @@ test: $(STAMP)
 	  grep "^llama-server:" "$(SPARKCAP_HOME)/llama-build.log"; \
 	  if [ "$$(cat "$(SPARKCAP_HOME)/llama-build.rc" 2>/dev/null)" != 0 ]; then \
 	    echo "llama-server's cold path failed:"; tail -5 "$(SPARKCAP_HOME)/llama-build.log"; rc=1; fi; \
+	  echo "── real-server tests (after the llama-server build, on 2 workers) ──"; \
+	  tail -15 "$(LOGS)/real-server.log"; \
 	  $(PY) tests/suite_summary.py "$$SPARKCAP_BUILD_LOG" "$$(cat "$(LOGS)/lint.s" || echo -1)" \
-	    $$((t2 - t0)) "$$(cat "$(LOGS)/timing.s" || echo -1)" $$((t3 - t0)); \
+	    $$((t2 - t0)) "$$(cat "$(LOGS)/timing.s" || echo -1)" \
+	    "$$(cat "$(LOGS)/real-server.s" || echo -1)" $$((t3 - t0)); \
 	  if [ "$$(cat "$(LOGS)/lint.rc")" != 0 ]; then echo "make test: the lint step failed"; rc=1; fi; \
 	  timing_rc=$$(cat "$(LOGS)/timing.rc"); \
 	  if [ "$$timing_rc" = 5 ]; then echo "pytest collected no client-timing tests"; rc=1; \
 	  elif [ "$$timing_rc" != 0 ]; then echo "make test: client-timing tests failed"; rc=1; fi; \
+	  real_rc=$$(cat "$(LOGS)/real-server.rc"); \
+	  if [ "$$real_rc" = 5 ]; then echo "pytest collected no real-server tests"; rc=1; \
+	  elif [ "$$real_rc" != 0 ]; then echo "make test: real-server tests failed"; rc=1; fi; \
 	  exit $$rc
 
 lint: $(STAMP)

@@ -109,8 +109,8 @@ def _start_order(item: pytest.Item) -> int:
     wheel), then the integration tests, larger groups first; then the tests of the twin night
     where ``make test`` builds it ahead of them (so no worker waits for it while there is other
     work; built here, it is the longest group and goes first); then those on the real
-    llama-server, whose build ``make test`` starts beside the tests; last the unit tests (many
-    and short: what fills the end of a parallel run)."""
+    llama-server (``make test`` runs them in a pytest of their own once its build is done);
+    last the unit tests (many and short: what fills the end of a parallel run)."""
     if item.get_closest_marker("unit"):
         return 5
     if item.get_closest_marker("real_server"):

@@ -2,10 +2,11 @@
 validations the suite ran (each notes itself in SPARKCAP_BUILD_LOG, from every process and
 pytest worker), so the suite's cost is read off every run rather than estimated.
 
-The parts run side by side from the same start (the lint step, the client-timing tests and the
-tests in parallel), so each is given as the second it ended at, and the whole as its own.
+The parts run side by side from the same start (the lint step, the client-timing tests, the
+tests in parallel, and the llama-server build followed by the real-server tests), so each is
+given as the second it ended at, and the whole as its own.
 
-    python tests/suite_summary.py BUILD_LOG LINT_S PARALLEL_S TIMING_S TOTAL_S
+    python tests/suite_summary.py BUILD_LOG LINT_S PARALLEL_S TIMING_S REAL_SERVER_S TOTAL_S
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from collections import Counter
 from pathlib import Path
 
 
-def summary(log: Path, lint_s: int, parallel_s: int, timing_s: int, total_s: int) -> list[str]:
+def summary(
+    log: Path, lint_s: int, parallel_s: int, timing_s: int, real_server_s: int, total_s: int
+) -> list[str]:
     counts: Counter[str] = Counter()
     seconds: Counter[str] = Counter()
     whole_by_test: Counter[str] = Counter()
@@ -34,7 +37,8 @@ def summary(log: Path, lint_s: int, parallel_s: int, timing_s: int, total_s: int
             whole_by_test[str(note.get("test") or "(outside a test)")] += 1
     out = [
         f"make test, side by side from one start: lint done at {lint_s} s · client-timing "
-        f"tests at {timing_s} s · tests in parallel at {parallel_s} s · "
+        f"tests at {timing_s} s · llama-server build and real-server tests at "
+        f"{real_server_s} s · tests in parallel at {parallel_s} s · "
         f"{total_s} s in all ({total_s // 60} min {total_s % 60} s)"
     ]
     whole = counts["dbt build all"]
@@ -51,5 +55,5 @@ def summary(log: Path, lint_s: int, parallel_s: int, timing_s: int, total_s: int
 
 if __name__ == "__main__":
     log_arg, *times = sys.argv[1:]
-    lint, parallel, timing, total = (int(t) for t in times)
-    print("\n".join(summary(Path(log_arg), lint, parallel, timing, total)))
+    lint, parallel, timing, real_server, total = (int(t) for t in times)
+    print("\n".join(summary(Path(log_arg), lint, parallel, timing, real_server, total)))

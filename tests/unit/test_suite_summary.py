@@ -19,9 +19,10 @@ def test_the_summary_counts_builds_and_names_the_tests_that_run_them(tmp_path: P
         {"kind": "dbt", "what": "build all", "seconds": 9},
     ]
     log.write_text("\n".join(json.dumps(n) for n in notes) + "\nnot json\n", encoding="utf-8")
-    out = summary(log, 60, 600, 120, 610)
+    out = summary(log, 60, 600, 120, 450, 610)
     assert out[0].endswith("610 s in all (10 min 10 s)")
     assert "lint done at 60 s" in out[0] and "client-timing tests at 120 s" in out[0]
+    assert "real-server tests at 450 s" in out[0] and "tests in parallel at 600 s" in out[0]
     assert out[1].startswith("builds: 3 whole dbt builds, 1 GX validations")
     assert any("1 × unreadable note" in line for line in out)
     ranked = out[out.index("the tests that run most whole builds and validations:") + 1 :]
