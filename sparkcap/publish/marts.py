@@ -596,6 +596,9 @@ class ReplayRow(NamedTuple):
     ttft_p90_is_supported: bool
     max_send_lag_s: float | None
     n_sent_late: int
+    n_long_prefills: int
+    n_long_prefills_below: int
+    prefill_below_threshold_share: float | None
     verdict: str
     verdict_text: str
 

@@ -704,6 +704,14 @@ def replay_lines(
     return lines
 
 
+def _prefill_below(r: ReplayRow) -> str:
+    """The share of the replay's time decode spent below the threshold beside its long
+    prefills (what the plan's prefill budget allows a share of), and of how many prompts."""
+    if r.n_long_prefills == 0 or r.prefill_below_threshold_share is None:
+        return "—"
+    return f"{r.prefill_below_threshold_share:.1%} ({r.n_long_prefills_below}/{r.n_long_prefills})"
+
+
 def replay_table(run_id: str, rows: Sequence[ReplayRow]) -> Table:
     """TTFT from the scheduled start beside the send-time one: a client that fell behind shows
     in the first and hides in the second. A p90 over too few samples is no figure."""
@@ -723,6 +731,7 @@ def replay_table(run_id: str, rows: Sequence[ReplayRow]) -> Table:
         ("TTFT p90 s", "right"),
         ("send p90 s", "right"),
         ("late n · s", "right"),
+        ("prefill below", "right"),
         ("verdict", "left"),
     ]:
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
@@ -744,6 +753,7 @@ def replay_table(run_id: str, rows: Sequence[ReplayRow]) -> Table:
             p90,
             send_p90,
             f"{r.n_sent_late} · {_figure(r.max_send_lag_s, 2)}",
+            _prefill_below(r),
             r.verdict,
         )
     return table

@@ -29,6 +29,7 @@ from sparkcap.loadgen.replay import poisson_arrivals, replay
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.engine import SimProfile
 from sparkcap.servers.sim.server import SimProcess, SimServer
+from sparkcap.store import spool
 from sparkcap.transform.dbt_build import build
 from tests.integration.helpers import RELAXED_TIMING
 from tests.spread import within
@@ -230,3 +231,90 @@ def test_long_prompts_are_a_third_arrival_process_sent_on_their_own_schedule() -
         within("long prompt send lag, s", (r.sent_ns - r.scheduled_ns) / 1e9, high=0.1)  # type: ignore[operator]
     codes = [r for r in wave.requests if r.role == "code"]
     assert codes and all(r.status == "ok" and (r.prompt_tokens or 0) < 500 for r in codes)
+
+
+# a deployment whose prefill is slow enough to see: 4,000-token long prompts prefill in two
+# 2,048-token chunks at 4,000 tok/s (~0.5 s each), one decode step of the running streams per
+# chunk, so decode beside a prefill falls to ~2.8 tok/s for ~1.09 s; 40 tok/s alone otherwise
+PREFILLY = SimProfile(
+    model="prefilly", step_s1=1 / 40, batch_slowdown=0.02, context_slowdown=0.0,
+    draft_tokens=0, prefill_tok_s=4000, prefill_chunk=2048,
+)  # fmt: skip
+LONG_TOKENS = 4000
+REPLAY_S = 40.0  # the verdict reads the last 30 s (var replay_warmup_share 0.25)
+
+
+def test_a_replay_checks_the_prefill_budget_on_the_prefills_it_caused(tmp_path: Path) -> None:
+    """The plan's prefill budget allows decode below the threshold beside long prefills for at
+    most var plan_max_below_threshold_share (5 %) of the time. On ``prefilly`` each long prompt
+    costs ~1.09 s below the threshold (the simulator's two prefill chunks): one prompt in the
+    30 s the verdict reads is ~3.6 % and holds; five are ~18 % and fail on the prefill budget
+    alone, while the streams' median rate still holds the threshold (a stream slowed by one
+    prefill still decodes its 96 tokens above 20 tok/s)."""
+    seed, warmup_s = 4, 0.25 * REPLAY_S
+    offers = {
+        name: ReplayOptions(
+            duration_s=REPLAY_S, seed=seed, planned_streams=5, code_per_s=2.0, code_tokens=96,
+            long_per_min=per_min, long_prompt_tokens=LONG_TOKENS,
+        )
+        for name, per_min in (("within", 1.5), ("over", 10.0))
+    }  # fmt: skip
+    counted = {}
+    for name, o in offers.items():
+        due = poisson_arrivals(
+            {"code": 2.0, "prose": 0.0, "long": o.long_per_min / 60}, REPLAY_S, seed
+        )
+        counted[name] = sum(a.role == "long" and warmup_s <= a.at_s < REPLAY_S - 2 for a in due)
+    assert counted == {"within": 1, "over": 5}, counted  # the seed's schedule
+    db = tmp_path / "w.duckdb"
+    profile = {"profiles": [PREFILLY.model_dump()]}
+    with SimProcess(profile) as sim_within, SimProcess(profile) as sim_over:
+        endpoints = {"within": sim_within.endpoint, "over": sim_over.endpoint}
+        deps = {n: _dep("prefilly", e).model_copy(update={"name": n}) for n, e in endpoints.items()}
+        plan = SweepPlan(levels=(1,), trials=1, warmup=False, max_tokens=8)
+        run_id = asyncio.run(
+            run_sweeps(
+                [SweepRequest(deployment=d, workload="code", plan=plan) for d in deps.values()], db
+            )
+        ).run_id
+
+        async def both() -> list[object]:
+            return await asyncio.gather(*(replay(deps[n], run_id, offers[n]) for n in offers))
+
+        for wave in asyncio.run(both()):
+            spool.write_wave(wave, db)  # type: ignore[arg-type]
+        spool.stage_spool(db, None, run_id)
+    build(db, select="+fct_replay")
+    with duckdb.connect(str(db), read_only=True) as con:
+        verdicts = {
+            d: rest
+            for d, *rest in con.execute(
+                "select deployment, verdict, verdict_text, code_median_decode_tok_s, "
+                "n_long_prefills, n_long_prefills_measured, n_long_prefills_below, "
+                "prefill_below_threshold_share, late_share from marts.fct_replay"
+            ).fetchall()
+        }
+        prefills = con.execute(
+            "select deployment, prefill_s, decode_beside_tok_s, is_below_threshold "
+            "from intermediate.int_replay_prefills order by deployment, prefill_start_s"
+        ).fetchall()
+    for d, (_, _, median, n_long, measured, below, _, late) in verdicts.items():
+        within(f"prefill budget, {d}: late share of sends", late, high=0.05, context=verdicts)
+        within(f"prefill budget, {d}: code median tok/s", median, low=25, context=verdicts)
+        assert n_long == counted[d] and measured >= n_long - 1 and below == measured, verdicts
+    for _, prefill_s, beside, is_below in prefills:
+        if beside is None:
+            continue
+        # the truth: two chunks of ~2,000 tokens at 4,000 tok/s and two decode steps
+        within("prefill budget: a long prefill's window, s", prefill_s, 0.95, 1.4, prefills)
+        within("prefill budget: decode beside a prefill, tok/s", beside, high=6, context=prefills)
+        assert is_below
+    (v_in, text_in, *_, share_in, _), (v_over, text_over, *_, share_over, _) = (
+        verdicts["within"], verdicts["over"],
+    )  # fmt: skip
+    within("prefill budget, within: share below", share_in, 0.025, 0.05, verdicts)
+    assert v_in == "holds" and text_in.startswith("holds: "), verdicts
+    within("prefill budget, over: share below", share_over, low=0.1, context=verdicts)
+    assert v_over == "fails" and "beside long prefills" in text_over, verdicts
+    assert "median" not in text_over  # the prefill budget failed it, not the decode rates
+    print(verdicts, prefills, sep="\n")  # the figures, for `pytest -s`

@@ -198,6 +198,9 @@ def _replay(con: Any, data: dict[str, Any], run_id: str) -> None:
         "case when ttft_p90_is_supported then round(ttft_scheduled_p90_s, 2)::varchar "
         "else 'not enough samples (' || ttft_samples || ' of ' || ttft_min_samples || ')' "
         "end as ttft_scheduled_p90, "
+        "case when n_long_prefills = 0 then '—' else round(100 * "
+        "prefill_below_threshold_share, 1) || ' % (' || n_long_prefills_below || ' of ' || "
+        "n_long_prefills || ')' end as prefill_below, "
         "n_sent_late, verdict_text from marts.fct_replay where run_id = $run "
         "order by rate_factor, seed, deployment",
         run,

@@ -506,9 +506,10 @@ def test_a_replay_names_the_fleet_verdict_then_each_deployment_and_hides_thin_ta
 
     rows = [
         ReplayRow("a", 1.3, 3, 8.0, 300, 0, 14.1, 21, 17.2, 0.7, 0.1, 0.2, 0.19, 280, True,
-                  0.41, 2, "fails", "fails: code median 17.2 tok/s < 20"),
+                  0.41, 2, 4, 3, 0.125, "fails", "fails: code median 17.2 tok/s < 20"),
         ReplayRow("b", 1.3, 3, 16.0, 40, 0, 3.0, 5, 25.0, 0.0, 0.1, 0.9, 0.2, 40, False,
-                  0.01, 0, "holds", "holds: 3.0 streams in flight on average at 25.0 tok/s"),
+                  0.01, 0, 0, 0, 0.0, "holds",
+                  "holds: 3.0 streams in flight on average at 25.0 tok/s"),
     ]  # fmt: skip
     fleet = ReplayFleetRow(1.3, 3, 2, 1, "a", "fails at a")
     lines = text.replay_lines("r1", fleet, rows, {"c": "ConnectError: refused"})
@@ -528,3 +529,5 @@ def test_a_replay_names_the_fleet_verdict_then_each_deployment_and_hides_thin_ta
     assert "10.4" in buf.getvalue()  # a's planned 8 streams at 1.3×
     a_line = next(x for x in buf.getvalue().splitlines() if x.split()[:1] == ["a"])
     assert "2 · 0.41" in a_line  # two requests sent late, the worst 0.41 s behind
+    # decode below the threshold beside 3 of a's 4 long prefills, 12.5 % of its time; b had none
+    assert "12.5% (3/4)" in a_line and b_line.split()[-2:] == ["—", "holds"]

@@ -3,7 +3,10 @@
 -- fills an empty server), judged by the level rule's threshold. It holds when every request
 -- ended ok, the median decode rate of each workload it carried is >= var threshold_tok_s and,
 -- where enough samples support the tail (macro tail_min_samples), the TTFT p90 from the
--- scheduled start is <= var ttft_ceiling_s. A client that sent more than
+-- scheduled start is <= var ttft_ceiling_s, and its long prompts kept the plan's prefill
+-- budget: decode beside their prefills (int_replay_prefills) below the threshold at most
+-- var plan_max_below_threshold_share of the counted time, the share the plan's budget allows
+-- (fct_plan_routing), now measured rather than scaled from a probe. A client that sent more than
 -- var replay_max_late_share of its requests later than var replay_max_send_lag_s behind
 -- schedule gives no verdict (its lateness is measured and shown, never blamed on the server).
 -- A share, not the single worst send: one late send is one late request, whose wait its TTFT
@@ -19,6 +22,17 @@ offers as (
 
 waves as (
     select wave_id, started_at from {{ ref('stg_waves') }}
+),
+
+prefills as (
+    select
+        wave_id,
+        count(*) as n_long_prefills,
+        count(decode_beside_tok_s) as n_long_prefills_measured,
+        count(*) filter (where is_below_threshold) as n_long_prefills_below,
+        sum(below_threshold_new_s) as prefill_below_threshold_s
+    from {{ ref('int_replay_prefills') }}
+    group by wave_id
 ),
 
 in_flight as (
@@ -86,6 +100,14 @@ judged as (
         f.client_stall_s,
         w.started_at,
         i.peak_streams_in_flight,
+        coalesce(p.n_long_prefills, 0) as n_long_prefills,
+        coalesce(p.n_long_prefills_measured, 0) as n_long_prefills_measured,
+        coalesce(p.n_long_prefills_below, 0) as n_long_prefills_below,
+        coalesce(p.prefill_below_threshold_s, 0.0) as prefill_below_threshold_s,
+        coalesce(p.prefill_below_threshold_s, 0.0)
+            / nullif(f.duration_s * (1 - {{ var('replay_warmup_share') }}), 0)
+            as prefill_below_threshold_share,
+        {{ var('plan_max_below_threshold_share') }} as max_below_threshold_share,
         {{ tail_min_samples('0.9') }} as ttft_min_samples,
         o.ttft_samples >= {{ tail_min_samples('0.9') }} as ttft_p90_is_supported,
         o.n_sent_late / o.n_requests as late_share,
@@ -97,6 +119,7 @@ judged as (
     inner join offers as f on f.wave_id = o.wave_id
     left join waves as w on w.wave_id = o.wave_id
     left join in_flight as i on i.wave_id = o.wave_id
+    left join prefills as p on p.wave_id = o.wave_id
 ),
 
 final as (
@@ -114,7 +137,12 @@ final as (
                     || threshold_tok_s end,
             case when ttft_p90_is_supported and ttft_scheduled_p90_s > ttft_ceiling_s
                 then 'TTFT p90 from the scheduled start ' || round(ttft_scheduled_p90_s, 2)
-                    || ' s > ' || ttft_ceiling_s || ' s' end
+                    || ' s > ' || ttft_ceiling_s || ' s' end,
+            case when prefill_below_threshold_share > max_below_threshold_share
+                then 'decode below the threshold beside long prefills '
+                    || round(100 * prefill_below_threshold_share, 1) || ' % of the time > '
+                    || round(100 * max_below_threshold_share, 1) || ' % (the prefill budget; '
+                    || n_long_prefills_below || ' of ' || n_long_prefills || ' long prompts)' end
         ], lambda x: x is not null) as failures,
         case
             when n_requests = 0 then 'nothing measured'
@@ -123,6 +151,7 @@ final as (
                 or code_median_decode_tok_s < threshold_tok_s
                 or prose_median_decode_tok_s < threshold_tok_s
                 or (ttft_p90_is_supported and ttft_scheduled_p90_s > ttft_ceiling_s)
+                or prefill_below_threshold_share > max_below_threshold_share
                 then 'fails'
             when median_decode_tok_s is null then 'nothing measured'
             else 'holds'
