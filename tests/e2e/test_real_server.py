@@ -191,3 +191,68 @@ def test_the_capacity_gets_a_verdict_from_the_servers_own_facts_and_metrics(
     assert evidence["generation_tokens"] is True
     assert evidence["preemptions"] is False  # llama.cpp has no such metric: unavailable
     assert bound is not None and bound[0] >= 1
+
+
+def test_an_open_loop_replay_on_the_real_engine_is_recorded_and_judged(
+    server: LocalServer, swept: tuple[Path, str], tmp_path: Path
+) -> None:
+    """Issue 36's replay against a server we did not write: Poisson arrivals of code streams
+    and long prompts, every request timed from its scheduled start, the server's own counts,
+    the long prompts' prefills measured beside the streams and a verdict from dbt. Which
+    verdict depends on this machine (one thread, beside the other tests); that one is given,
+    with its reasons, is what holds everywhere."""
+    import shutil
+
+    from sparkcap.config import ReplayOptions
+    from sparkcap.loadgen.replay import poisson_arrivals, replay
+    from sparkcap.store import spool
+
+    db, run_id = swept
+    copy = tmp_path / "replayed.duckdb"  # the night's own tests count its requests
+    shutil.copy(db, copy)
+    dep = Deployment(
+        name="gemma",
+        endpoint=server.endpoint,  # type: ignore[arg-type]
+        model="gemma-3-270m",
+        parallel_slots=4,
+        extra_body={"ignore_eos": True},
+    )
+    options = ReplayOptions(
+        duration_s=12.0, seed=5, planned_streams=2, code_per_s=0.5, code_tokens=TOKENS,
+        long_per_min=10.0, long_prompt_tokens=600,
+    )  # fmt: skip
+    due = poisson_arrivals({"code": 0.5, "prose": 0.0, "long": 10.0 / 60}, 12.0, 5)
+    long_counted = sum(a.role == "long" and a.at_s >= 0.25 * 12.0 for a in due)
+    assert long_counted == 2  # the seed's schedule: at 5.3 and 9.2 s, after the warm-up
+    wave = asyncio.run(replay(dep, run_id, options))
+    spool.write_wave(wave, copy)
+    spool.stage_spool(copy, None, run_id)
+    build(copy, select="+fct_replay", dbt_vars=SHORT_STREAM_VARS)
+    with open_warehouse(copy, read_only=True) as con:
+        rows = con.execute(
+            "select workload, status, completion_tokens, ttft_from_scheduled_s, "
+            "ttft_from_send_s, send_lag_s from intermediate.int_replay_streams where run_id = ?",
+            [run_id],
+        ).fetchall()
+        prompts = con.execute(
+            "select r.prompt_tokens from raw.requests r join intermediate.int_replay_streams s "
+            "using (request_id) where s.workload = 'long'"
+        ).fetchall()
+        prefills = con.execute(
+            "select prefill_s, n_streams_beside from intermediate.int_replay_prefills"
+        ).fetchall()
+        verdict = con.execute(
+            "select verdict, verdict_text, n_requests, n_long_prefills from marts.fct_replay"
+        ).fetchall()
+    assert len(rows) == len(due) and sorted(r[0] for r in rows) == sorted(a.role for a in due)
+    for workload, status, tokens, from_scheduled, from_send, lag in rows:
+        assert status == "ok", rows
+        assert workload == "long" or tokens == TOKENS  # the server's own count
+        assert lag >= 0 and from_scheduled >= from_send - 1e-6, rows
+    assert prompts and all(p >= 540 for (p,) in prompts), prompts  # counted by llama-server
+    assert len(prefills) == long_counted and all(s > 0 for s, _ in prefills), prefills
+    assert len(verdict) == 1, verdict
+    v, text, n_requests, n_long = verdict[0]
+    assert v in ("holds", "fails", "no verdict") and text.startswith(v), verdict
+    assert n_requests == len(due) and n_long == long_counted
+    print(verdict, prefills, sep="\n")  # the figures, for `pytest -s`
