@@ -603,6 +603,8 @@ class ReplayOptions(Strict):
     prose_tokens: int | None = Field(None, ge=2, le=MAX_TOKENS)
     client_stall_s: float = Field(0.0, ge=0, le=600)
     client_stall_at_s: float = Field(0.0, ge=0)
+    # the plan's prefill budget (fct_plan.max_below_threshold_share), checked by the verdict
+    max_below_threshold_share: float | None = Field(None, ge=0, le=1)
 
 
 ProbeName = Literal[

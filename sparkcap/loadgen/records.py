@@ -137,6 +137,9 @@ class ReplayOffer:
     long_prompt_tokens: int
     client_stall_s: float
     client_stall_at_s: float
+    # the plan's prefill budget: decode below the threshold beside long prefills at most this
+    # share of the time (None: no plan gave one, and the replay checks none)
+    max_below_threshold_share: float | None = None
 
 
 @dataclass(slots=True)

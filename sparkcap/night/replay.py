@@ -73,6 +73,9 @@ def replay_options(
             prose_tokens=max_tokens.get("prose"),
             client_stall_s=stall_s,
             client_stall_at_s=stall_at_s,
+            max_below_threshold_share=next(
+                (r.max_below_threshold_share for r in (code, prose) if r is not None), None
+            ),
         )
     if not out:
         raise ReplayError("the plan sends no streams anywhere with a measured stream duration")

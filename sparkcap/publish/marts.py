@@ -573,6 +573,7 @@ class ReplayPlanRow(NamedTuple):
     arrivals_per_s: float | None
     long_prompts_per_min: float | None
     long_prompt_tokens: int | None
+    max_below_threshold_share: float | None
     not_replayable_reason: str | None
 
 

@@ -239,6 +239,12 @@ RAW_TABLES: dict[str, pa.Schema] = {
         _c("long_prompt_tokens", I32, null=False),
         _c("client_stall_s", F64, null=False, doc="a deliberate client stall (0: none)"),
         _c("client_stall_at_s", F64, null=False),
+        _c(
+            "max_below_threshold_share",
+            F64,
+            doc="the plan's prefill budget: decode below the threshold beside long prefills "
+            "at most this share of the time (NULL: none given, none checked)",
+        ),
     ),
     "power_samples": _table(
         "A deployment's power source (its fleet file's `power:`: a DCGM exporter, a node "

@@ -219,7 +219,7 @@ def test_an_open_loop_replay_on_the_real_engine_is_recorded_and_judged(
     )
     options = ReplayOptions(
         duration_s=12.0, seed=5, planned_streams=2, code_per_s=0.5, code_tokens=TOKENS,
-        long_per_min=10.0, long_prompt_tokens=600,
+        long_per_min=10.0, long_prompt_tokens=600, max_below_threshold_share=0.05,
     )  # fmt: skip
     due = poisson_arrivals({"code": 0.5, "prose": 0.0, "long": 10.0 / 60}, 12.0, 5)
     long_counted = sum(a.role == "long" and a.at_s >= 0.25 * 12.0 for a in due)

@@ -256,6 +256,7 @@ def test_a_replay_checks_the_prefill_budget_on_the_prefills_it_caused(tmp_path: 
         name: ReplayOptions(
             duration_s=REPLAY_S, seed=seed, planned_streams=5, code_per_s=2.0, code_tokens=96,
             long_per_min=per_min, long_prompt_tokens=LONG_TOKENS,
+            max_below_threshold_share=0.05,  # the plan's default budget share
         )
         for name, per_min in (("within", 1.5), ("over", 10.0))
     }  # fmt: skip

@@ -15,7 +15,8 @@ final as (
         cast(long_per_min as double) as long_per_min,
         cast(long_prompt_tokens as integer) as long_prompt_tokens,
         cast(client_stall_s as double) as client_stall_s,
-        cast(client_stall_at_s as double) as client_stall_at_s
+        cast(client_stall_at_s as double) as client_stall_at_s,
+        cast(max_below_threshold_share as double) as max_below_threshold_share
     from source
 )
 

@@ -5,9 +5,8 @@
 -- where enough samples support the tail (macro tail_min_samples), the TTFT p90 from the
 -- scheduled start is <= var ttft_ceiling_s, and its long prompts kept the plan's prefill
 -- budget: decode beside their prefills (int_replay_prefills) below the threshold at most
--- the share the plan's budget allows (fct_plan.max_below_threshold_share, var
--- plan_max_below_threshold_share) of the counted time, measured rather than scaled from a
--- probe. A client that sent more than
+-- the share the plan's budget allows (fct_plan.max_below_threshold_share, stored with the
+-- replay's offer) of the counted time, measured rather than scaled from a probe. A client that sent more than
 -- var replay_max_late_share of its requests later than var replay_max_send_lag_s behind
 -- schedule gives no verdict (its lateness is measured and shown, never blamed on the server).
 -- A share, not the single worst send: one late send is one late request, whose wait its TTFT
@@ -23,12 +22,6 @@ offers as (
 
 waves as (
     select wave_id, started_at from {{ ref('stg_waves') }}
-),
-
--- the share the night's plan allows (fct_plan: what the plan was made for); a run without a
--- plan has no budget to check
-plan as (
-    select run_id, max_below_threshold_share from {{ ref('fct_plan') }}
 ),
 
 prefills as (
@@ -114,7 +107,7 @@ judged as (
         coalesce(p.prefill_below_threshold_s, 0.0)
             / nullif(f.duration_s * (1 - {{ var('replay_warmup_share') }}), 0)
             as prefill_below_threshold_share,
-        pl.max_below_threshold_share,
+        f.max_below_threshold_share,
         {{ tail_min_samples('0.9') }} as ttft_min_samples,
         o.ttft_samples >= {{ tail_min_samples('0.9') }} as ttft_p90_is_supported,
         o.n_sent_late / o.n_requests as late_share,
@@ -127,7 +120,6 @@ judged as (
     left join waves as w on w.wave_id = o.wave_id
     left join in_flight as i on i.wave_id = o.wave_id
     left join prefills as p on p.wave_id = o.wave_id
-    left join plan as pl on pl.run_id = o.run_id
 ),
 
 final as (

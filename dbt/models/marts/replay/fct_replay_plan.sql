@@ -11,7 +11,7 @@ with routing as (
 
 plan as (
     select run_id, planned_streams as fleet_planned_streams, long_prompts_per_min,
-        long_prompt_tokens
+        long_prompt_tokens, max_below_threshold_share
     from {{ ref('fct_plan') }}
 ),
 
@@ -76,6 +76,7 @@ final as (
             when c.workload = 'code' then 0.0
         end as long_prompts_per_min,
         pl.long_prompt_tokens,
+        pl.max_below_threshold_share,
         case when c.planned_streams = 0 then 'nothing planned'
              when d.stream_duration_s is null then 'no measured stream duration: no replay rate'
         end as not_replayable_reason
