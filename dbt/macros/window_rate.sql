@@ -7,3 +7,11 @@
 {% macro window_stream_tok_s(tokens, window_s, n_streams) -%}
     coalesce({{ tokens }}, 0) / ({{ window_s }}) / ({{ n_streams }})
 {%- endmacro %}
+
+{#
+  A chunk's tokens where the server did not say (no continuous usage): the stream's mean, its
+  final usage over its chunks. The windowed rates above count each chunk this way.
+#}
+{% macro mean_chunk_tokens(completion_tokens, n_chunks) -%}
+    {{ completion_tokens }}::double / nullif({{ n_chunks }}, 0)
+{%- endmacro %}

@@ -44,18 +44,23 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
         s.stop()
 
 
-@pytest.fixture(scope="module")
-def swept(server: LocalServer, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
-    db = tmp_path_factory.mktemp("wh") / "real.duckdb"
-    dep = Deployment(
+def _gemma(server: LocalServer, **kw: object) -> Deployment:
+    """The server's one deployment as the tests declare it (``kw``: facts and the like)."""
+    return Deployment(
         name="gemma",
         endpoint=server.endpoint,  # type: ignore[arg-type]
         model="gemma-3-270m",
         parallel_slots=4,
         extra_body={"ignore_eos": True},
-        # the diagnosis reads the rest from the server (/props, /v1/models) and the GGUF
-        facts={"memory_bandwidth_gb_s": MEMORY_GB_S, "gguf_path": ensure_model()},  # type: ignore[arg-type]
+        **kw,  # type: ignore[arg-type]
     )
+
+
+@pytest.fixture(scope="module")
+def swept(server: LocalServer, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    db = tmp_path_factory.mktemp("wh") / "real.duckdb"
+    # the diagnosis reads the rest from the server (/props, /v1/models) and the GGUF
+    dep = _gemma(server, facts={"memory_bandwidth_gb_s": MEMORY_GB_S, "gguf_path": ensure_model()})
     plan = SweepPlan(levels=(1, 2, 4, 8), trials=1, max_tokens=TOKENS, max_remeasures=0)
     reqs = [SweepRequest(deployment=dep, workload=wl, plan=plan) for wl in ("code", "prose")]
     result = asyncio.run(run_sweeps(reqs, db))
@@ -210,13 +215,7 @@ def test_an_open_loop_replay_on_the_real_engine_is_recorded_and_judged(
     db, run_id = swept
     copy = tmp_path / "replayed.duckdb"  # the night's own tests count its requests
     shutil.copy(db, copy)
-    dep = Deployment(
-        name="gemma",
-        endpoint=server.endpoint,  # type: ignore[arg-type]
-        model="gemma-3-270m",
-        parallel_slots=4,
-        extra_body={"ignore_eos": True},
-    )
+    dep = _gemma(server)
     options = ReplayOptions(
         duration_s=12.0, seed=5, planned_streams=2, code_per_s=0.5, code_tokens=TOKENS,
         long_per_min=10.0, long_prompt_tokens=600, max_below_threshold_share=0.05,

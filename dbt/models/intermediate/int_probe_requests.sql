@@ -26,7 +26,7 @@ final as (
         last_token_ns / 1e9 as last_token_s,
         ttft_s,
         decode_tok_s,
-        completion_tokens::double / nullif(n_chunks, 0) as tokens_per_chunk
+        {{ mean_chunk_tokens("completion_tokens", "n_chunks") }} as tokens_per_chunk
     from streams
 )
 

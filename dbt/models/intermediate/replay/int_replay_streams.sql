@@ -26,7 +26,7 @@ final as (
         s.end_ns,
         s.decode_tok_s,
         -- a chunk's tokens where the server did not say (its mean: usage / chunks)
-        s.completion_tokens::double / nullif(s.n_chunks, 0) as tokens_per_chunk,
+        {{ mean_chunk_tokens("s.completion_tokens", "s.n_chunks") }} as tokens_per_chunk,
         (s.sent_ns - s.scheduled_ns) / 1e9 as send_lag_s,
         {{ ttft_seconds('s.first_token_ns', 's.scheduled_ns') }} as ttft_from_scheduled_s,
         s.ttft_s as ttft_from_send_s,
