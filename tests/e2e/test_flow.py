@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import httpx
@@ -112,7 +113,6 @@ def test_two_nights_on_one_warehouse_never_overlap(harness: None, tmp_path: Path
     """The night holds the warehouse's one-slot global concurrency limit: while another night
     (here: the test) holds it, a night on the same DuckDB file waits, then runs."""
     import threading
-    from datetime import UTC, datetime
 
     import duckdb
     from prefect.client.orchestration import get_client
@@ -233,13 +233,18 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
             "db": str(tmp_path / "sched.duckdb"),
             "reports": str(tmp_path / "reports"),
         }
+        # one scheduled run, due seconds from now (the next an hour later): an interval of 5 s
+        # had the worker start a second whole night while the test waited on the first
+        due = datetime.now(UTC) + timedelta(seconds=8)
         run(
             "--no-prompt",
             "deploy",
             "--name",
             "nightly-twin",
             "--interval",
-            "5",
+            "3600",
+            "--anchor-date",
+            due.isoformat(),
             "--params",
             json.dumps(params),
         )
@@ -275,6 +280,8 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
                 + (tmp_path / "worker.log").read_text()[-3000:]
             )
         assert (tmp_path / "reports" / "latest" / "index.html").exists()
+        # the schedule's one due run, and nothing run besides it
+        assert states == ["COMPLETED"], states
     finally:
         for proc in (worker, server):
             if proc is not None and proc.poll() is None:
