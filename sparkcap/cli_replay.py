@@ -65,20 +65,18 @@ def replay(
     the_fleet = load_fleet(fleet)
     build_plan(db_path, plan_vars(mix, long_prompts, max_below_share))
     run_id = run or marts.latest_built_run(db_path)
-    max_tokens = {w: p.max_tokens for w, p in the_fleet.workloads.items()}
     offers = replay_options(
         marts.replay_plan(db_path, run_id),
         duration_s=duration,
         rate_factor=rate_factor,
         seed=seed,
-        max_tokens={"code": max_tokens.get("code"), "prose": max_tokens.get("prose")},
         client_stall=client_stall,
     )
     outcome = asyncio.run(run_replays(the_fleet, db_path, run_id, offers))
     build(db_path, select=" ".join(REPLAY_MODELS))
     rows = marts.replays(db_path, run_id, [w.wave_id for w in outcome.waves])
-    for line in text.replay_lines(
-        run_id, marts.replay_fleet(db_path, run_id, rate_factor, seed), rows, outcome.failed
-    ):
+    replay_id = next(iter(offers.values())).replay_id or ""
+    fleet_verdict = marts.replay_fleet(db_path, run_id, replay_id)
+    for line in text.replay_lines(run_id, fleet_verdict, rows, outcome.failed):
         out.print(line, highlight=False)
     out.print(text.replay_table(run_id, rows))

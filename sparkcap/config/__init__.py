@@ -605,6 +605,9 @@ class ReplayOptions(Strict):
     client_stall_at_s: float = Field(0.0, ge=0)
     # the plan's prefill budget (fct_plan.max_below_threshold_share), checked by the verdict
     max_below_threshold_share: float | None = Field(None, ge=0, le=1)
+    # one `sparkcap replay` across the fleet: its deployments' replays are judged together
+    # (fct_replay_fleet), never with another replay at the same factor and seed
+    replay_id: str | None = Field(None, pattern=r"^[0-9a-f]{6,32}$")
 
 
 ProbeName = Literal[

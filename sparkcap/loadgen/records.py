@@ -140,6 +140,8 @@ class ReplayOffer:
     # the plan's prefill budget: decode below the threshold beside long prefills at most this
     # share of the time (None: no plan gave one, and the replay checks none)
     max_below_threshold_share: float | None = None
+    # the one `sparkcap replay` this deployment's replay was part of (None: a replay alone)
+    replay_id: str | None = None
 
 
 @dataclass(slots=True)

@@ -73,7 +73,7 @@ async def replay(dep: Deployment, run_id: str, options: ReplayOptions) -> WaveRe
     }
     arrivals = poisson_arrivals(rates, options.duration_s, options.seed)
     # two replays of one run never share a wave id (staging replaces by wave)
-    tag = f"x{options.rate_factor:g}-s{options.seed}-{secrets.token_hex(3)}"
+    tag = f"x{options.rate_factor:g}-s{options.seed}-{options.replay_id or secrets.token_hex(3)}"
     p = _Probe(dep, run_id, f"replay-{tag}", "mixed", max(1, round(options.planned_streams)))
     p.wave.probe = "replay"
     p.wave.replay_offer = _offer(options)

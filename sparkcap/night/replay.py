@@ -10,10 +10,11 @@ A deployment whose replay fails to run costs that deployment only: its failure i
 from __future__ import annotations
 
 import asyncio
+import secrets
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkcap.config import ReplayOptions
+from sparkcap.config import MAX_TOKENS, ReplayOptions
 from sparkcap.config.fleet import Fleet
 from sparkcap.errors import SparkcapError
 from sparkcap.loadgen.records import WaveRecord
@@ -43,17 +44,20 @@ def replay_options(
     duration_s: float,
     rate_factor: float,
     seed: int,
-    max_tokens: dict[str, int | None],
     client_stall: tuple[float, float] = (0.0, 0.0),
+    replay_id: str | None = None,
 ) -> dict[str, ReplayOptions]:
     """The plan's rows as each deployment's replay; a deployment the plan gives nothing (or no
     measured duration) is left out. The rates are dbt's; only the factor is applied (by the
-    replay itself, so the offer stored is the plan's and the factor beside it)."""
+    replay itself, so the offer stored is the plan's and the factor beside it). Each stream
+    asks for the max_tokens of the streams its rate's W was measured on, never the fleet
+    file's: Little's law holds only for the streams it measured."""
     by_dep: dict[str, dict[str, ReplayPlanRow]] = {}
     for r in rows:
         by_dep.setdefault(r.deployment, {})[r.workload] = r
     out: dict[str, ReplayOptions] = {}
     stall_s, stall_at_s = client_stall
+    replay_id = replay_id or secrets.token_hex(4)  # one verdict for this replay's deployments
     for dep, w in by_dep.items():
         code, prose = w.get("code"), w.get("prose")
         code_rate = (code.arrivals_per_s or 0.0) if code else 0.0
@@ -69,10 +73,11 @@ def replay_options(
             prose_per_s=prose_rate,
             long_per_min=(code.long_prompts_per_min or 0.0) if code else 0.0,
             long_prompt_tokens=(code.long_prompt_tokens or 32_000) if code else 32_000,
-            code_tokens=max_tokens.get("code"),
-            prose_tokens=max_tokens.get("prose"),
+            code_tokens=_measured_tokens(code),
+            prose_tokens=_measured_tokens(prose),
             client_stall_s=stall_s,
             client_stall_at_s=stall_at_s,
+            replay_id=replay_id,
             max_below_threshold_share=next(
                 (r.max_below_threshold_share for r in (code, prose) if r is not None), None
             ),
@@ -80,6 +85,13 @@ def replay_options(
     if not out:
         raise ReplayError("the plan sends no streams anywhere with a measured stream duration")
     return out
+
+
+def _measured_tokens(row: ReplayPlanRow | None) -> int | None:
+    """The measured streams' max_tokens, where the warehouse holds a length a request can
+    ask for (else the workload's own length; each request records what it asked for)."""
+    tokens = row.stream_requested_tokens if row is not None else None
+    return tokens if tokens is not None and 2 <= tokens <= MAX_TOKENS else None
 
 
 async def run_replays(

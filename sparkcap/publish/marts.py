@@ -570,6 +570,7 @@ class ReplayPlanRow(NamedTuple):
     workload: str
     planned_streams: float
     stream_duration_s: float | None
+    stream_requested_tokens: int | None
     arrivals_per_s: float | None
     long_prompts_per_min: float | None
     long_prompt_tokens: int | None
@@ -607,6 +608,7 @@ class ReplayRow(NamedTuple):
 class ReplayFleetRow(NamedTuple):
     """``marts.fct_replay_fleet``: the plan under open-loop arrivals, for the fleet."""
 
+    replay_id: str
     rate_factor: float
     seed: int
     n_deployments: int
@@ -637,14 +639,12 @@ def replays(db_path: Path, run_id: str, wave_ids: Sequence[str]) -> list[ReplayR
     return [ReplayRow(*r) for r in rows]
 
 
-def replay_fleet(
-    db_path: Path, run_id: str, rate_factor: float, seed: int
-) -> ReplayFleetRow | None:
+def replay_fleet(db_path: Path, run_id: str, replay_id: str) -> ReplayFleetRow | None:
     rows = _mart_rows(
         db_path,
         "fct_replay_fleet",
         ", ".join(ReplayFleetRow._fields),
-        "where run_id = ? and rate_factor = ? and seed = ?",
-        [run_id, rate_factor, seed],
+        "where run_id = ? and replay_id = ?",
+        [run_id, replay_id],
     )
     return ReplayFleetRow(*rows[0]) if rows else None

@@ -245,6 +245,12 @@ RAW_TABLES: dict[str, pa.Schema] = {
             doc="the plan's prefill budget: decode below the threshold beside long prefills "
             "at most this share of the time (NULL: none given, none checked)",
         ),
+        _c(
+            "replay_id",
+            STR,
+            doc="the one `sparkcap replay` across the fleet this wave was part of: its "
+            "deployments are judged together (NULL: a replay alone, judged alone)",
+        ),
     ),
     "power_samples": _table(
         "A deployment's power source (its fleet file's `power:`: a DCGM exporter, a node "

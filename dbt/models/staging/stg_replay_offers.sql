@@ -16,7 +16,9 @@ final as (
         cast(long_prompt_tokens as integer) as long_prompt_tokens,
         cast(client_stall_s as double) as client_stall_s,
         cast(client_stall_at_s as double) as client_stall_at_s,
-        cast(max_below_threshold_share as double) as max_below_threshold_share
+        cast(max_below_threshold_share as double) as max_below_threshold_share,
+        -- a replay stored alone (before replay ids, or run on its own) is judged alone
+        coalesce(cast(replay_id as varchar), cast(wave_id as varchar)) as replay_id
     from source
 )
 

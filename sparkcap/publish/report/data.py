@@ -185,7 +185,7 @@ def _replay(con: Any, data: dict[str, Any], run_id: str) -> None:
         con,
         "select rate_factor, seed, n_holding || ' of ' || n_deployments as holding, "
         "plan_verdict from marts.fct_replay_fleet where run_id = $run "
-        "order by rate_factor, seed",
+        "order by started_at, rate_factor, seed",
         run,
     )
     data["replays"] = _df(

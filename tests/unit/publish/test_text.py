@@ -511,7 +511,7 @@ def test_a_replay_names_the_fleet_verdict_then_each_deployment_and_hides_thin_ta
                   0.01, 0, 0, 0, 0.0, "holds",
                   "holds: 3.0 streams in flight on average at 25.0 tok/s"),
     ]  # fmt: skip
-    fleet = ReplayFleetRow(1.3, 3, 2, 1, "a", "fails at a")
+    fleet = ReplayFleetRow("0a1b2c3d", 1.3, 3, 2, 1, "a", "fails at a")
     lines = text.replay_lines("r1", fleet, rows, {"c": "ConnectError: refused"})
     assert lines[0] == (
         "open-loop replay of run r1 at 1.3× the plan's arrivals (seed 3): the plan fails at a"

@@ -1,9 +1,12 @@
--- Each long prompt of an open-loop replay due after the warm-up, with the decode rate of the
--- code and prose streams that decoded through its prefill (from its send to its first token):
--- tokens per stream per second inside that window (macro window_stream_tok_s, the probes'
--- formula). The plan's prefill budget (fct_plan_routing) counts a long prompt's prefill as
--- time below the threshold when decode beside it falls under the threshold; a replay checks
--- the budget by the same rule, on the prefills it actually caused. below_threshold_new_s is the
+-- Each long prompt of an open-loop replay whose prefill reaches the counted schedule (due
+-- after the warm-up, or due in it and still prefilling when the count begins: a 16 s stall
+-- sent at 3.4 s held the streams counted from 15 s, the twin, 2026-12-05), with the decode
+-- rate of the code and prose streams decoding during its prefill (from its send to its first
+-- token): their tokens inside the window per stream-second of decode inside it (macro
+-- window_stream_tok_s, the probes' formula, over stream-seconds). The plan's prefill budget
+-- (fct_plan_routing) counts a long prompt's prefill as time below the threshold when decode
+-- beside it falls under the threshold; a replay checks the budget by the same rule, on the
+-- prefills it actually caused. below_threshold_new_s is the
 -- part of this prefill's below-threshold window (clipped to the counted schedule) that no
 -- earlier one already covered, so the windows' union is their sum.
 with streams as (
@@ -28,34 +31,51 @@ prefills as (
         coalesce(first_token_ns, end_ns, last_token_ns) / 1e9 as prefill_end_s,
         first_token_ns is not null as prefill_ended
     from streams
-    where workload = 'long' and is_counted and sent_ns is not null
+    where workload = 'long' and sent_ns is not null
+        and (is_counted or coalesce(first_token_ns, end_ns, last_token_ns) / 1e9 > warmup_s)
 ),
 
 beside as (
-    -- the decode streams that decoded from before the prefill began until after it ended
-    select p.request_id as long_request_id, s.request_id, s.tokens_per_chunk
+    -- the code and prose streams decoding (first token to last) during some of the prefill,
+    -- each for the part it overlaps: a 16 s prefill outlasts every 3 s stream, and the streams
+    -- that came and went inside it are the ones it held (a stream decoding through the whole
+    -- window overlaps all of it, the probes' case)
+    select
+        p.request_id as long_request_id,
+        s.request_id,
+        s.tokens_per_chunk,
+        greatest(s.first_token_ns / 1e9, p.prefill_start_s) as overlap_start_s,
+        least(s.last_token_ns / 1e9, p.prefill_end_s) as overlap_end_s
     from prefills as p
     inner join streams as s
         on s.wave_id = p.wave_id
         and s.workload in ('code', 'prose')
-        and s.first_token_ns / 1e9 <= p.prefill_start_s
-        and s.last_token_ns / 1e9 >= p.prefill_end_s
+        and s.first_token_ns / 1e9 < p.prefill_end_s
+        and s.last_token_ns / 1e9 > p.prefill_start_s
 ),
 
 n_beside as (
-    select long_request_id, count(*) as n_streams_beside
+    select
+        long_request_id,
+        count(*) as n_streams_beside,
+        -- stream-seconds of decode inside the window: n streams x the window where each
+        -- overlaps all of it
+        sum(overlap_end_s - overlap_start_s) as stream_seconds_beside
     from beside
     group by long_request_id
 ),
 
 tokens as (
+    -- each stream's tokens inside its overlap, its own first token left out (a stream's rate
+    -- counts the tokens after its first)
     select b.long_request_id, sum(coalesce(c.n_tokens, b.tokens_per_chunk)) as tokens_beside
     from beside as b
-    inner join prefills as p on p.request_id = b.long_request_id
+    inner join streams as s on s.request_id = b.request_id
     inner join chunks as c
         on c.request_id = b.request_id
-        and c.t_ns / 1e9 >= p.prefill_start_s
-        and c.t_ns / 1e9 < p.prefill_end_s
+        and c.t_ns / 1e9 >= b.overlap_start_s
+        and c.t_ns / 1e9 < b.overlap_end_s
+        and c.t_ns > s.first_token_ns
     group by b.long_request_id
 ),
 
@@ -64,9 +84,10 @@ rated as (
         p.*,
         p.prefill_end_s - p.prefill_start_s as prefill_s,
         coalesce(n.n_streams_beside, 0) as n_streams_beside,
-        case when n.n_streams_beside > 0 and p.prefill_end_s > p.prefill_start_s
-            then {{ window_stream_tok_s('t.tokens_beside', 'p.prefill_end_s - p.prefill_start_s',
-                'n.n_streams_beside') }}
+        -- the probes' formula over stream-seconds: tokens / (window x streams) where every
+        -- stream overlaps the whole window
+        case when n.stream_seconds_beside > 0 and p.prefill_end_s > p.prefill_start_s
+            then {{ window_stream_tok_s('t.tokens_beside', 'n.stream_seconds_beside', 1) }}
         end as decode_beside_tok_s
     from prefills as p
     left join n_beside as n on n.long_request_id = p.request_id

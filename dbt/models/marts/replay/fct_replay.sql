@@ -93,6 +93,7 @@ judged as (
         f.rate_factor,
         f.duration_s,
         f.seed,
+        f.replay_id,
         f.planned_streams,
         f.code_per_s,
         f.prose_per_s,
@@ -164,6 +165,12 @@ select
     case verdict
         when 'holds' then 'holds: ' || round(mean_streams_in_flight, 1)
             || ' streams in flight on average at ' || round(median_decode_tok_s, 1) || ' tok/s'
+            -- a long prompt no stream decoded beside: its prefill budget is unchecked, said so
+            || case when n_long_prefills > n_long_prefills_measured
+                then '; ' || (n_long_prefills - n_long_prefills_measured) || ' of '
+                    || n_long_prefills || ' long prompts unmeasured (no stream decoded during '
+                    || 'its prefill): the prefill budget unchecked on them'
+                else '' end
         when 'fails' then 'fails: ' || array_to_string(failures, '; ')
         when 'no verdict' then 'no verdict: the client sent ' || n_sent_late || ' of '
             || n_requests || ' requests more than ' || {{ var('replay_max_send_lag_s') }}

@@ -1,4 +1,5 @@
--- The plan under open-loop arrivals, for the whole fleet: per run, rate factor and seed, the
+-- The plan under open-loop arrivals, for the whole fleet: per `sparkcap replay` (its
+-- replay_id: two replays at one factor and seed are two verdicts, never one), the
 -- plan holds when every deployment's replay holds; otherwise it fails at the deployments named
 -- (or gives no verdict where a client fell behind or nothing was measured).
 with replays as (
@@ -8,8 +9,9 @@ with replays as (
 final as (
     select
         run_id,
-        rate_factor,
-        seed,
+        replay_id,
+        any_value(rate_factor) as rate_factor,
+        any_value(seed) as seed,
         min(started_at) as started_at,
         count(*) as n_deployments,
         count(*) filter (where verdict = 'holds') as n_holding,
@@ -29,7 +31,7 @@ final as (
             else 'holds'
         end as plan_verdict
     from replays
-    group by run_id, rate_factor, seed
+    group by run_id, replay_id
 )
 
 select * from final

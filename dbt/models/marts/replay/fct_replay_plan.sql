@@ -4,7 +4,10 @@
 -- time of the night's ok streams at the tested level that carries the plan's total (the
 -- smallest tested level at or above it, else the highest tested). Long prompts: the fleet's
 -- var plan_long_prompts_per_min shared by planned streams (a replica's share), an assumption
--- the plan does not route and this model states.
+-- the plan does not route and this model states. W holds only for streams as long as those it
+-- was measured on: the replay asks for stream_requested_tokens, the median max_tokens of the
+-- same streams (a night measured at 64 tokens replayed at the fleet file's 512 would hold
+-- ~8x the planned streams in flight and judge a load nobody planned).
 with routing as (
     select * from {{ ref('fct_plan_routing') }}
 ),
@@ -25,6 +28,7 @@ durations as (
     -- every ok stream's send-to-end time, per tested level
     select t.run_id, t.deployment, t.workload, t.concurrency,
         median((s.end_ns - s.sent_ns) / 1e9) as stream_duration_s,
+        cast(round(median(s.requested_tokens)) as integer) as stream_requested_tokens,
         count(*) as n_streams
     from trials as t
     inner join {{ ref('int_stream_rates') }} as s on s.wave_id = t.wave_id
@@ -66,6 +70,7 @@ final as (
         cast(c.replica_planned_streams as double) as replica_planned_streams,
         c.duration_level,
         d.stream_duration_s,
+        d.stream_requested_tokens,
         d.n_streams as duration_streams,
         -- Little's law: arrivals a second that keep planned_streams in flight on average
         case when c.planned_streams = 0 then 0.0

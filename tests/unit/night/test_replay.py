@@ -1,0 +1,29 @@
+"""The plan's rows as each deployment's replay offer (sparkcap.night.replay.replay_options)."""
+
+from __future__ import annotations
+
+from sparkcap.night.replay import replay_options
+from sparkcap.publish.marts import ReplayPlanRow
+
+
+def _row(dep: str, workload: str, rate: float, tokens: int | None) -> ReplayPlanRow:
+    return ReplayPlanRow(dep, workload, 2.0, 3.0, tokens, rate, 1.0, 32_000, 0.05, None)
+
+
+def test_each_stream_asks_for_the_length_its_rate_was_measured_on() -> None:
+    """Little's W came from 64-token code and 96-token prose streams: the replay asks for
+    those, whatever the fleet file's workloads say; a length no request can ask for is left
+    to the workload's default rather than sent."""
+    rows = [_row("a", "code", 0.5, 64), _row("a", "prose", 0.25, 96), _row("b", "code", 0.5, 1)]
+    offers = replay_options(rows, duration_s=10.0, rate_factor=1.3, seed=2)
+    assert (offers["a"].code_tokens, offers["a"].prose_tokens) == (64, 96)
+    assert (offers["b"].code_tokens, offers["b"].prose_tokens) == (None, None)
+    assert offers["a"].rate_factor == 1.3 and offers["a"].code_per_s == 0.5  # the plan's own
+
+
+def test_one_replay_across_the_fleet_carries_one_id_and_the_next_another() -> None:
+    rows = [_row("a", "code", 0.5, 64), _row("b", "code", 0.5, 64)]
+    first = replay_options(rows, duration_s=10.0, rate_factor=1.0, seed=1)
+    second = replay_options(rows, duration_s=10.0, rate_factor=1.0, seed=1)
+    assert first["a"].replay_id == first["b"].replay_id is not None
+    assert second["a"].replay_id != first["a"].replay_id  # same factor and seed, two verdicts
