@@ -320,7 +320,7 @@ def test_canary_api_key_reaches_no_prefect_record(
     states = []
     try:
         with SimServer(
-            [fast_profile("m")], required_api_key=good, required_header=("x-api-key", header)
+            [fast_profile("m")], required_api_key=good, required_headers={"x-api-key": header}
         ) as sim:
             for var in ("SPARKCAP_CANARY_GOOD", "SPARKCAP_CANARY_WRONG"):
                 fleet = {

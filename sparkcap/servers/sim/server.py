@@ -27,7 +27,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -421,18 +421,18 @@ def prompt_text(messages: list[Any]) -> str:
 def create_app(
     profiles: Iterable[SimProfile],
     required_api_key: str | None = None,
-    required_header: tuple[str, str] | None = None,
+    required_headers: Mapping[str, str] | None = None,
 ) -> Starlette:
     """``required_api_key`` makes the chat route answer 401 without ``Bearer <key>`` (and
-    ``required_header`` without that header and value, as Azure's ``api-key`` does), so a test
-    can prove a secret really travelled before checking that it was stored nowhere."""
+    ``required_headers`` without each of those headers and values, as Azure's ``api-key``
+    does), so a test can prove a secret really travelled before checking that it was stored
+    nowhere."""
     engines: dict[str, Engine] = {p.model: Engine(p) for p in profiles}
 
     def unauthorized(request: Request) -> bool:
-        if required_header is not None and not hmac.compare_digest(
-            request.headers.get(required_header[0], ""), required_header[1]
-        ):
-            return True
+        for name, value in (required_headers or {}).items():
+            if not hmac.compare_digest(request.headers.get(name, ""), value):
+                return True
         return required_api_key is not None and not hmac.compare_digest(
             request.headers.get("authorization", ""), f"Bearer {required_api_key}"
         )
@@ -751,9 +751,9 @@ class SimServer:
         ssl_certfile: Path | None = None,
         ssl_keyfile: Path | None = None,
         required_api_key: str | None = None,
-        required_header: tuple[str, str] | None = None,
+        required_headers: Mapping[str, str] | None = None,
     ) -> None:
-        self.app = create_app(profiles, required_api_key, required_header)
+        self.app = create_app(profiles, required_api_key, required_headers)
         self.scheme = "https" if ssl_certfile else "http"
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

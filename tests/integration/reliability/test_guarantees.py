@@ -329,26 +329,31 @@ def test_canary_api_key_appears_nowhere(db_path: Path, tmp_path: Path) -> None:
 
 def test_custom_header_values_are_secrets(db_path: Path, tmp_path: Path) -> None:
     """`--header "x-api-key: …"` (Azure, Cloudflare Access) and `NAME:env:VAR` reach the server
-    and nothing else: not raw.runs.config_json, the spool, the report or the CLI's output."""
+    and nothing else: not raw.runs.config_json, the spool, the report or the CLI's output.
+    Both forms in one sweep (the simulator refuses a request missing either), and a sweep
+    without the second is refused: each really travelled."""
     literal, from_env = "hdr-literal-6a1f0c93e2b7", "hdr-env-2c8d5e71b4f0"
     home = tmp_path / "home"
     env = {"SPARKCAP_HOME": str(home), "SPARKCAP_CANARY_HDR": from_env, **RELAXED_TIMING}
-    outputs = []
-    for flag, required in (
-        (f"x-api-key: {literal}", ("x-api-key", literal)),
-        ("api-key: env:SPARKCAP_CANARY_HDR", ("api-key", from_env)),
-    ):
-        with SimServer([fast_profile("m")], required_header=required) as sim:
-            args = ["sweep", "--endpoint", sim.endpoint, "--model", "m", "--workload", "code"]
-            args += ["--levels", "1", "--trials", "1", "--max-tokens", "8", "--no-warmup"]
-            args += ["--max-remeasures", "0", "--db", str(db_path), "--header", flag]
-            # a child process: its whole stdout and stderr, the load-generating process's
-            # included, are what must not hold the value
-            p = cli_child(*args, env=env)
-            assert p.returncode == 0, p.stderr  # the simulator answers 401 without the header
-            outputs += [p.stdout, p.stderr]
-            without = cli(*args[:-2], env=env)
-            assert without.returncode == 1 and "refused the credentials" in without.stderr
+    required = {"x-api-key": literal, "api-key": from_env}
+    with SimServer([fast_profile("m")], required_headers=required) as sim:
+        args = ["sweep", "--endpoint", sim.endpoint, "--model", "m", "--workload", "code"]
+        args += ["--levels", "1", "--trials", "1", "--max-tokens", "8", "--no-warmup"]
+        args += ["--max-remeasures", "0", "--db", str(db_path)]
+        args += [
+            "--header",
+            f"x-api-key: {literal}",
+            "--header",
+            "api-key: env:SPARKCAP_CANARY_HDR",
+        ]
+        # a child process: its whole stdout and stderr, the load-generating process's
+        # included, are what must not hold the value
+        p = cli_child(*args, env=env)
+        assert p.returncode == 0, p.stderr  # the simulator answers 401 without either header
+        outputs = [p.stdout, p.stderr]
+        without = cli(*args[:-2], env=env)
+        assert without.returncode == 1 and "refused the credentials" in without.stderr
+        outputs += [without.stdout, without.stderr]
     from sparkcap.publish.report import render_report
 
     report = render_report(db_path, None, tmp_path / "reports", export_images=False)
