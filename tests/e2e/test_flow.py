@@ -89,23 +89,35 @@ def test_flow_runs_the_whole_night(harness: None, tmp_path: Path) -> None:
 
 
 def test_flow_searches_when_asked(harness: None, tmp_path: Path) -> None:
-    """`sparkcap run --search` reaches the flow as a parameter: every workload is searched."""
+    """`sparkcap run --search` reaches the flow as a parameter: the workload is searched
+    (doubling to the highest level allowed), not swept on the fleet file's grid. About the
+    parameter, not the twin: one small deployment (the search has tests of its own)."""
     import duckdb
 
+    from sparkcap.servers.sim.server import SimServer
+
     db, reports = tmp_path / "s.duckdb", tmp_path / "reports"
-    state = _nightly()(
-        fleet=str(ROOT / "fleets" / "twin.yaml"),
-        db=str(db),
-        profile="smoke",
-        reports=str(reports),
-        search={"max_level": 4, "trials_max": 1, "sustain_factor": 0},
-        return_state=True,
-    )
+    with SimServer([fast_profile()]) as sim:
+        fleet = one_deployment_fleet(
+            tmp_path, "searched", sim.endpoint, levels=[1, 3], trials=1, max_tokens=16
+        )
+        state = _nightly()(
+            fleet=str(fleet),
+            db=str(db),
+            profile="full",
+            reports=str(reports),
+            search={"max_level": 4, "trials_max": 1, "sustain_factor": 0},
+            return_state=True,
+        )
     assert state.is_completed(), state.message
     with duckdb.connect(str(db), read_only=True) as con:
         methods = con.execute("select distinct method from marts.fct_capacity").fetchall()
-        steps = con.execute("select count(*) from marts.fct_search_path").fetchall()[0][0]
-    assert methods == [("search",)] and steps >= 6  # 3 deployments x 2 workloads
+        levels = con.execute(
+            "select list(distinct concurrency order by concurrency) from marts.fct_search_path"
+        ).fetchall()[0][0]
+    # the search's levels, not the grid's (1, 3): 2 by doubling, up to max_level 4 (every
+    # level passes at ~90 tok/s)
+    assert methods == [("search",)] and 2 in levels and max(levels) == 4, levels
 
 
 @pytest.mark.reliability
