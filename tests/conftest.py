@@ -43,8 +43,11 @@ def _isolated_home(
 ) -> Iterator[None]:
     monkeypatch.setenv("SPARKCAP_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("SPARKCAP_DB", raising=False)
-    if "twin_night" in request.fixturenames:
-        # a test that builds the twin's warehouse again judges with the vars its night used
+    if not any(request.node.get_closest_marker(m) for m in ("client_timing", "timing_rule")):
+        # the one setting (helpers.RELAXED_TIMING), for this process and every CLI, worker
+        # and dbt build it starts: a test that is not about the client's timing never fails
+        # on it (a CI run, 2026-12-05: a distributed night's level invalid at a 0.94 % error
+        # bound beside the parallel suite). The twin night is judged with the same vars.
         monkeypatch.setenv("SPARKCAP_DBT_VARS", RELAXED_TIMING["SPARKCAP_DBT_VARS"])
     yield
 

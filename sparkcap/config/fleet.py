@@ -194,6 +194,9 @@ class Distributed(_Strict):
     host_stream_budget: int = Field(256, ge=1)
     # a child whose heartbeat is older than this is lost (its worker or host died)
     stall_s: float = Field(180.0, ge=5)
+    # a child taken by a worker that has not beaten this long is given up (its process start,
+    # imports and pull steps come first); None: stall_s
+    start_s: float | None = Field(None, ge=5)
     # how long the parent waits for every child before naming the rest as missing
     window_s: float = Field(12 * 3600.0, gt=0)
     # a slot a dead child held is freed when its lease runs out (Prefect's minimum is 60 s)

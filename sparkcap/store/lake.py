@@ -65,6 +65,10 @@ def partition(night: str, deployment: str, run_id: str) -> str:
     return f"night={_value(night)}/deployment={_value(deployment)}/run_id={_value(run_id)}"
 
 
+# a child's attempts: the parent gives a child back to the pool once at most
+ATTEMPTS = (1, 2)
+
+
 @dataclass(frozen=True)
 class ChildKey:
     """One child sweep of a distributed night: a deployment × workload of one run."""
@@ -185,9 +189,27 @@ class Lake:
         body = {"workload": key.workload, "deployment": key.deployment, **status}
         self._put(self._status_path(key, "json"), json.dumps(body, sort_keys=True).encode())
 
-    def heartbeat(self, key: ChildKey) -> None:
+    def _beat_path(self, key: ChildKey, attempt: int) -> str:
+        # attempt 1 keeps the name lakes of earlier versions have, for a later ``--finish``
+        return self._status_path(key, "heartbeat" if attempt == 1 else f"a{attempt}.heartbeat")
+
+    def heartbeat(self, key: ChildKey, attempt: int = 1) -> None:
+        """Each attempt beats in a file of its own: the parent judges a child given back by
+        the second attempt's silence alone, never by the beat the first left behind."""
         # the time is in the file, not its mtime: object stores do not all keep one
-        self._put(self._status_path(key, "heartbeat"), str(time.time()).encode())
+        self._put(self._beat_path(key, attempt), str(time.time()).encode())
+
+    def stand_down(self, key: ChildKey, attempt: int) -> None:
+        """The parent's word to an attempt it gives up on (``is_stood_down``)."""
+        self._put(self._status_path(key, f"a{attempt}.stand-down"), b"")
+
+    def is_stood_down(self, key: ChildKey, attempt: int) -> bool:
+        """Whether the parent has given this attempt up. A child beats, then asks; the parent
+        says so, then reads the beat: whichever writes second sees the other's write, so an
+        attempt the parent gives back without having seen a beat never sends a request, and a
+        child never measures twice (it did once, under load: given back while its first
+        process was still starting, it ran on both hosts)."""
+        return bool(self.fs.exists(self._status_path(key, f"a{attempt}.stand-down")))
 
     # -- what the parent reads -----------------------------------------------------------
 
@@ -210,11 +232,15 @@ class Lake:
             status = {**status, "host": "?"}
         return status
 
-    def heartbeat_age_s(self, key: ChildKey) -> float | None:
-        """Seconds since the child's last beat; None where it never beat, or where the file
-        holds no time (it then reads as a child that never beat, never as a traceback)."""
+    def heartbeat_age_s(self, key: ChildKey, attempt: int | None = None) -> float | None:
+        """Seconds since the attempt's last beat (``attempt`` None: the youngest beat of any
+        attempt, what ``--finish`` asks); None where it never beat, or where the file holds no
+        time (it then reads as a child that never beat, never as a traceback)."""
+        if attempt is None:
+            ages = [a for n in ATTEMPTS if (a := self.heartbeat_age_s(key, n)) is not None]
+            return min(ages, default=None)
         try:
-            raw = self._get(self._status_path(key, "heartbeat"))
+            raw = self._get(self._beat_path(key, attempt))
         except FileNotFoundError:
             return None
         try:

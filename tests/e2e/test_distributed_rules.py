@@ -83,6 +83,7 @@ def test_the_parent_names_lost_children_and_gives_unstarted_ones_back(
 
     def resubmit(s: ChildSpec) -> Any:
         resubmitted.append(s.deployment)
+        assert s.attempt == 2  # beats in a file of its own
         return _run(Completed())  # another worker took it and finished
 
     settings = Distributed(stall_s=5, window_s=3, poll_s=0.2)
@@ -102,6 +103,9 @@ def test_the_parent_names_lost_children_and_gives_unstarted_ones_back(
     assert by_dep["unstarted"].state == "COMPLETED"
     state, message = _state(first_ids[1])
     assert state == "CRASHED" and "stopped before starting it" in message
+    # told to stand down before it was given back: were it only slow, it sends nothing
+    assert lake.is_stood_down(unstarted.key, 1) and not lake.is_stood_down(unstarted.key, 2)
+    assert not lake.is_stood_down(lost.key, 1)  # it beat: never given back
     # the window closed on the one nobody took
     assert "never started" in (by_dep["untaken"].reason or "")
     assert _state(first_ids[2])[0] == "CANCELLED"
@@ -128,3 +132,43 @@ def test_a_second_unstarted_loss_is_named_not_resubmitted_again(
     assert "prose: taken by a worker that stopped before starting it" in (
         fan.children[0].reason or ""
     )
+
+
+def test_a_child_that_beats_as_it_is_given_up_is_waited_for_then_given_back(
+    harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race the stand-down closes: the child's first beat lands between the parent's look
+    (no beat) and its stand-down. The parent then cannot know whether the child saw it, so it
+    waits: a child that stood down ends without a status and only then goes back to the pool;
+    one that did not would sweep as any other child."""
+    from prefect.client.orchestration import get_client
+    from prefect.states import Completed, Pending
+
+    lake = Lake(tmp_path / "lake")
+    spec = ChildSpec(
+        fleet_path="f.yaml", deployment="d", workload="code", run_id="r3",
+        night="2026-11-30", lake=str(tmp_path / "lake"),
+    )  # fmt: skip
+    first = _run(Pending())
+    stand_down = Lake.stand_down
+
+    def beaten_meanwhile(self: Lake, key: Any, attempt: int) -> None:
+        stand_down(self, key, attempt)
+        self.heartbeat(key, attempt)  # the child's first beat, just before the parent reads
+        assert self.is_stood_down(key, attempt)  # what the child then reads: it stands down
+        with get_client(sync_client=True) as client:  # and its flow run ends, measuring nothing
+            client.set_flow_run_state(first, Completed(), force=True)
+
+    monkeypatch.setattr(Lake, "stand_down", beaten_meanwhile)
+    resubmitted: list[ChildSpec] = []
+
+    def resubmit(s: ChildSpec) -> Any:
+        resubmitted.append(s)
+        return _run(Completed())
+
+    fan = FanOut([ChildRun(spec, first)])
+    wait_for_children(fan, lake, Distributed(stall_s=5, poll_s=0.2), resubmit)
+    assert [s.attempt for s in resubmitted] == [2]
+    # the first attempt was never marked crashed: it ended on its own
+    assert _state(first)[0] == "COMPLETED"
+    assert fan.children[0].spec.attempt == 2 and fan.children[0].reason is None

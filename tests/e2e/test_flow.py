@@ -205,7 +205,7 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
         "PREFECT_API_URL": api,
         "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2",
         "PREFECT_WORKER_QUERY_SECONDS": "2",
-        "PREFECT_WORKER_PREFETCH_SECONDS": "5",
+        "PREFECT_WORKER_PREFETCH_SECONDS": "2",
         "SPARKCAP_HOME": str(tmp_path / "home"),
         "DO_NOT_TRACK": "1",
     }
@@ -251,7 +251,7 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
             "--name",
             "nightly-twin",
             "--interval",
-            "5",
+            "20",
             "--params",
             json.dumps(params),
         )
@@ -265,7 +265,20 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
         )
         deadline = time.monotonic() + 300
         states: list[str] = []
+        paused = False
         while time.monotonic() < deadline:
+            if not paused:
+                # once the worker holds the first scheduled run, pause the schedule (Prefect
+                # deletes the runs it planned after it): the interval plans runs for ever, and
+                # a second night costs a whole build and validation (the anchored single run
+                # tried instead was never picked up once in a fresh clone, cause not found)
+                taken = {"flow_runs": {"state": {"type": {"any_": ["PENDING", "RUNNING"]}}}}
+                held = httpx.post(f"{api}/flow_runs/filter", json=taken, timeout=10).json()
+                if held:
+                    dep = held[0]["deployment_id"]
+                    r = httpx.post(f"{api}/deployments/{dep}/pause_deployment", timeout=10)
+                    assert r.status_code < 300, r.text
+                    paused = True
             finished = {
                 "flow_runs": {"state": {"type": {"any_": ["COMPLETED", "FAILED", "CRASHED"]}}},
                 "limit": 20,

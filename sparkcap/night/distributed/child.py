@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from sparkcap.config import SweepPlan, WorkloadName
 from sparkcap.config.fleet import Distributed, FleetDeployment
@@ -31,7 +31,7 @@ from sparkcap.night.plan import fleet_for
 from sparkcap.night.schedule import ensure_limit
 from sparkcap.night.sweeps import PreflightError, ProgressFn, preflight
 from sparkcap.settings import get_settings
-from sparkcap.store.lake import ChildKey, Lake
+from sparkcap.store.lake import ATTEMPTS, ChildKey, Lake
 from sparkcap.transform.live_judge import SearchJudge
 
 log = logging.getLogger(__name__)
@@ -60,6 +60,8 @@ class ChildSpec(BaseModel):
     night: str
     lake: str
     endpoint: str | None = None  # a server the parent launched for the night
+    # the parent gives a child back to the pool once: its second attempt beats apart
+    attempt: int = Field(1, ge=ATTEMPTS[0], le=ATTEMPTS[-1])
 
     @property
     def key(self) -> ChildKey:
@@ -107,17 +109,18 @@ def _holding(limits: list[tuple[list[str], int, int]], lease_s: float) -> Iterat
 
 
 @contextlib.contextmanager
-def _heartbeat(lake: Lake, key: ChildKey, every_s: float) -> Iterator[None]:
+def _heartbeat(lake: Lake, key: ChildKey, attempt: int, every_s: float) -> Iterator[None]:
     """The lake heartbeat: what tells the parent (and a later ``--finish``) that this child
-    still lives; Prefect marks no run crashed when its whole host dies."""
+    still lives; Prefect marks no run crashed when its whole host dies. The first beat is
+    written before this returns: the stand-down check after it relies on that order."""
     stop = threading.Event()
 
     def beat() -> None:
         while not stop.wait(every_s):
             with contextlib.suppress(Exception):  # a missed beat is only a later one
-                lake.heartbeat(key)
+                lake.heartbeat(key, attempt)
 
-    lake.heartbeat(key)
+    lake.heartbeat(key, attempt)
     thread = threading.Thread(target=beat, name="sparkcap-heartbeat", daemon=True)
     thread.start()
     try:
@@ -129,7 +132,7 @@ def _heartbeat(lake: Lake, key: ChildKey, every_s: float) -> Iterator[None]:
 
 @dataclass
 class ChildOutcome:
-    state: str  # ok / failed
+    state: str  # ok / failed / stood down (the parent gave it up before it measured)
     waves: int = 0
     reason: str | None = None
 
@@ -165,8 +168,14 @@ def sweep_child(spec: ChildSpec, progress: ProgressFn | None = None) -> ChildOut
         if progress is not None:
             progress(wave, outcome.waves, outcome.waves)
 
-    status("running")
-    with _heartbeat(lake, key, max(1.0, settings.stall_s / 6)):
+    with _heartbeat(lake, key, spec.attempt, max(1.0, settings.stall_s / 6)):
+        if lake.is_stood_down(key, spec.attempt):
+            # given back (or given up) while this process was starting: no status, no
+            # request; the parent sees a flow run that ended without a word and judges it
+            return ChildOutcome(
+                "stood down", reason="given up by the parent before its first request"
+            )
+        status("running")
         try:
             asyncio.run(preflight(dep))
             judge = None

@@ -70,6 +70,7 @@ def child_verdict(
     now_s: float,
     deadline_s: float,
     stall_s: float,
+    start_s: float,
     may_give_back: bool,
 ) -> Verdict:
     """The parent's one decision about a child it is waiting for.
@@ -79,21 +80,24 @@ def child_verdict(
     while no worker has held it), ``now_s``, ``deadline_s`` (the window's end): the parent's
     monotonic clock; ``may_give_back``: the parent can submit it again and has not yet.
 
-    Silence is only judged past ``stall_s`` (equal is not yet). A child that has beaten is
-    never resubmitted, lost or not: what it landed is kept, and a sweep half measured twice
-    would be two measurements. One that never beat, pending or running, measured nothing (its
-    heartbeat starts before its first request), so it is given back once: Prefect marks a run
-    running before the child's own code starts, and a host killed in that gap (a fresh clone's
-    killed-worker test, 2026-12-05) left a child that ran on neither host, named lost "from
-    client host ?" though nothing of it was measured. The window cancels only a run no worker
-    took (scheduled, late included), never one a worker holds.
+    Silence is only judged past ``stall_s`` (equal is not yet), and before the first beat
+    past ``start_s``: a worker's new process imports Prefect and sparkcap and runs its pull
+    steps before the child's code beats, which took longer than a 20 s stall on a loaded
+    2-core machine (a CI run, 2026-12-05). A child that has beaten is never resubmitted, lost
+    or not: what it landed is kept, and a sweep half measured twice would be two measurements.
+    One that never beat, pending or running, is given up (GIVE_BACK, UNSTARTED): Prefect marks
+    a run running before the child's own code starts, and a host killed in that gap (a fresh
+    clone's killed-worker test) left a child that ran on neither host. Giving up is only safe
+    with the stand-down the watch adds (``Lake.is_stood_down``): that CI run gave back a child
+    whose process was merely slow, and it measured on both hosts. The window cancels only a
+    run no worker took (scheduled, late included), never one a worker holds.
     """
     if state in FINAL_STATES:
         return Verdict.ENDED
     silent_s = silence_s(heartbeat_age_s, silent_since_s, now_s)
-    if state in TAKEN_STATES and heartbeat_age_s is None and silent_s > stall_s:
+    if state in TAKEN_STATES and heartbeat_age_s is None and silent_s > start_s:
         return Verdict.GIVE_BACK if may_give_back else Verdict.UNSTARTED
-    if state == "RUNNING" and silent_s > stall_s:
+    if state == "RUNNING" and heartbeat_age_s is not None and silent_s > stall_s:
         return Verdict.LOST
     if state == "SCHEDULED" and now_s > deadline_s:
         return Verdict.NEVER_TAKEN

@@ -35,6 +35,9 @@ class ChildRun:
     verdict: str | None = None  # ok / failed, once final
     reason: str | None = None
     resubmitted: int = 0
+    # told to stand down, but it beat before the parent looked: it stands down or sweeps,
+    # and how its run ends says which
+    stand_down_asked: bool = False
 
 
 @dataclass
@@ -73,6 +76,14 @@ def wait_for_children(
             if on_change is not None:
                 on_change(child)
 
+        def give_back(child: ChildRun) -> None:
+            """Submit the child again as its next attempt, which beats in a file of its own."""
+            assert resubmit is not None  # the rules give back only what can be
+            spec = child.spec.model_copy(update={"attempt": child.spec.attempt + 1})
+            retry = ChildRun(spec, resubmit(spec), resubmitted=1)
+            fan.children[fan.children.index(child)] = retry
+            waiting[retry.flow_run_id] = retry
+
         while waiting:
             runs = client.read_flow_runs(
                 flow_run_filter=FlowRunFilter(id=FlowRunFilterId(any_=list(waiting)))
@@ -87,7 +98,8 @@ def wait_for_children(
                 if on_change is not None and child.state != before:
                     on_change(child)
                 state = st.type.value if st else None
-                age = lake.heartbeat_age_s(child.spec.key)
+                key, attempt = child.spec.key, child.spec.attempt
+                age = lake.heartbeat_age_s(key, attempt)
                 since_s = silence_clock(state, age, silent_since_s.get(fr.id), now_s)
                 silent_since_s[fr.id] = since_s
                 verdict = child_verdict(
@@ -97,23 +109,33 @@ def wait_for_children(
                     now_s=now_s,
                     deadline_s=deadline_s,
                     stall_s=settings.stall_s,
+                    start_s=settings.start_s or settings.stall_s,
                     may_give_back=resubmit is not None and child.resubmitted == 0,
                 )
                 wl = child.spec.workload
                 silent_s = silence_s(age, since_s, now_s)
                 if verdict is Verdict.ENDED:
                     del waiting[fr.id]
+                    if child.stand_down_asked and lake.read_status(key) is None:
+                        # it stood down: nothing of it was measured
+                        if resubmit is not None and child.resubmitted == 0:
+                            give_back(child)
+                        else:
+                            child.reason = unstarted_reason(wl, silent_s)
                 elif verdict is Verdict.LOST:
-                    host = (lake.read_status(child.spec.key) or {}).get("host", "?")
+                    host = (lake.read_status(key) or {}).get("host", "?")
                     close(child, Crashed, lost_reason(wl, f"{silent_s:.0f} s", host))
-                elif verdict is Verdict.UNSTARTED:
-                    close(child, Crashed, unstarted_reason(wl, silent_s))
-                elif verdict is Verdict.GIVE_BACK:
-                    assert resubmit is not None  # the rules give back only what can be
-                    close(child, Crashed, unstarted_reason(wl, silent_s), named=False)
-                    retry = ChildRun(child.spec, resubmit(child.spec), resubmitted=1)
-                    fan.children[fan.children.index(child)] = retry
-                    waiting[retry.flow_run_id] = retry
+                elif verdict in (Verdict.GIVE_BACK, Verdict.UNSTARTED):
+                    # stand-down first, beat second (Lake.is_stood_down): a beat now means
+                    # the child may have passed its check, so it is waited for, not rerun
+                    lake.stand_down(key, attempt)
+                    if lake.heartbeat_age_s(key, attempt) is not None:
+                        child.stand_down_asked = True
+                    elif verdict is Verdict.UNSTARTED:
+                        close(child, Crashed, unstarted_reason(wl, silent_s))
+                    else:
+                        close(child, Crashed, unstarted_reason(wl, silent_s), named=False)
+                        give_back(child)
                 elif verdict is Verdict.NEVER_TAKEN:
                     close(child, Cancelled, never_taken_reason(wl, settings.window_s))
             if waiting:

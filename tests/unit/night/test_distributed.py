@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from sparkcap.config import SearchPlan, SweepPlan
 from sparkcap.config.fleet import Distributed, FleetError, load_fleet
@@ -71,7 +72,7 @@ def test_a_childs_parameters_carry_no_fleet_dump(tmp_path: Path) -> None:
     )
     assert set(spec.model_dump()) == {
         "fleet_path", "profile", "search", "deployment", "workload", "run_id", "night",
-        "lake", "endpoint",
+        "lake", "endpoint", "attempt",
     }  # fmt: skip
     with pytest.raises(ValueError, match="extra"):
         ChildSpec.model_validate({**spec.model_dump(), "fleet": {"deployments": []}})
@@ -155,3 +156,38 @@ def test_a_distributed_child_caps_its_search_at_this_hosts_calibrated_budget(
         child.sweep_child(spec)
     (plan,) = seen
     assert plan.search is not None and plan.search.max_level == 4
+
+
+def test_a_child_the_parent_gave_up_sends_nothing_and_says_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CI run gave back a child whose process was only slow to start, and it measured on both
+    hosts: a stood-down attempt beats (so the parent can tell it lived) and stops there, before
+    its preflight, with no status for the parent to read as a sweep."""
+    from sparkcap.night.distributed import child
+    from sparkcap.store.lake import Lake
+
+    monkeypatch.setenv("SPARKCAP_HOME", str(tmp_path / "home"))
+
+    async def never(dep: object) -> None:
+        raise AssertionError("a stood-down child sent a request")
+
+    monkeypatch.setattr(child, "preflight", never)
+    spec = ChildSpec(
+        fleet_path=str(_fleet(tmp_path)),
+        deployment="a",
+        workload="code",
+        run_id="r",
+        night="n",
+        lake=str(tmp_path / "lake"),
+    )
+    lake = Lake(spec.lake)
+    lake.stand_down(spec.key, 1)
+    outcome = child.sweep_child(spec)
+    assert (outcome.state, outcome.waves) == ("stood down", 0)
+    assert lake.read_status(spec.key) is None
+    assert lake.heartbeat_age_s(spec.key, 1) is not None
+    # the second attempt is not the first: it beats apart and is not stood down
+    assert lake.heartbeat_age_s(spec.key, 2) is None and not lake.is_stood_down(spec.key, 2)
+    with pytest.raises(ValidationError):
+        ChildSpec.model_validate({**spec.model_dump(), "attempt": 3})

@@ -55,6 +55,7 @@ def _verdict(
     *,
     now: float = NOW_S,
     may_give_back: bool = True,
+    start_s: float = STALL_S,
 ) -> Verdict:
     return child_verdict(
         state,
@@ -63,6 +64,7 @@ def _verdict(
         now_s=now,
         deadline_s=deadline,
         stall_s=STALL_S,
+        start_s=start_s,
         may_give_back=may_give_back,
     )
 
@@ -95,6 +97,18 @@ def test_silence_is_judged_only_past_stall_s() -> None:
     assert _verdict("RUNNING", None, NOW_S - just) is G
     assert _verdict("PENDING", None, NOW_S - STALL_S) is W
     assert _verdict("PENDING", None, NOW_S - just) is G
+
+
+def test_a_child_not_yet_started_is_judged_by_start_s_alone() -> None:
+    """A CI run gave back a child whose worker process was still importing 20 s after taking
+    it (the test's stall): the first beat gets ``start_s``, every later silence ``stall_s``."""
+    start_s = 3 * STALL_S
+    for state in ("PENDING", "RUNNING"):
+        assert _verdict(state, None, NOW_S - 2 * STALL_S, start_s=start_s) is W
+        assert _verdict(state, None, NOW_S - start_s, start_s=start_s) is W
+        assert _verdict(state, None, NOW_S - start_s - 0.001, start_s=start_s) is G
+    # once it has beaten, start_s no longer counts: silence past stall_s is lost
+    assert _verdict("RUNNING", STALL_S + 0.001, NOW_S - 1, start_s=start_s) is L
 
 
 def test_the_window_closes_only_after_its_end() -> None:
