@@ -274,8 +274,9 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
                 # tried instead was never picked up once in a fresh clone, cause not found)
                 taken = {"flow_runs": {"state": {"type": {"any_": ["PENDING", "RUNNING"]}}}}
                 held = httpx.post(f"{api}/flow_runs/filter", json=taken, timeout=10).json()
-                if held:
-                    dep = held[0]["deployment_id"]
+                deployments = [fr["deployment_id"] for fr in held if fr.get("deployment_id")]
+                if deployments:  # (a subflow run has none)
+                    dep = deployments[0]
                     r = httpx.post(f"{api}/deployments/{dep}/pause_deployment", timeout=10)
                     assert r.status_code < 300, r.text
                     paused = True

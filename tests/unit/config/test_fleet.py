@@ -29,15 +29,17 @@ BOMB = "".join(
 
 
 def _refused(tmp_path: Path, body: str | bytes) -> tuple[str, float, int]:
-    """The one-line refusal, how long it took and the traced memory it peaked at (bytes)."""
+    """The one-line refusal, the CPU seconds it took and the traced memory it peaked at
+    (bytes). CPU time, not wall time: beside a CPU burner and the parallel suite a refusal
+    that costs ~0.2 s of CPU read 2.5 s on the wall clock (a fresh clone, 2026-12-05)."""
     f = tmp_path / "fleet.yaml"
     f.write_bytes(body if isinstance(body, bytes) else body.encode())
     tracemalloc.start()
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     try:
         with pytest.raises(FleetError) as err:
             load_fleet(f)
-        elapsed = time.perf_counter() - t0
+        elapsed = time.process_time() - t0
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -47,10 +49,11 @@ def _refused(tmp_path: Path, body: str | bytes) -> tuple[str, float, int]:
 
 
 def test_an_alias_bomb_is_refused_in_bounded_time_and_memory(tmp_path: Path) -> None:
-    """506 bytes took 23 s and 2.2 GB before "unknown key": refused within 1 s and 32 MB,
+    """506 bytes took 23 s and 2.2 GB before "unknown key": refused within 2 CPU-s and 32 MB
+    (the memory proves nothing was expanded; the time, that nothing was walked for long),
     while an anchor shared by two workloads still loads."""
     text, elapsed, peak = _refused(tmp_path, BOMB + FLEET)
-    assert elapsed < 1.0 and peak < 32 << 20, (elapsed, peak)
+    assert elapsed < 2.0 and peak < 32 << 20, (elapsed, peak)
     assert "expands to more than" in text
     shared = tmp_path / "shared.yaml"
     shared.write_text(FLEET.replace("{code: {}}", "{code: &plan {levels: [1, 2]}, prose: *plan}"))
@@ -67,7 +70,7 @@ def test_an_alias_bomb_is_refused_in_bounded_time_and_memory(tmp_path: Path) -> 
 )
 def test_a_self_referencing_alias_is_one_error_line(tmp_path: Path, body: str) -> None:
     text, elapsed, _ = _refused(tmp_path, body)
-    assert "alias refers to a node that contains it" in text and elapsed < 1.0
+    assert "alias refers to a node that contains it" in text and elapsed < 2.0
 
 
 def test_a_fleet_file_that_is_not_utf8_is_one_error_line_with_its_line(tmp_path: Path) -> None:

@@ -170,4 +170,6 @@ def test_a_reset_answer_that_trickles_or_floods_ends_within_its_deadline(
         )
         t0 = time.monotonic()
         assert asyncio.run(cache_reset.reset_prefix_cache(dep, {})) == recorded
-        assert time.monotonic() - t0 < 3
+        # the trickle unbounded lasts 200 s: 10 s tells a deadline kept from none, whatever
+        # else the machine runs
+        assert time.monotonic() - t0 < 10
