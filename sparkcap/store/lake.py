@@ -199,9 +199,12 @@ class Lake:
         # the time is in the file, not its mtime: object stores do not all keep one
         self._put(self._beat_path(key, attempt), str(time.time()).encode())
 
+    def _stand_down_path(self, key: ChildKey, attempt: int) -> str:
+        return self._status_path(key, f"a{attempt}.stand-down")
+
     def stand_down(self, key: ChildKey, attempt: int) -> None:
         """The parent's word to an attempt it gives up on (``is_stood_down``)."""
-        self._put(self._status_path(key, f"a{attempt}.stand-down"), b"")
+        self._put(self._stand_down_path(key, attempt), b"")
 
     def is_stood_down(self, key: ChildKey, attempt: int) -> bool:
         """Whether the parent has given this attempt up. A child beats, then asks; the parent
@@ -209,7 +212,7 @@ class Lake:
         attempt the parent gives back without having seen a beat never sends a request, and a
         child never measures twice (it did once, under load: given back while its first
         process was still starting, it ran on both hosts)."""
-        return bool(self.fs.exists(self._status_path(key, f"a{attempt}.stand-down")))
+        return bool(self.fs.exists(self._stand_down_path(key, attempt)))
 
     # -- what the parent reads -----------------------------------------------------------
 
