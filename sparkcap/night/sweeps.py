@@ -471,8 +471,13 @@ async def run_probe(
         before, after = scrape_into(deployment)
         produced = await PROBES[chosen.kind](deployment, run_id, chosen)
         for wave in produced if isinstance(produced, list) else [produced]:
-            await asyncio.to_thread(spool.write_wave, wave, db_path)
-            await asyncio.to_thread(spool.stage_spool, db_path, None, run_id)
+            folder = await asyncio.to_thread(spool.write_wave, wave, db_path)
+            try:
+                await asyncio.to_thread(spool.stage_spool, db_path, None, run_id)
+            except WarehouseBusy:
+                # measured and spooled: a busy database delays the probe's staging (the
+                # night's stage step, or the next command's), as a sweep's, never fails it
+                result.unstaged.append(str(folder))
             result.waves.append(wave)
     except BaseException as exc:
         result.status = "incomplete"

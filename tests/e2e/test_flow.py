@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from tests.integration.helpers import (
-    RELAXED_TIMING,
     fast_profile,
     faulty,
     free_port,
@@ -26,13 +25,6 @@ from tests.integration.helpers import (
 from tests.paths import ROOT
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-@pytest.fixture(autouse=True)
-def _not_about_client_timing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These nights are about the flow, not the client's timing (one run's 24-token prose wave
-    on a loaded machine had an error bound of 0.8 % > 0.5 % and left the night incomplete)."""
-    monkeypatch.setenv("SPARKCAP_DBT_VARS", RELAXED_TIMING["SPARKCAP_DBT_VARS"])
 
 
 def _nightly():  # type: ignore[no-untyped-def]
@@ -88,15 +80,39 @@ def test_flow_runs_the_whole_night(harness: None, tmp_path: Path) -> None:
     assert "No baseline to compare with yet." in arts.get("changes", ""), arts.keys()
 
 
-def test_flow_searches_when_asked(harness: None, tmp_path: Path) -> None:
-    """`sparkcap run --search` reaches the flow as a parameter: the workload is searched
-    (doubling to the highest level allowed), not swept on the fleet file's grid. About the
-    parameter, not the twin: one small deployment (the search has tests of its own)."""
-    import duckdb
+@pytest.mark.reliability
+def test_flow_searches_when_asked_once_the_warehouse_is_free(harness: None, tmp_path: Path) -> None:
+    """Two things one small night proves (each was a night of its own, ~60 CPU-s apiece):
 
+    - `sparkcap run --search` reaches the flow as a parameter: the workload is searched
+      (doubling to the highest level allowed), not swept on the fleet file's grid;
+    - the night holds the warehouse's one-slot global concurrency limit: while another night
+      (here: the test) holds it, a night on the same DuckDB file waits, then runs.
+
+    About the parameter and the limit, not the twin: one small deployment (the search has
+    tests of its own)."""
+    import threading
+
+    import duckdb
+    from prefect.client.orchestration import get_client
+    from prefect.concurrency.sync import concurrency
+
+    from sparkcap.night.schedule import ensure_warehouse_limit
     from sparkcap.servers.sim.server import SimServer
 
     db, reports = tmp_path / "s.duckdb", tmp_path / "reports"
+    name = ensure_warehouse_limit(db)
+    held, released = threading.Event(), {}
+
+    def other_night() -> None:
+        with concurrency(name, occupy=1, strict=True):
+            held.set()
+            time.sleep(4)
+            released["at"] = datetime.now(UTC)
+
+    t = threading.Thread(target=other_night)
+    t.start()
+    assert held.wait(30)
     with SimServer([fast_profile()]) as sim:
         fleet = one_deployment_fleet(
             tmp_path, "searched", sim.endpoint, levels=[1, 3], trials=1, max_tokens=16
@@ -109,56 +125,17 @@ def test_flow_searches_when_asked(harness: None, tmp_path: Path) -> None:
             search={"max_level": 4, "trials_max": 1, "sustain_factor": 0},
             return_state=True,
         )
+    t.join()
     assert state.is_completed(), state.message
     with duckdb.connect(str(db), read_only=True) as con:
         methods = con.execute("select distinct method from marts.fct_capacity").fetchall()
         levels = con.execute(
             "select list(distinct concurrency order by concurrency) from marts.fct_search_path"
         ).fetchall()[0][0]
+        (started,) = con.execute("select min(started_at) from raw.runs").fetchone()
     # the search's levels, not the grid's (1, 3): 2 by doubling, up to max_level 4 (every
     # level passes at ~90 tok/s)
     assert methods == [("search",)] and 2 in levels and max(levels) == 4, levels
-
-
-@pytest.mark.reliability
-def test_two_nights_on_one_warehouse_never_overlap(harness: None, tmp_path: Path) -> None:
-    """The night holds the warehouse's one-slot global concurrency limit: while another night
-    (here: the test) holds it, a night on the same DuckDB file waits, then runs."""
-    import threading
-
-    import duckdb
-    from prefect.client.orchestration import get_client
-    from prefect.concurrency.sync import concurrency
-
-    from sparkcap.night.schedule import ensure_warehouse_limit
-
-    db, reports = tmp_path / "shared.duckdb", tmp_path / "reports"
-    name = ensure_warehouse_limit(db)
-    held, released = threading.Event(), {}
-
-    def other_night() -> None:
-        with concurrency(name, occupy=1, strict=True):
-            held.set()
-            time.sleep(4)
-            released["at"] = datetime.now(UTC)
-
-    from sparkcap.servers.sim.server import SimServer
-
-    t = threading.Thread(target=other_night)
-    t.start()
-    assert held.wait(30)
-    # about the limit, not the twin: one small deployment is a whole night all the same
-    with SimServer([fast_profile()]) as sim:
-        fleet = one_deployment_fleet(
-            tmp_path, "overlap", sim.endpoint, levels=[1, 2], trials=1, max_tokens=16
-        )
-        state = _nightly()(
-            fleet=str(fleet), db=str(db), profile="full", reports=str(reports), return_state=True
-        )
-    t.join()
-    assert state.is_completed(), state.message
-    with duckdb.connect(str(db), read_only=True) as con:
-        (started,) = con.execute("select min(started_at) from raw.runs").fetchone()
     assert started >= released["at"]  # the night began only after the other one let go
     with get_client(sync_client=True) as client:
         limit = client.read_global_concurrency_limit_by_name(name)
@@ -166,12 +143,10 @@ def test_two_nights_on_one_warehouse_never_overlap(harness: None, tmp_path: Path
 
 
 def test_flow_records_data_quality_failure_and_still_publishes(
-    harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    harness: None, tmp_path: Path
 ) -> None:
     from sparkcap.servers.sim.server import SimServer
 
-    # 8-token streams: about data quality, not the client's timing (helpers.RELAXED_TIMING)
-    monkeypatch.setenv("SPARKCAP_DBT_VARS", RELAXED_TIMING["SPARKCAP_DBT_VARS"])
     with SimServer([faulty("bad", every=2, omit_usage=True)]) as sim:
         fleet = {
             "name": "bad",
@@ -315,9 +290,7 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
 
 
 @pytest.mark.reliability
-def test_canary_api_key_reaches_no_prefect_record(
-    harness: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_canary_api_key_reaches_no_prefect_record(harness: None, tmp_path: Path) -> None:
     """Secrets stay out of what Prefect keeps: artifacts, run logs, state messages, its database
     and result storage, for a good night and for a night that fails on a wrong key."""
     import asyncio
@@ -334,8 +307,6 @@ def test_canary_api_key_reaches_no_prefect_record(
     header = "hdr-canary-0d9e7c4b2a61"  # a custom header's value is a secret too
     os.environ["SPARKCAP_CANARY_GOOD"], os.environ["SPARKCAP_CANARY_WRONG"] = good, wrong
     os.environ["SPARKCAP_CANARY_HDR"] = header
-    # 8-token streams: about secrets, not the client's timing
-    monkeypatch.setenv("SPARKCAP_DBT_VARS", RELAXED_TIMING["SPARKCAP_DBT_VARS"])
     states = []
     try:
         with SimServer(
