@@ -44,7 +44,9 @@ def test_probes_against_llama_server(long_context_server: object, db_path: Path)
         model="gemma-3-270m",
         extra_body={"ignore_eos": True},
     )
-    asyncio.run(run_probe(dep, "prompt-cache", db_path, document_tokens=2000))
+    # half the sizes the study used on a Spark (one thread of a loaded 2-core machine prefills
+    # ~50-200 tok/s): a 1,000-token document and a 1,500-token prompt show the same two effects
+    asyncio.run(run_probe(dep, "prompt-cache", db_path, document_tokens=1000))
     asyncio.run(
         run_probe(
             dep,
@@ -52,7 +54,7 @@ def test_probes_against_llama_server(long_context_server: object, db_path: Path)
             db_path,
             background_streams=1,
             background_tokens=300,
-            long_prompt_tokens=3000,
+            long_prompt_tokens=1500,
             settle_s=1.0,
             probe_interval_s=0.5,
         )
@@ -65,7 +67,7 @@ def test_probes_against_llama_server(long_context_server: object, db_path: Path)
         from marts.fct_prompt_cache
     """,
     )[0]
-    assert abs(doc - 2000) < 100 and cached > 1500 and warm < cold / 2
+    assert abs(doc - 1000) < 100 and cached > 750 and warm < cold / 2
     (tokens, ttft, before, during) = q(
         db_path,
         """
@@ -73,5 +75,5 @@ def test_probes_against_llama_server(long_context_server: object, db_path: Path)
         from marts.fct_prefill_interference
     """,
     )[0]
-    assert abs(tokens - 3000) < 100 and ttft > 0.5
+    assert abs(tokens - 1500) < 100 and ttft > 0.5
     assert during < before  # the background stream slowed while the prompt was prefilled
