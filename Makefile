@@ -54,7 +54,7 @@ LOGS := $(SPARKCAP_HOME)/test-logs
 # (each notes itself in SPARKCAP_BUILD_LOG, from any process).
 test: $(STAMP)
 	@mkdir -p "$(PREFECT_HOME)" "$(SPARKCAP_HOME)" "$(LOGS)"
-	@rm -f "$(LOGS)"/*.rc "$(LOGS)"/*.log "$(SPARKCAP_HOME)/llama-build.rc"
+	@rm -f "$(LOGS)"/*.rc "$(LOGS)"/*.log "$(LOGS)"/*.cpu "$(SPARKCAP_HOME)/llama-build.rc"
 	@rm -rf "$(SPARKCAP_HOME)/twin"
 	@export SPARKCAP_BUILD_LOG="$(SPARKCAP_HOME)/builds.jsonl"; rm -f "$$SPARKCAP_BUILD_LOG"; \
 	  export SPARKCAP_TEST_TWIN_DIR="$(SPARKCAP_HOME)/twin"; \
@@ -68,22 +68,26 @@ test: $(STAMP)
 	      echo $$? > "$(LOGS)/real-server.rc"; \
 	    else echo "not run: the llama-server build failed" > "$(LOGS)/real-server.log"; \
 	      echo 1 > "$(LOGS)/real-server.rc"; fi; \
+	    times > "$(LOGS)/real-server.cpu"; \
 	    echo $$(( $$(date +%s) - t0 )) > "$(LOGS)/real-server.s" ) & \
 	  echo "twin night, client-timing tests and lint in the background (logs: $(LOGS))"; \
 	  ( PREFECT_HOME="$(PREFECT_HOME)/twin" nice -n $(TIMING_NICE) \
 	      $(PY) -m tests.twin "$$SPARKCAP_TEST_TWIN_DIR" \
-	      > "$(LOGS)/twin.log" 2>&1; echo $$? > "$(LOGS)/twin.rc" ) & \
+	      > "$(LOGS)/twin.log" 2>&1; echo $$? > "$(LOGS)/twin.rc"; times > "$(LOGS)/twin.cpu" ) & \
 	  ( PREFECT_HOME="$(PREFECT_HOME)/timing" nice -n $(TIMING_NICE) \
 	      $(PY) -m pytest -q -p no:cacheprovider --durations=10 \
 	      -m client_timing > "$(LOGS)/timing.log" 2>&1; echo $$? > "$(LOGS)/timing.rc"; \
-	    echo $$(( $$(date +%s) - t0 )) > "$(LOGS)/timing.s" ) & \
+	    times > "$(LOGS)/timing.cpu"; echo $$(( $$(date +%s) - t0 )) > "$(LOGS)/timing.s" ) & \
 	  ( ( set -e; $(VENV)/bin/ruff check sparkcap flows tests benchmarks; \
 	    $(VENV)/bin/ruff format --check sparkcap flows tests benchmarks; \
 	    $(VENV)/bin/mypy; $(VENV)/bin/lint-imports --no-cache; \
 	    $(PY) -m sparkcap.docs_reference --check ) > "$(LOGS)/lint.log" 2>&1; \
-	    echo $$? > "$(LOGS)/lint.rc"; echo $$(( $$(date +%s) - t0 )) > "$(LOGS)/lint.s" ) & \
-	  $(PY) -m pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadgroup \
-	    -m "not client_timing and not real_server"; rc=$$?; t2=$$(date +%s); \
+	    echo $$? > "$(LOGS)/lint.rc"; times > "$(LOGS)/lint.cpu"; \
+	    echo $$(( $$(date +%s) - t0 )) > "$(LOGS)/lint.s" ) & \
+	  ( $(PY) -m pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadgroup \
+	    -m "not client_timing and not real_server"; echo $$? > "$(LOGS)/parallel.rc"; \
+	    times > "$(LOGS)/parallel.cpu" ); rc=$$(cat "$(LOGS)/parallel.rc" 2>/dev/null || echo 1); \
+	  t2=$$(date +%s); \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; rc=1; fi; \
 	  wait; t3=$$(date +%s); \
 	  echo "── lint ──"; cat "$(LOGS)/lint.log"; \
@@ -98,7 +102,7 @@ test: $(STAMP)
 	  tail -15 "$(LOGS)/real-server.log"; \
 	  $(PY) tests/suite_summary.py "$$SPARKCAP_BUILD_LOG" "$$(cat "$(LOGS)/lint.s" || echo -1)" \
 	    $$((t2 - t0)) "$$(cat "$(LOGS)/timing.s" || echo -1)" \
-	    "$$(cat "$(LOGS)/real-server.s" || echo -1)" $$((t3 - t0)); \
+	    "$$(cat "$(LOGS)/real-server.s" || echo -1)" $$((t3 - t0)) "$(LOGS)"; \
 	  if [ "$$(cat "$(LOGS)/lint.rc")" != 0 ]; then echo "make test: the lint step failed"; rc=1; fi; \
 	  timing_rc=$$(cat "$(LOGS)/timing.rc"); \
 	  if [ "$$timing_rc" = 5 ]; then echo "pytest collected no client-timing tests"; rc=1; \

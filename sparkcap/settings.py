@@ -100,14 +100,17 @@ def get_settings() -> Settings:
         raise BadEnvironment(str(exc)) from None
 
 
-def note_build(kind: str, what: str, seconds: float) -> None:
+def note_build(kind: str, what: str, seconds: float, cpu_s: float | None = None) -> None:
     """One line in ``SPARKCAP_BUILD_LOG`` (unset: nothing); appended whole, so the parallel
     processes of a test run or a night share one file. A log that cannot be written costs
-    the note, never the build."""
+    the note, never the build. ``cpu_s``: the process's CPU seconds over the same span (on a
+    loaded machine the wall seconds say how long it waited, not what it cost)."""
     path = get_settings().build_log
     if path is None:
         return
     note: dict[str, object] = {"kind": kind, "what": what, "seconds": round(seconds, 3)}
+    if cpu_s is not None:
+        note["cpu_s"] = round(cpu_s, 3)
     # under pytest (subprocesses inherit it): which test paid for the build, so the suite's
     # summary names the tests that build most rather than leaving the count anonymous
     test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]

@@ -6,23 +6,67 @@ The parts run side by side from the same start (the lint step, the client-timing
 tests in parallel, and the llama-server build followed by the real-server tests), so each is
 given as the second it ended at, and the whole as its own.
 
-    python tests/suite_summary.py BUILD_LOG LINT_S PARALLEL_S TIMING_S REAL_SERVER_S TOTAL_S
+Each part's CPU seconds (the ``times`` of the shell that ran it, in LOGS/<part>.cpu) and each
+test's (noted by tests/conftest.py) are given too: on 2 saturated cores the suite's time is
+its CPU, so these say where the next minute can come from.
+
+    python tests/suite_summary.py BUILD_LOG LINT_S PARALLEL_S TIMING_S REAL_SERVER_S TOTAL_S [LOGS]
 """
 
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import Counter
 from pathlib import Path
 
+PARTS = {
+    "lint": "lint",
+    "timing": "client-timing tests",
+    "twin": "twin night",
+    "real-server": "llama-server build and real-server tests",
+    "parallel": "tests in parallel",
+}
+
+
+def times_cpu_s(text: str) -> float | None:
+    """The children's user + system seconds from a POSIX shell's ``times`` (its second line,
+    ``0m12.5s 0m1.2s``), or None."""
+    lines = text.strip().splitlines()
+    found = re.findall(r"(\d+)m([\d.]+)s", lines[-1]) if len(lines) == 2 else []
+    if len(found) != 2:
+        return None
+    return sum(int(m) * 60 + float(sec) for m, sec in found)
+
+
+def parts_cpu(logs: Path) -> list[str]:
+    spent = {}
+    for name, words in PARTS.items():
+        f = logs / f"{name}.cpu"
+        cpu = times_cpu_s(f.read_text(encoding="utf-8")) if f.exists() else None
+        if cpu is not None:
+            spent[words] = cpu
+    if not spent:
+        return []
+    each = " · ".join(f"{words} {cpu:.0f}" for words, cpu in spent.items())
+    return [f"CPU seconds by part: {each} · {sum(spent.values()):.0f} in all"]
+
 
 def summary(
-    log: Path, lint_s: int, parallel_s: int, timing_s: int, real_server_s: int, total_s: int
+    log: Path,
+    lint_s: int,
+    parallel_s: int,
+    timing_s: int,
+    real_server_s: int,
+    total_s: int,
+    logs: Path | None = None,
 ) -> list[str]:
     counts: Counter[str] = Counter()
     seconds: Counter[str] = Counter()
+    cpu: Counter[str] = Counter()
     whole_by_test: Counter[str] = Counter()
+    test_cpu: Counter[str] = Counter()
     lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
     for line in lines:
         try:
@@ -31,8 +75,14 @@ def summary(
             spent = float(note["seconds"])
         except (ValueError, KeyError, TypeError):
             note, key, spent = {}, "unreadable note", 0.0
+        if key == "test cpu":
+            test_cpu[str(note.get("test"))] += float(note.get("cpu_s") or 0) + float(
+                note.get("children_cpu_s") or 0
+            )
+            continue
         counts[key] += 1
         seconds[key] += spent
+        cpu[key] += float(note.get("cpu_s") or 0)
         if key == "dbt build all" or key.startswith("gx "):
             whole_by_test[str(note.get("test") or "(outside a test)")] += 1
     out = [
@@ -43,17 +93,29 @@ def summary(
     ]
     whole = counts["dbt build all"]
     gx = sum(n for k, n in counts.items() if k.startswith("gx "))
+    out += parts_cpu(logs) if logs is not None else []
     out.append(f"builds: {whole} whole dbt builds, {gx} GX validations (target: ≤ 10 together)")
     for key in sorted(counts):
-        out.append(f"  {counts[key]:4d} × {key:28s} {seconds[key]:8.1f} s of work")
+        out.append(
+            f"  {counts[key]:4d} × {key:28s} {seconds[key]:8.1f} s of work, "
+            f"{cpu[key]:7.1f} CPU-s (a validation's includes its dbt run)"
+        )
     if whole_by_test:
         out.append("the tests that run most whole builds and validations:")
         for test, n in whole_by_test.most_common(12):
             out.append(f"  {n:4d}  {test}")
+    if test_cpu:
+        out.append(
+            f"the tests that cost most CPU (with the processes they waited for; "
+            f"{sum(test_cpu.values()):.0f} CPU-s over {len(test_cpu)} tests):"
+        )
+        for test, spent in test_cpu.most_common(20):
+            out.append(f"  {spent:7.1f}  {test}")
     return out
 
 
 if __name__ == "__main__":
     log_arg, *times = sys.argv[1:]
+    logs_dir = Path(times.pop()) if len(times) == 6 else None
     lint, parallel, timing, real_server, total = (int(t) for t in times)
-    print("\n".join(summary(Path(log_arg), lint, parallel, timing, real_server, total)))
+    print("\n".join(summary(Path(log_arg), lint, parallel, timing, real_server, total, logs_dir)))

@@ -233,7 +233,7 @@ def run_dbt(
     # dbt logs the process's command line as its "invocation_command": a `sparkcap sweep
     # --header "x-api-key: …"` that builds the marts would write that secret into dbt.log
     argv, sys.argv = sys.argv, ["dbt", *args]
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     try:
         manifest = _parsed_manifest(args) if command != "parse" else None
         res = dbtRunner(manifest=manifest).invoke(args)
@@ -243,7 +243,10 @@ def run_dbt(
         _release_dbt_logs()
         selected = extra is not None and "--select" in extra
         note_build(
-            "dbt", f"{command} {'selected' if selected else 'all'}", time.perf_counter() - started
+            "dbt",
+            f"{command} {'selected' if selected else 'all'}",
+            time.perf_counter() - started,
+            time.process_time() - cpu_started,
         )
     failures: list[str] = []
     n = 0

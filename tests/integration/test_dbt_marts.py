@@ -348,7 +348,7 @@ def test_a_searched_levels_interval_is_one_bootstrap_everywhere(db_path: Path) -
     for wave in waves:
         stage_wave_to(db_path, wave)
     run_end_to(db_path, run_id, "complete")
-    build(db_path)
+    build(db_path, select="+fct_levels +int_search_levels")  # the two it reads, not a night's
     rows = q(
         db_path,
         "select l.concurrency, l.n_valid_trials, l.ci_low_tok_s, l.ci_high_tok_s, "

@@ -28,3 +28,39 @@ def test_the_summary_counts_builds_and_names_the_tests_that_run_them(tmp_path: P
     ranked = out[out.index("the tests that run most whole builds and validations:") + 1 :]
     assert ranked[0].split() == ["2", "tests/a.py::t1"]
     assert sorted(line.split()[1] for line in ranked[1:]) == ["(outside", "tests/b.py::t2"]
+
+
+def test_the_summary_gives_each_parts_cpu_and_the_costliest_tests(tmp_path: Path) -> None:
+    log, logs = tmp_path / "builds.jsonl", tmp_path / "logs"
+    logs.mkdir()
+    notes = [
+        {"kind": "dbt", "what": "build all", "seconds": 20, "cpu_s": 9.5, "test": "t::a"},
+        {
+            "kind": "test",
+            "what": "cpu",
+            "test": "t::a",
+            "seconds": 60,
+            "cpu_s": 30,
+            "children_cpu_s": 12.5,
+        },
+        {
+            "kind": "test",
+            "what": "cpu",
+            "test": "t::b",
+            "seconds": 70,
+            "cpu_s": 50,
+            "children_cpu_s": 0,
+        },
+    ]
+    log.write_text("\n".join(json.dumps(n) for n in notes) + "\n", encoding="utf-8")
+    # a POSIX shell's `times`: the shell's own, then its children's user and system seconds
+    (logs / "lint.cpu").write_text("0m0.01s 0m0.00s\n1m30.50s 0m4.50s\n", encoding="utf-8")
+    (logs / "parallel.cpu").write_text("0m0.000000s 0m0.000000s\n20m0.0s 1m0.0s\n")
+    (logs / "timing.cpu").write_text("garbled\n")  # unreadable: left out, never a failure
+    out = summary(log, 60, 600, 120, 450, 610, logs)
+    assert "CPU seconds by part: lint 95 · tests in parallel 1260 · 1355 in all" in out
+    assert out[2].startswith("builds: 1 whole dbt builds")  # test notes are not builds
+    assert any("9.5 CPU-s" in line for line in out)
+    ranked = out[next(i for i, line in enumerate(out) if "cost most CPU" in line) + 1 :]
+    assert [line.split() for line in ranked] == [["50.0", "t::b"], ["42.5", "t::a"]]
+    assert "92 CPU-s over 2 tests" in out[-3]
