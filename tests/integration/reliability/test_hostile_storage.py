@@ -94,6 +94,26 @@ def _wave_with_metrics_from(sim: SimServer, metrics_url: str, timeout_s: float) 
     return wave
 
 
+# What a scrape may hold a wave beyond its deadline: the event loop's lag and the scrape's own
+# work. The bounds were absolute once (the wave + 2 deadlines + 3 s) and a fresh clone's loaded
+# machine took 7.4 s for a 0.09 s wave and two 1 s scrapes (idle23, 2026-12-06): what the load
+# costs is measured instead, as the same sweep without metrics, just after. Beside 4 CPU
+# burners on the 2 cores two 1 s deadlines held the sweep 2.23-2.36 s (four runs): the slack
+# is four times the worst overshoot seen.
+HELD_SLACK_S = 1.5
+
+
+def _without_metrics_s(sim: SimServer, trials: int) -> float:
+    """The wall seconds of the same sweep with no /metrics to scrape, on the machine as loaded
+    as it is now: the larger of two, so a lull in the load cannot make the bound tighter."""
+    spent = []
+    for _ in range(2):
+        t0 = time.monotonic()
+        waves_of(sim, trials)
+        spent.append(time.monotonic() - t0)
+    return max(spent)
+
+
 def _trickle(_: int) -> Iterator[bytes | float]:
     yield b"# HELP x y\n"
     for _ in range(600):
@@ -111,7 +131,9 @@ def test_a_trickling_metrics_endpoint_holds_a_wave_no_longer_than_the_scrape_dea
         t0 = time.monotonic()
         wave = _wave_with_metrics_from(sim, f"http://127.0.0.1:{raw.port}/metrics", 1.0)
         elapsed = time.monotonic() - t0
-    assert elapsed < 2 * 1.0 + 3.0, elapsed  # two scrapes of at most 1 s, and the wave
+    # two scrapes of at most 1 s beyond the same wave without metrics, whatever the load
+    held = elapsed - _without_metrics_s(sim, 1)
+    assert held < 2 * 1.0 + HELD_SLACK_S, (elapsed, held)
     assert [r.status for r in wave.requests] == ["ok"]
     assert wave.metrics_error is not None
     assert wave.metrics_error.count("no complete answer within 1 s") == 2, wave.metrics_error
@@ -129,8 +151,9 @@ def test_a_trickling_metrics_page_is_not_asked_again_after_two_missed_deadlines(
         elapsed = time.monotonic() - t0
         asked = raw.ordinal
     assert asked == 2, asked  # the first wave's two scrapes, nothing after them
-    # today's 4 waves x 2 scrapes of 1 s would take over 8 s; the waves themselves are short
-    assert elapsed < 2 * 1.0 + 4.0, elapsed
+    # 4 waves x 2 scrapes of 1 s would hold the sweep 8 s; two misses hold it at most 2 s
+    held = elapsed - _without_metrics_s(sim, 4)
+    assert held < 2 * 1.0 + HELD_SLACK_S, (elapsed, held)
     assert all(r.status == "ok" for w in waves for r in w.requests)
     first, *later = waves
     assert first.metrics_error is not None
