@@ -67,6 +67,7 @@ def summary(
     cpu: Counter[str] = Counter()
     whole_by_test: Counter[str] = Counter()
     test_cpu: Counter[str] = Counter()
+    own_cpu: Counter[str] = Counter()
     lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
     for line in lines:
         try:
@@ -76,9 +77,9 @@ def summary(
         except (ValueError, KeyError, TypeError):
             note, key, spent = {}, "unreadable note", 0.0
         if key == "test cpu":
-            test_cpu[str(note.get("test"))] += float(note.get("cpu_s") or 0) + float(
-                note.get("children_cpu_s") or 0
-            )
+            own = float(note.get("cpu_s") or 0)
+            own_cpu[str(note.get("test"))] += own
+            test_cpu[str(note.get("test"))] += own + float(note.get("children_cpu_s") or 0)
             continue
         counts[key] += 1
         seconds[key] += spent
@@ -106,11 +107,12 @@ def summary(
             out.append(f"  {n:4d}  {test}")
     if test_cpu:
         out.append(
-            f"the tests that cost most CPU (with the processes they waited for; "
-            f"{sum(test_cpu.values()):.0f} CPU-s over {len(test_cpu)} tests):"
+            f"the tests that cost most CPU, in all and in the test's own process "
+            f"({sum(test_cpu.values()):.0f} CPU-s over {len(test_cpu)} tests; a child's CPU "
+            "counts when it is reaped, now and then by a later test):"
         )
         for test, spent in test_cpu.most_common(20):
-            out.append(f"  {spent:7.1f}  {test}")
+            out.append(f"  {spent:7.1f} {own_cpu[test]:7.1f}  {test}")
     return out
 
 

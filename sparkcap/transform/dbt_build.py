@@ -98,10 +98,14 @@ def _project_state(project: Path) -> str:
 
 def _manifest_key(args: list[str]) -> str:
     """What the parse depends on: the versions of dbt and its adapter (their macros are in the
-    manifest) and of Python, the project's files and the invocation's ``--vars`` (a var may
-    decide a config at parse time), not the warehouse: the profile attaches the file under a
-    fixed name, so a manifest parsed for one warehouse is the manifest of every other (the
-    connection comes from this invocation's profile)."""
+    manifest) and of Python and the project's files. Not the warehouse: the profile attaches
+    the file under a fixed name, so a manifest parsed for one warehouse is the manifest of
+    every other (the connection comes from this invocation's profile). Not the invocation's
+    ``--vars`` either: the project reads vars only where a node is compiled, which each
+    invocation does with its own (no var decides a config, a ref or a test's arguments:
+    tests/unit/transform/test_dbt_build.py holds the project to that), and the parse runs
+    with the project's defaults. Keyed by the vars, each new threshold or tolerance cost a
+    parse of ~4-5 CPU-s (a `sparkcap build --threshold 25`, most of the suite's builds)."""
     from importlib.metadata import PackageNotFoundError, version
 
     def installed(name: str) -> str:
@@ -112,9 +116,8 @@ def _manifest_key(args: list[str]) -> str:
 
     packages = ("dbt-core", "dbt-adapters", "dbt-common", "dbt-duckdb", "duckdb")
     versions = " ".join(f"{n}={installed(n)}" for n in packages) + f" python={sys.version}"
-    given = args[args.index("--vars") + 1] if "--vars" in args else ""
     project = dbt_project_dir()
-    state = f"{versions}\0{project.resolve()}\0{_project_state(project)}\0{given}"
+    state = f"{versions}\0{project.resolve()}\0{_project_state(project)}"
     return hashlib.sha256(state.encode()).hexdigest()
 
 
@@ -188,11 +191,12 @@ def _parsed_manifest(args: list[str]) -> Any | None:
 
 def _parse_arguments(args: list[str]) -> list[str]:
     """The invocation's arguments ``dbt parse`` takes: not its node selection, how tests
-    follow it, or ``--full-refresh`` (``dbt parse`` refuses them)."""
+    follow it, or ``--full-refresh`` (``dbt parse`` refuses them), nor its ``--vars`` (the
+    manifest is every invocation's: see ``_manifest_key``)."""
     out: list[str] = []
     skipping = False
     for arg in args:
-        if arg in ("--select", "--exclude", "-s", "--indirect-selection"):
+        if arg in ("--select", "--exclude", "-s", "--indirect-selection", "--vars"):
             skipping = True
             continue
         if skipping and not arg.startswith("--"):

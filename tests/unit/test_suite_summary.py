@@ -62,5 +62,5 @@ def test_the_summary_gives_each_parts_cpu_and_the_costliest_tests(tmp_path: Path
     assert out[2].startswith("builds: 1 whole dbt builds")  # test notes are not builds
     assert any("9.5 CPU-s" in line for line in out)
     ranked = out[next(i for i, line in enumerate(out) if "cost most CPU" in line) + 1 :]
-    assert [line.split() for line in ranked] == [["50.0", "t::b"], ["42.5", "t::a"]]
+    assert [line.split() for line in ranked] == [["50.0", "50.0", "t::b"], ["42.5", "30.0", "t::a"]]
     assert "92 CPU-s over 2 tests" in out[-3]

@@ -553,7 +553,10 @@ def test_a_trickling_power_page_is_not_read_again_after_two_missed_deadlines(
         elapsed = time.monotonic() - t0
         asked = raw.ordinal
     assert asked == 2, asked
-    assert elapsed < 2 * 0.5 + 4.0, elapsed
+    # beyond the same sweep with no page to read: two 0.5 s deadlines and the page's own
+    # client (held 1.50 s idle, 1.73-2.15 s beside 4 CPU burners, 2026-12-06)
+    held = elapsed - _without_metrics_s(sim, 3)
+    assert held < 2 * 0.5 + 0.5 + HELD_SLACK_S, (elapsed, held)
     later = [s.reason for w in waves[1:] for s in w.power_samples]
     assert len(later) == 4 and all(
         "not asked again in this sweep: 2 reads" in str(r) for r in later

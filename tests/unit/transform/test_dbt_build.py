@@ -30,11 +30,12 @@ def test_every_dbt_var_is_part_of_the_stored_judgement_settings() -> None:
         assert not read or sql.parent.name == "plan", (sql, read)
 
 
-def test_a_parsed_manifest_is_reused_only_for_the_same_project_files_and_vars(
+def test_a_parsed_manifest_is_reused_only_for_the_same_project_files(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The in-process manifest must go stale the moment a model is edited or the vars change,
-    and must not change with the warehouse (the profile attaches it under a fixed name)."""
+    """The in-process manifest must go stale the moment a model is edited, and must not change
+    with the warehouse (the profile attaches it under a fixed name) or the vars (each
+    invocation compiles with its own)."""
     project = tmp_path / "dbt"
     (project / "models").mkdir(parents=True)
     model = project / "models" / "m.sql"
@@ -45,16 +46,58 @@ def test_a_parsed_manifest_is_reused_only_for_the_same_project_files_and_vars(
     assert dbt_build._manifest_key(list(args)) == first
     # a different warehouse is not a different parse
     assert dbt_build._manifest_key([*args, "--target-path", "/elsewhere"]) == first
-    assert dbt_build._manifest_key(["build", "--vars", '{"threshold_tok_s": 30}']) != first
+    assert dbt_build._manifest_key(["build", "--vars", '{"threshold_tok_s": 30}']) == first
     model.write_text("select 2 as x\n")
     os.utime(model, ns=(1, 1))
     assert dbt_build._manifest_key(args) != first
 
 
-def test_node_selection_is_left_out_of_the_parse() -> None:
+def test_node_selection_and_vars_are_left_out_of_the_parse() -> None:
     args = ["--project-dir", "p", "--select", "a", "b", "--indirect-selection", "cautious"]
-    args += ["--exclude", "test_type:unit", "--full-refresh", "--quiet"]
+    args += ["--exclude", "test_type:unit", "--full-refresh", "--vars", '{"a": 1}', "--quiet"]
     assert dbt_build._parse_arguments(args) == ["--project-dir", "p", "--quiet"]
+
+
+VAR_CALL = re.compile(r"(?<![\w.])var\(")  # dbt's var(), not env_var()
+
+
+def _var_calls_in_properties(node: object, where: str) -> list[str]:
+    if isinstance(node, dict):
+        return [
+            hit
+            for key, value in node.items()
+            if key != "description"  # prose, never rendered into the manifest's structure
+            for hit in _var_calls_in_properties(value, f"{where}.{key}")
+        ]
+    if isinstance(node, list):
+        return [h for i, v in enumerate(node) for h in _var_calls_in_properties(v, f"{where}[{i}]")]
+    return [where] if isinstance(node, str) and VAR_CALL.search(node) else []
+
+
+def test_no_var_decides_what_the_parse_stores() -> None:
+    """One parsed manifest serves every invocation's vars (``_manifest_key``): that holds while
+    vars are read only where a node is compiled. A var in a ``config()``, a property file (a
+    test's arguments, a model's config) or dbt_project.yml's configs would be rendered into
+    the manifest at parse time, and a build with other vars would run the first parse's."""
+    project = ROOT / "dbt"
+    found: list[str] = []
+    for sql in project.rglob("*.sql"):
+        if "target" in sql.relative_to(project).parts:
+            continue
+        for block in re.findall(r"\{\{\s*config\((.*?)\)\s*\}\}", sql.read_text(), re.S):
+            if VAR_CALL.search(block):
+                found.append(str(sql.relative_to(project)))
+    for yml in project.rglob("*.yml"):
+        if "target" in yml.relative_to(project).parts or yml.name == "profiles.yml":
+            continue
+        doc = yaml.safe_load(yml.read_text())
+        if yml.name == "dbt_project.yml":
+            doc = {k: v for k, v in doc.items() if k != "vars"}  # the defaults themselves
+        found += _var_calls_in_properties(doc, str(yml.relative_to(project)))
+    assert found == []
+    # the check sees what it looks for
+    assert _var_calls_in_properties({"tests": [{"accepted_values": "{{ var('x') }}"}]}, "t")
+    assert not _var_calls_in_properties({"x": "{{ env_var('X') }}"}, "t")
 
 
 def test_the_key_changes_with_the_adapters_version(
