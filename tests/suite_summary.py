@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections import Counter
+from collections import Counter, defaultdict
 from pathlib import Path
 
 PARTS = {
@@ -63,11 +63,11 @@ def summary(
     logs: Path | None = None,
 ) -> list[str]:
     counts: Counter[str] = Counter()
-    seconds: Counter[str] = Counter()
-    cpu: Counter[str] = Counter()
+    seconds: defaultdict[str, float] = defaultdict(float)
+    cpu: defaultdict[str, float] = defaultdict(float)
     whole_by_test: Counter[str] = Counter()
-    test_cpu: Counter[str] = Counter()
-    own_cpu: Counter[str] = Counter()
+    test_cpu: defaultdict[str, float] = defaultdict(float)
+    own_cpu: defaultdict[str, float] = defaultdict(float)
     lines = log.read_text(encoding="utf-8").splitlines() if log.exists() else []
     for line in lines:
         try:
@@ -95,11 +95,13 @@ def summary(
     whole = counts["dbt build all"]
     gx = sum(n for k, n in counts.items() if k.startswith("gx "))
     out += parts_cpu(logs) if logs is not None else []
-    out.append(f"builds: {whole} whole dbt builds, {gx} GX validations (target: ≤ 10 together)")
+    out.append(
+        f"builds: {whole} whole dbt builds, {gx} GX validations (target: ≤ 10 together; "
+        "a validation's CPU includes its dbt run)"
+    )
     for key in sorted(counts):
         out.append(
-            f"  {counts[key]:4d} × {key:28s} {seconds[key]:8.1f} s of work, "
-            f"{cpu[key]:7.1f} CPU-s (a validation's includes its dbt run)"
+            f"  {counts[key]:4d} × {key:28s} {seconds[key]:8.1f} s of work, {cpu[key]:7.1f} CPU-s"
         )
     if whole_by_test:
         out.append("the tests that run most whole builds and validations:")
@@ -111,7 +113,7 @@ def summary(
             f"({sum(test_cpu.values()):.0f} CPU-s over {len(test_cpu)} tests; a child's CPU "
             "counts when it is reaped, now and then by a later test):"
         )
-        for test, spent in test_cpu.most_common(20):
+        for test, spent in sorted(test_cpu.items(), key=lambda kv: -kv[1])[:20]:
             out.append(f"  {spent:7.1f} {own_cpu[test]:7.1f}  {test}")
     return out
 
