@@ -90,7 +90,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--burners", type=int, default=1, help="busy processes beside the tests")
-    ap.add_argument("--nice", type=int, default=-5, help="the tests' niceness (make test: -5)")
+    ap.add_argument("--nice", type=int, default=-15, help="the tests' niceness (make test: -15)")
     ap.add_argument("-k", dest="select", default=None, help="pytest -k over the timing tests")
     ap.add_argument("--out", type=Path, default=ROOT / ".sparkcap" / "spread")
     ap.add_argument("--stop-after-min", type=float, default=0, help="no new run after this")

@@ -171,9 +171,9 @@ sys.path.insert(0, {str(ROOT / "benchmarks")!r})
 from warehouse_build import night_waves
 from sparkcap.store.warehouse import open_warehouse, stage_tables
 with open_warehouse({str(db)!r}) as con:
-    print("staging", flush=True)
-    for wid, t in night_waves("r-kill", 8, 200, np.random.default_rng(0)):
+    for n, (wid, t) in enumerate(night_waves("r-kill", 8, 200, np.random.default_rng(0)), 1):
         stage_tables(con, [wid], t)
+        print("staged", n, flush=True)
 """)
     proc = subprocess.Popen(
         [sys.executable, str(script)],
@@ -181,13 +181,16 @@ with open_warehouse({str(db)!r}) as con:
         text=True,
         env={**os.environ, "SPARKCAP_HOME": str(tmp_path / "h")},
     )
-    assert proc.stdout is not None and proc.stdout.readline().strip() == "staging"
-    time.sleep(1.5)
+    # killed once two waves are known committed, whatever the machine's load (a fixed sleep
+    # once killed it before the first commit on a loaded machine): the stager is then inside
+    # the third wave's transaction, or later
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "staged 1"
+    assert proc.stdout.readline().strip() == "staged 2"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     proc.stdout.close()
     n_waves, bad = wave_census(db)  # DuckDB recovers from its WAL without manual steps
-    assert n_waves > 0 and bad == 0
+    assert n_waves >= 2 and bad == 0  # the committed waves survive; none is partial
 
 
 def test_kill_9_of_a_real_sparkcap_stage_leaves_whole_waves_and_the_next_stages_the_rest(
@@ -535,11 +538,22 @@ def test_multi_token_chunks_counted_by_usage_and_rate_matches_server_log(
             s = log[r.request_id]
             assert r.completion_tokens == s["completion_tokens"] == tokens
             assert r.n_chunks == s["n_chunks"] == 41  # the first token, then 40 chunks of k
+            # beyond what the wave itself says its loop's stalls may have put into a rate
+            # (timing_error_bound, in the warehouse beside the trial): a stall the client saw
+            # and reported is the product being honest, not wrong. idle26's make test once
+            # read 3.5 % for one k=4 stream with no record of why; the rest is the tolerance.
+            own_bound = w.timing_error_bound or 0.0
             within(
-                "|client rate / server log - 1|",
-                abs(live_decode_tok_s(r) / s["decode_tok_s"] - 1),
+                "|client rate / server log - 1| - timing error bound",
+                abs(live_decode_tok_s(r) / s["decode_tok_s"] - 1) - own_bound,
                 high=0.03,
-                context=(r.request_id, live_decode_tok_s(r), s["decode_tok_s"]),
+                context=(
+                    r.request_id,
+                    live_decode_tok_s(r),
+                    s["decode_tok_s"],
+                    own_bound,
+                    w.loop_lag_max_ms,
+                ),
             )
 
 
