@@ -9,7 +9,9 @@ afterwards (dbt's target and logs, GX and Prefect state all land in the working 
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import sysconfig
@@ -176,6 +178,18 @@ def test_the_installed_wheel_runs_a_night_from_an_empty_folder(
     demo = cli("demo", "--fleet", str(fleet))
     assert demo.returncode == 0, demo.stderr[-3000:]
     assert "report:" in demo.stdout and "data docs:" in demo.stdout, demo.stdout[-3000:]
+    # a Prefect night shows its progress on the terminal while it runs (not four silent
+    # minutes), keeps Prefect's INFO chatter off it, and keeps the same progress at INFO in
+    # the flow run's logs, in Prefect's own database (read here, not a night of its own)
+    progress = r"\d\d:\d\d:\d\d \[\d+/\d+ waves\] glm/code c=2 trial 1"
+    assert re.search(progress, demo.stderr), demo.stderr[-3000:]
+    assert "| INFO" not in demo.stderr
+    prefect_db = next((tmp_path / ".sparkcap" / "prefect").rglob("*.db"))
+    with sqlite3.connect(prefect_db) as con:
+        logged = con.execute(
+            "select level, message from log where message like '%c=2 trial 1%'"
+        ).fetchall()
+    assert logged and all(level == 20 for level, _ in logged)  # INFO
     rows = cli("sql", "select count(*) from marts.fct_capacity", "--format", "csv")
     assert rows.returncode == 0 and rows.stdout.strip().splitlines()[-1] == "1", rows
 

@@ -21,7 +21,6 @@ from tests.integration.helpers import (
     cli_in_process,
     fast_profile,
     one_deployment_fleet,
-    run_cli,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -195,43 +194,6 @@ def test_hand_made_sweeps_of_two_deployments_read_as_one_report(tmp_path: Path) 
     assert rep.returncode == 0, rep.stderr
     html = (reports / run_id / "index.html").read_text()
     assert ">a<" in html and ">b<" in html
-
-
-def test_a_prefect_night_shows_progress_live_and_keeps_it_in_the_run_logs(
-    tmp_path: Path,
-) -> None:
-    """`sparkcap run` through Prefect: progress lines on the terminal while it runs (not four
-    silent minutes), Prefect's INFO chatter kept off it, and the same progress at INFO in the
-    flow run's logs (Prefect's own database)."""
-    import sqlite3
-
-    with SimServer([fast_profile("m")]) as sim:
-        path = one_deployment_fleet(
-            tmp_path, "logs", sim.endpoint, levels=[1, 2], trials=1, max_tokens=30
-        )
-        home = tmp_path / "home"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
-        env |= {"SPARKCAP_HOME": str(home), "PREFECT_HOME": str(tmp_path / "prefect")}
-        # a child: Prefect reads PREFECT_HOME and sets up its logging (the console handler's
-        # level, the stream it writes to) once per process, and that set-up is what is judged
-        p = run_cli(
-            "run",
-            "--fleet",
-            str(path),
-            "--db",
-            str(tmp_path / "l.duckdb"),
-            "--reports",
-            str(tmp_path / "r"),
-            env=env,
-        )
-    assert p.returncode in (0, 1), p.stderr
-    assert re.search(r"\d\d:\d\d:\d\d \[\d+/\d+ waves\] m/code c=2 trial 1", p.stderr), p.stderr
-    assert "| INFO" not in p.stderr  # Prefect's console stays at warnings
-    db = next((tmp_path / "prefect").rglob("*.db"))
-    with sqlite3.connect(db) as con:
-        rows = con.execute("select level, message from log where message like '%c=2 trial 1%'")
-        logged = rows.fetchall()
-    assert logged and all(level == 20 for level, _ in logged)  # INFO
 
 
 def test_link_check_prints_dbts_verdict_for_each_link(tmp_path: Path) -> None:
