@@ -41,6 +41,8 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "PREFECT_HOME": str(base / "home"),
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
         "DO_NOT_TRACK": "1",
+        # the scheduled-run test's deployment is planned within seconds, not the default 60
+        "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2",
     }
     for inherited in ("PREFECT_API_URL", "PREFECT_API_KEY"):
         env.pop(inherited, None)

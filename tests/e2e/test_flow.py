@@ -18,9 +18,7 @@ import yaml
 from tests.integration.helpers import (
     fast_profile,
     faulty,
-    free_port,
     one_deployment_fleet,
-    wait_for_prefect_api,
 )
 from tests.paths import ROOT
 
@@ -171,14 +169,16 @@ def test_flow_records_data_quality_failure_and_still_publishes(
     assert "completion_length_present" in arts.get("data-quality", "")
 
 
-def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> None:
-    port = free_port()
-    api = f"http://127.0.0.1:{port}/api"
+def test_scheduled_run_completes_on_a_real_prefect_server(prefect_api: str, tmp_path: Path) -> None:
+    """`prefect deploy` from prefect.yaml, a worker on its pool, the server's scheduler: the
+    session's server (tests/e2e/conftest.py, its scheduler loop at 2 s), not one of its own (a
+    server's start-up and life cost ~25 CPU-s); the pool and deployment names are this test's
+    alone there, and every query below is narrowed to this deployment's runs."""
+    api = prefect_api
     env = {
         **os.environ,
         "PREFECT_HOME": str(tmp_path / "prefect"),
         "PREFECT_API_URL": api,
-        "PREFECT_SERVER_SERVICES_SCHEDULER_LOOP_SECONDS": "2",
         "PREFECT_WORKER_QUERY_SECONDS": "2",
         "PREFECT_WORKER_PREFETCH_SECONDS": "2",
         "SPARKCAP_HOME": str(tmp_path / "home"),
@@ -186,18 +186,10 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
     }
     env.pop("PREFECT_API_KEY", None)
     prefect = str(Path(sys.executable).parent / "prefect")
-    log = (tmp_path / "server.log").open("wb")
     worker_log = (tmp_path / "worker.log").open("wb")
-    server = subprocess.Popen(
-        [prefect, "server", "start", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
     worker = None
+    this_deployment = {"name": {"any_": ["nightly-twin"]}}
     try:
-        wait_for_prefect_api(api, tmp_path / "server.log", timeout_s=120)
 
         def run(*args: str) -> str:
             p = subprocess.run(
@@ -247,7 +239,10 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
                 # deletes the runs it planned after it): the interval plans runs for ever, and
                 # a second night costs a whole build and validation (the anchored single run
                 # tried instead was never picked up once in a fresh clone, cause not found)
-                taken = {"flow_runs": {"state": {"type": {"any_": ["PENDING", "RUNNING"]}}}}
+                taken = {
+                    "flow_runs": {"state": {"type": {"any_": ["PENDING", "RUNNING"]}}},
+                    "deployments": this_deployment,
+                }
                 held = httpx.post(f"{api}/flow_runs/filter", json=taken, timeout=10).json()
                 deployments = [fr["deployment_id"] for fr in held if fr.get("deployment_id")]
                 if deployments:  # (a subflow run has none)
@@ -257,6 +252,7 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
                     paused = True
             finished = {
                 "flow_runs": {"state": {"type": {"any_": ["COMPLETED", "FAILED", "CRASHED"]}}},
+                "deployments": this_deployment,
                 "limit": 20,
             }
             r = httpx.post(f"{api}/flow_runs/filter", json=finished, timeout=10)
@@ -277,15 +273,13 @@ def test_scheduled_run_completes_on_a_real_prefect_server(tmp_path: Path) -> Non
             )
         assert (tmp_path / "reports" / "latest" / "index.html").exists()
     finally:
-        for proc in (worker, server):
-            if proc is not None and proc.poll() is None:
-                os.killpg(proc.pid, 15)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:  # a loaded machine: make sure, and reap it
-                    os.killpg(proc.pid, 9)
-                    proc.wait(timeout=20)
-        log.close()
+        if worker is not None and worker.poll() is None:
+            os.killpg(worker.pid, 15)
+            try:
+                worker.wait(timeout=20)
+            except subprocess.TimeoutExpired:  # a loaded machine: make sure, and reap it
+                os.killpg(worker.pid, 9)
+                worker.wait(timeout=20)
         worker_log.close()
 
 
