@@ -543,6 +543,8 @@ class PlanRoutingRow(NamedTuple):
     prefill_budget_per_min: float | None
     prefill_budget_is_unbounded: bool | None
     prefill_basis: str
+    long_prompts_per_min: float
+    long_prompt_routing: str
 
 
 def plan(db_path: Path, run_id: str) -> PlanRow | None:

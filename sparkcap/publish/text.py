@@ -655,6 +655,7 @@ def plan_table(run_id: str, rows: Sequence[PlanRoutingRow]) -> Table:
         ("cap c/p", "right"),
         ("used", "right"),
         ("spare c/p", "right"),
+        ("budget/min", "right"),
         ("long/min", "right"),
         ("limited by", "left"),
         ("mixing", "left"),
@@ -676,6 +677,7 @@ def plan_table(run_id: str, rows: Sequence[PlanRoutingRow]) -> Table:
             f"{r.capacity_share_used:.0%}",
             f"{r.spare_code_streams}/{r.spare_prose_streams}",
             budget,
+            f"{r.long_prompts_per_min:.2f}",
             r.limited_by,
             r.mixed_basis,
         )

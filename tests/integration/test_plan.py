@@ -76,7 +76,8 @@ def test_the_twin_plan_is_the_brute_force_optimum_inside_every_capacity_line(
         ).fetchone()
         routing = con.execute(
             "select deployment, replicas, code_streams, prose_streams, code_capacity_streams, "
-            "prose_capacity_streams, capacity_share_used, mixed_basis, prefill_basis "
+            "prose_capacity_streams, capacity_share_used, mixed_basis, prefill_basis, "
+            "long_prompts_per_min, long_prompt_routing "
             "from marts.fct_plan_routing where run_id = ? order by deployment",
             [run_id],
         ).fetchall()
@@ -84,13 +85,19 @@ def test_the_twin_plan_is_the_brute_force_optimum_inside_every_capacity_line(
     assert plan[0] == _brute_force(servers, 0.7) > 0
     assert plan[1] == math.floor(plan[0] * 0.7 + 0.5) and plan[1] + plan[2] == plan[0]
     assert sum(r[2] for r in routing) == plan[1] and sum(r[3] for r in routing) == plan[2]
-    for _, _, _, _, code_cap, prose_cap, used, mixed, prefill in routing:
+    for _, _, _, _, code_cap, prose_cap, used, mixed, prefill, _, _ in routing:
         assert used <= 1 + 1e-9 and code_cap > 0 and prose_cap > 0
         assert mixed and prefill  # every deployment says what its mixing and budget rest on
     # the twin measured qwen's prefill interference and no one else's: a budget from it, and
     # the others' said to be unmeasured rather than assumed
     by_name = {r[0]: r for r in routing}
     assert "not measured" not in by_name["qwen"][8] and "not measured" in by_name["glm"][8]
+    # the plan's long prompts (the default 2 a minute) go where a budget was measured, as
+    # fct_plan's prefill verdict counts them: all to qwen, none to a deployment not measured
+    routed = {d: (r[9], r[10]) for d, r in by_name.items()}
+    assert routed["qwen"][0] == pytest.approx(2.0) and "routed" in routed["qwen"][1], routed
+    for d in ("glm", "deepseek"):
+        assert routed[d][0] == 0 and routed[d][1].startswith("none routed"), routed
     # the night's report shows the plan its build made (the project's default mix)
     page = Path(str(twin_night["report"])).read_text(encoding="utf-8")
     assert "<h2>Plan</h2>" in page

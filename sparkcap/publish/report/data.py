@@ -162,7 +162,8 @@ def _plan(con: Any, data: dict[str, Any], run_id: str) -> None:
         "round(capacity_share_used * 100) as used_pct, spare_code_streams, spare_prose_streams, "
         "case when prefill_budget_is_unbounded then 'any' else "
         "coalesce(round(prefill_budget_per_min, 2)::varchar, 'not measured') end as budget, "
-        "limited_by, mixed_basis, prefill_basis from marts.fct_plan_routing "
+        "round(long_prompts_per_min, 2) as long_per_min, "
+        "limited_by, mixed_basis, prefill_basis, long_prompt_routing from marts.fct_plan_routing "
         "where run_id = $run order by deployment",
         {"run": run_id},
     )

@@ -147,7 +147,7 @@ judged as (
         and b_prose.workload = 'prose'
 ),
 
-final as (
+budgeted as (
     select
         run_id,
         deployment,
@@ -182,6 +182,57 @@ final as (
         below_threshold_s_per_long_prompt = 0 as prefill_budget_is_unbounded,
         prefill_basis
     from judged
+),
+
+fleet_budget as (
+    select
+        run_id,
+        sum(replicas) filter (where prefill_budget_is_unbounded) as unbounded_replicas,
+        sum(prefill_budget_per_min) as budget_per_min,
+        sum(planned_streams) as fleet_planned_streams
+    from budgeted
+    group by run_id
+),
+
+-- The long prompts routed to each deployment, as fct_plan's prefill verdict counts them: to
+-- the deployments whose decode held the threshold during the probe's prefill (by replicas)
+-- where there are any, else in proportion to the measured budgets (each within its own when
+-- the fleet's is enough), never to a deployment whose budget was not measured; only when no
+-- deployment measured one, shared by planned streams, and said to be an assumption.
+final as (
+    select
+        b.*,
+        case
+            when {{ var('plan_long_prompts_per_min') }} = 0 then 0.0
+            when f.unbounded_replicas > 0 then
+                case when b.prefill_budget_is_unbounded
+                    then {{ var('plan_long_prompts_per_min') }} * b.replicas / f.unbounded_replicas
+                    else 0.0 end
+            when f.budget_per_min > 0
+                then {{ var('plan_long_prompts_per_min') }}
+                    * coalesce(b.prefill_budget_per_min, 0) / f.budget_per_min
+            when f.fleet_planned_streams > 0
+                then {{ var('plan_long_prompts_per_min') }} * b.planned_streams
+                    / f.fleet_planned_streams
+            else 0.0
+        end::double as long_prompts_per_min,
+        case
+            when {{ var('plan_long_prompts_per_min') }} = 0 then 'no long prompts planned'
+            when f.unbounded_replicas > 0 then
+                case when b.prefill_budget_is_unbounded
+                    then 'routed here: its decode held the threshold during the probe''s prefill'
+                    else 'none routed: a deployment whose decode held the threshold takes them'
+                end
+            when f.budget_per_min > 0 then
+                case when b.prefill_budget_per_min > 0
+                    then 'routed in proportion to its prefill budget'
+                    else 'none routed: no measured prefill budget' end
+            when f.fleet_planned_streams > 0
+                then 'assumed: no deployment measured its prefill budget; shared by planned streams'
+            else 'nothing planned'
+        end as long_prompt_routing
+    from budgeted as b
+    left join fleet_budget as f on f.run_id = b.run_id
 )
 
 select * from final

@@ -2,9 +2,10 @@
 -- deployment and workload, the plan's streams on one replica (fct_plan_routing's streams /
 -- replicas: the mean replica) over the measured stream duration W, the median send-to-end
 -- time of the night's ok streams at the tested level that carries the plan's total (the
--- smallest tested level at or above it, else the highest tested). Long prompts: the fleet's
--- var plan_long_prompts_per_min shared by planned streams (a replica's share), an assumption
--- the plan does not route and this model states. W holds only for streams as long as those it
+-- smallest tested level at or above it, else the highest tested). Long prompts: where the plan
+-- routes them (fct_plan_routing.long_prompts_per_min, by measured prefill budget), a replica's
+-- share, on the code row (the replay sends them beside the replica's streams of either
+-- workload; none where it has nothing planned). W holds only for streams as long as those it
 -- was measured on: the replay asks for stream_requested_tokens, the median max_tokens of the
 -- same streams (a night measured at 64 tokens replayed at the fleet file's 512 would hold
 -- ~8x the planned streams in flight and judge a load nobody planned).
@@ -13,8 +14,7 @@ with routing as (
 ),
 
 plan as (
-    select run_id, planned_streams as fleet_planned_streams, long_prompts_per_min,
-        long_prompt_tokens, max_below_threshold_share
+    select run_id, long_prompt_tokens, max_below_threshold_share
     from {{ ref('fct_plan') }}
 ),
 
@@ -39,11 +39,12 @@ durations as (
 per_workload as (
     select r.run_id, r.deployment, r.replicas, 'code' as workload,
         r.code_streams / r.replicas as planned_streams,
-        r.planned_streams / r.replicas as replica_planned_streams
+        r.planned_streams / r.replicas as replica_planned_streams,
+        coalesce(r.long_prompts_per_min, 0.0) / r.replicas as replica_long_prompts_per_min
     from routing as r
     union all
     select r.run_id, r.deployment, r.replicas, 'prose',
-        r.prose_streams / r.replicas, r.planned_streams / r.replicas
+        r.prose_streams / r.replicas, r.planned_streams / r.replicas, null
     from routing as r
 ),
 
@@ -76,10 +77,7 @@ final as (
         case when c.planned_streams = 0 then 0.0
              when d.stream_duration_s > 0 then c.planned_streams / d.stream_duration_s
         end as arrivals_per_s,
-        case when c.workload = 'code' and pl.fleet_planned_streams > 0
-            then pl.long_prompts_per_min * c.replica_planned_streams / pl.fleet_planned_streams
-            when c.workload = 'code' then 0.0
-        end as long_prompts_per_min,
+        cast(c.replica_long_prompts_per_min as double) as long_prompts_per_min,
         pl.long_prompt_tokens,
         pl.max_below_threshold_share,
         case when c.planned_streams = 0 then 'nothing planned'
