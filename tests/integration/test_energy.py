@@ -214,10 +214,10 @@ def test_energy_marts_match_the_simulated_integral(db_path: Path) -> None:
         slack_j = 0.0 if d == "counted" else 5 * PER_STREAM_W * gap_s
         assert 0.9 * lower - slack_j <= measured <= 1.1 * upper + slack_j, (d, known[d], measured)
         # more streams draw more (4 streams 120 W, one 75 W). Not held to the idle 60 W: a
-        # mean power is the counter's joules over the client's window, and the counter's reads
-        # sit up to half a request inside that window's edges, so one stream read 55.4 W in a
-        # fresh clone (idle24, 2026-12-06); the energy bounds above already hold the readings
-        # to the simulated draw with that slack
+        # mean power is the counter's rise over its readings' own span, each reading stamped
+        # at its request's midpoint, and on a loaded client a read's round trip is lopsided by
+        # up to half of it, so one stream read 55.4 W in a fresh clone (idle24, 2026-12-06);
+        # the energy bounds above already hold the readings to the simulated draw with slack
         assert levels[1]["mean_power_w"] > levels[0]["mean_power_w"] > 0
         assert sum(r["generated_tokens"] for r in levels) == tokens[d]
         for r in levels:

@@ -187,6 +187,7 @@ budgeted as (
 fleet_budget as (
     select
         run_id,
+        {{ var('plan_long_prompts_per_min') }}::double as long_per_min,
         sum(replicas) filter (where prefill_budget_is_unbounded) as unbounded_replicas,
         sum(prefill_budget_per_min) as budget_per_min,
         sum(planned_streams) as fleet_planned_streams
@@ -203,21 +204,19 @@ final as (
     select
         b.*,
         case
-            when {{ var('plan_long_prompts_per_min') }} = 0 then 0.0
+            when f.long_per_min = 0 then 0.0
             when f.unbounded_replicas > 0 then
                 case when b.prefill_budget_is_unbounded
-                    then {{ var('plan_long_prompts_per_min') }} * b.replicas / f.unbounded_replicas
+                    then f.long_per_min * b.replicas / f.unbounded_replicas
                     else 0.0 end
             when f.budget_per_min > 0
-                then {{ var('plan_long_prompts_per_min') }}
-                    * coalesce(b.prefill_budget_per_min, 0) / f.budget_per_min
+                then f.long_per_min * coalesce(b.prefill_budget_per_min, 0) / f.budget_per_min
             when f.fleet_planned_streams > 0
-                then {{ var('plan_long_prompts_per_min') }} * b.planned_streams
-                    / f.fleet_planned_streams
+                then f.long_per_min * b.planned_streams / f.fleet_planned_streams
             else 0.0
         end::double as long_prompts_per_min,
         case
-            when {{ var('plan_long_prompts_per_min') }} = 0 then 'no long prompts planned'
+            when f.long_per_min = 0 then 'no long prompts planned'
             when f.unbounded_replicas > 0 then
                 case when b.prefill_budget_is_unbounded
                     then 'routed here: its decode held the threshold during the probe''s prefill'
