@@ -243,7 +243,7 @@ def test_the_cli_prints_what_the_marts_say(
         q(src, "select count(*) from raw.waves where run_id = ? and probe is not null", [run_id])[
             0
         ][0]
-        == 2
+        == 4  # fleets/twin.yaml: three prefill-interference probes and one prompt-cache
     )
     db = tmp_path / "copy.duckdb"
     shutil.copy(src, db)

@@ -16,6 +16,7 @@ import duckdb
 import pytest
 
 from sparkcap import cli
+from sparkcap.servers.sim.fleet import TWIN
 
 
 @pytest.fixture
@@ -71,13 +72,14 @@ def test_the_twin_plan_is_the_brute_force_optimum_inside_every_capacity_line(
     with duckdb.connect(str(db), read_only=True) as con:
         plan = con.execute(
             "select planned_streams, planned_code_streams, planned_prose_streams, plan_verdict, "
-            "code_share from marts.fct_plan where run_id = ?",
+            "code_share, prefill_verdict from marts.fct_plan where run_id = ?",
             [run_id],
         ).fetchone()
         routing = con.execute(
             "select deployment, replicas, code_streams, prose_streams, code_capacity_streams, "
             "prose_capacity_streams, capacity_share_used, mixed_basis, prefill_basis, "
-            "long_prompts_per_min, long_prompt_routing "
+            "long_prompts_per_min, long_prompt_routing, probe_prefill_tok_s, "
+            "prefill_budget_per_min "
             "from marts.fct_plan_routing where run_id = ? order by deployment",
             [run_id],
         ).fetchall()
@@ -85,19 +87,28 @@ def test_the_twin_plan_is_the_brute_force_optimum_inside_every_capacity_line(
     assert plan[0] == _brute_force(servers, 0.7) > 0
     assert plan[1] == math.floor(plan[0] * 0.7 + 0.5) and plan[1] + plan[2] == plan[0]
     assert sum(r[2] for r in routing) == plan[1] and sum(r[3] for r in routing) == plan[2]
-    for _, _, _, _, code_cap, prose_cap, used, mixed, prefill, _, _ in routing:
+    for _, _, _, _, code_cap, prose_cap, used, mixed, prefill, *_ in routing:
         assert used <= 1 + 1e-9 and code_cap > 0 and prose_cap > 0
         assert mixed and prefill  # every deployment says what its mixing and budget rest on
-    # the twin measured qwen's prefill interference and no one else's: a budget from it, and
-    # the others' said to be unmeasured rather than assumed
+    # the twin probes every deployment's prefill interference, and the simulator stalls decode
+    # while a prompt prefills: each budget is measured and bounded, at a prefill rate the
+    # probe timed within 25 % below the engine's (its TTFT includes the background's steps)
     by_name = {r[0]: r for r in routing}
-    assert "not measured" not in by_name["qwen"][8] and "not measured" in by_name["glm"][8]
-    # the plan's long prompts (the default 2 a minute) go where a budget was measured, as
-    # fct_plan's prefill verdict counts them: all to qwen, none to a deployment not measured
-    routed = {d: (r[9], r[10]) for d, r in by_name.items()}
-    assert routed["qwen"][0] == pytest.approx(2.0) and "routed" in routed["qwen"][1], routed
-    for d in ("glm", "deepseek"):
-        assert routed[d][0] == 0 and routed[d][1].startswith("none routed"), routed
+    truth = {d.name: d.prefill_tok_s for d in TWIN}
+    for d, r in by_name.items():
+        assert r[8].startswith("decode fell below the threshold for the prefill"), r
+        assert 0.75 < r[11] / truth[d] <= 1.0, (d, r[11], truth[d])
+        assert r[12] == pytest.approx(r[1] * 0.05 * 60 * r[11] / 32000), r
+    # the plan's long prompts (the default 2 a minute) are routed as fct_plan's prefill
+    # verdict counts them: in proportion to the measured budgets, so the fastest prefill
+    # (qwen's two replicas) takes most and the slowest (deepseek's) least
+    budget = sum(r[12] for r in routing)
+    for r in routing:
+        assert r[9] == pytest.approx(2.0 * r[12] / budget), r
+        assert r[10] == "routed in proportion to its prefill budget", r
+    shares = sorted(by_name, key=lambda d: by_name[d][9])
+    assert shares == ["deepseek", "glm", "qwen"], {d: by_name[d][9] for d in by_name}
+    assert plan[5] == f"exceeds the budget of {round(budget, 2)} per minute", (plan, budget)
     # the night's report shows the plan its build made (the project's default mix)
     page = Path(str(twin_night["report"])).read_text(encoding="utf-8")
     assert "<h2>Plan</h2>" in page
