@@ -154,12 +154,10 @@ def test_report_compares_with_the_previous_run(db_path: Path, tmp_path: Path) ->
                 plan=SweepPlan(levels=(1, 2), trials=1, max_tokens=20, max_remeasures=0),
             )
             runs.append(asyncio.run(run_sweeps([req], db_path)).run_id)
-    build(db_path, dbt_vars=SHORT_STREAM_VARS)
-    page = render_report(db_path, runs[1], tmp_path / "r", export_images=False).index.read_text()
-    assert f"Compared with the previous run ({runs[0]})" in page
-    first = render_report(db_path, runs[0], tmp_path / "r", export_images=False).index.read_text()
-    assert "Compared with the previous run" not in first
-    # a night that measured another deployment: the comparison says what it did not measure
+    # a later night that measured another deployment (its report, below, says what it did not
+    # measure): swept before the one build the three reports read (a report reads every mart,
+    # so a whole build); the previous run is the one that started before, so the later night
+    # changes neither earlier report
     with SimServer([fast_profile("n")]) as sim:
         req = SweepRequest(
             deployment=dep(sim.endpoint, "n"),
@@ -168,5 +166,10 @@ def test_report_compares_with_the_previous_run(db_path: Path, tmp_path: Path) ->
         )
         third = asyncio.run(run_sweeps([req], db_path)).run_id
     build(db_path, dbt_vars=SHORT_STREAM_VARS)
+    page = render_report(db_path, runs[1], tmp_path / "r", export_images=False).index.read_text()
+    assert f"Compared with the previous run ({runs[0]})" in page
+    first = render_report(db_path, runs[0], tmp_path / "r", export_images=False).index.read_text()
+    assert "Compared with the previous run" not in first
+    # the night that measured another deployment: the comparison says what it did not measure
     page = render_report(db_path, third, tmp_path / "r", export_images=False).index.read_text()
     assert "not measured in this run" in page and "<td>—</td>" not in page.split("Compared")[1]
