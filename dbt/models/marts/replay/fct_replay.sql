@@ -109,6 +109,8 @@ judged as (
             / nullif(f.duration_s * (1 - {{ var('replay_warmup_share') }}), 0)
             as prefill_below_threshold_share,
         f.max_below_threshold_share,
+        coalesce(f.long_per_min * f.rate_factor, 0) > 0 and coalesce(p.n_long_prefills, 0) = 0
+            as long_prompts_untested,
         {{ tail_min_samples('0.9') }} as ttft_min_samples,
         o.ttft_samples >= {{ tail_min_samples('0.9') }} as ttft_p90_is_supported,
         o.n_sent_late / o.n_requests as late_share,
@@ -170,6 +172,17 @@ select
                 then '; ' || (n_long_prefills - n_long_prefills_measured) || ' of '
                     || n_long_prefills || ' long prompts unmeasured (no stream decoded during '
                     || 'its prefill): the prefill budget unchecked on them'
+                else '' end
+            -- long prompts routed here, none due in the counted time (a rate below one in the
+            -- replay's duration rounds to none): its prefill budget untested, said so
+            || case when long_prompts_untested
+                then '; no long prompt in its counted time ('
+                    || round(long_per_min * rate_factor, 2)
+                    || ' a minute routed here, over ' || round(duration_s)::bigint
+                    || ' s): the prefill '
+                    || 'budget untested (a replay of '
+                    || ceil(60.0 / (long_per_min * rate_factor))::bigint
+                    || ' s or more expects one)'
                 else '' end
         when 'fails' then 'fails: ' || array_to_string(failures, '; ')
         when 'no verdict' then 'no verdict: the client sent ' || n_sent_late || ' of '

@@ -1,7 +1,9 @@
 -- The plan under open-loop arrivals, for the whole fleet: per `sparkcap replay` (its
 -- replay_id: two replays at one factor and seed are two verdicts, never one), the
 -- plan holds when every deployment's replay holds; otherwise it fails at the deployments named
--- (or gives no verdict where a client fell behind or nothing was measured).
+-- (or gives no verdict where a client fell behind or nothing was measured). A plan that holds
+-- where long prompts were routed but none fell in a replay's counted time says its prefill
+-- budget went untested there.
 with replays as (
     select * from {{ ref('fct_replay') }}
 ),
@@ -21,6 +23,8 @@ final as (
             filter (where verdict = 'fails') as failing_reasons,
         string_agg(deployment, ', ' order by deployment)
             filter (where verdict not in ('holds', 'fails')) as unjudged_deployments,
+        string_agg(deployment, ', ' order by deployment) filter (where long_prompts_untested)
+            as prefill_untested_deployments,
         case
             when count(*) filter (where verdict = 'fails') > 0
                 then 'fails at ' || string_agg(deployment, ', ' order by deployment)
@@ -28,7 +32,9 @@ final as (
             when count(*) filter (where verdict <> 'holds') > 0
                 then 'no verdict: ' || string_agg(deployment || ' ' || verdict, ', '
                     order by deployment) filter (where verdict <> 'holds')
-            else 'holds'
+            else 'holds' || coalesce(' (the prefill budget untested at '
+                || string_agg(deployment, ', ' order by deployment)
+                    filter (where long_prompts_untested) || ')', '')
         end as plan_verdict
     from replays
     group by run_id, replay_id
