@@ -25,6 +25,7 @@ import yaml
 
 from sparkcap import cli
 from sparkcap.config import Deployment, ReplayOptions, SweepPlan, SweepRequest
+from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.replay import poisson_arrivals, replay
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.engine import SimProfile
@@ -177,20 +178,30 @@ def test_the_plan_holds_open_loop_at_its_rate_and_fails_at_1_3x_where_the_model_
 
 
 def test_a_stalled_client_shows_in_the_ttft_from_the_scheduled_start_only() -> None:
-    """Coordinated omission, made on purpose: the loop blocks 1 s at 1 s into a 3 s replay.
-    Every request due in that second is sent when the loop wakes; timed from its schedule it
-    waited the stall, timed from its send it did not."""
+    """Coordinated omission, made on purpose: the loop blocks 1 s at 1 s into a 3 s replay of
+    two deployments (one `sparkcap replay`: one client, one loop, one stall; each making its
+    own once blocked the loop twice). Every request due in that second is sent when the loop
+    wakes; timed from its schedule it waited the stall, timed from its send it did not."""
     options = ReplayOptions(
         duration_s=3.0, seed=5, planned_streams=2, code_per_s=6.0,
-        code_tokens=8, client_stall_s=1.0, client_stall_at_s=1.0,
+        code_tokens=8, client_stall_s=1.0, client_stall_at_s=1.0, replay_id="5ca11ed1",
     )  # fmt: skip
     due = [a.at_s for a in poisson_arrivals({"code": 6.0, "prose": 0.0, "long": 0.0}, 3.0, 5)]
     assert sum(1.0 <= t < 2.0 for t in due) >= 2  # the seed puts requests inside the stall
+
+    async def both(endpoint: str) -> list[WaveRecord]:
+        deps = [
+            Deployment(name=n, endpoint=endpoint, model="steady", extra_body={"ignore_eos": True})  # type: ignore[arg-type]
+            for n in ("steady", "steady-b")
+        ]
+        return list(await asyncio.gather(*(replay(d, "r-stall", options) for d in deps)))
+
     with SimServer([_profile("steady")]) as sim:
-        wave = asyncio.run(replay(_dep("steady", sim.endpoint), "r-stall", options))
-    assert wave.probe == "replay" and wave.replay_offer is not None
-    assert len(wave.requests) == len(due) and all(r.status == "ok" for r in wave.requests)
-    late = [r for r in wave.requests if 1.0e9 <= (r.scheduled_ns or 0) < 2.0e9]
+        waves = asyncio.run(both(sim.endpoint))
+    for wave in waves:
+        assert wave.probe == "replay" and wave.replay_offer is not None
+        assert len(wave.requests) == len(due) and all(r.status == "ok" for r in wave.requests)
+    late = [r for w in waves for r in w.requests if 1.0e9 <= (r.scheduled_ns or 0) < 2.0e9]
     assert late and all(r.sent_ns is not None and r.first_token_ns is not None for r in late)
     for r in late:
         lag_s = (r.sent_ns - r.scheduled_ns) / 1e9  # type: ignore[operator]
@@ -203,7 +214,7 @@ def test_a_stalled_client_shows_in_the_ttft_from_the_scheduled_start_only() -> N
         assert from_schedule >= lag_s  # the server was never slow
     worst = max(late, key=lambda r: r.sent_ns - r.scheduled_ns)  # type: ignore[operator]
     assert (worst.first_token_ns - worst.scheduled_ns) / 1e9 > 0.5  # type: ignore[operator]
-    on_time = [r for r in wave.requests if (r.scheduled_ns or 0) < 1.0e9]
+    on_time = [r for w in waves for r in w.requests if (r.scheduled_ns or 0) < 1.0e9]
     for r in on_time:
         within("on-time send lag, s", (r.sent_ns - r.scheduled_ns) / 1e9, high=0.1)  # type: ignore[operator]
 

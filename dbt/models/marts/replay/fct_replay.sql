@@ -174,15 +174,17 @@ select
                     || 'its prefill): the prefill budget unchecked on them'
                 else '' end
             -- long prompts routed here, none due in the counted time (a rate below one in the
-            -- replay's duration rounds to none): its prefill budget untested, said so
+            -- replay's duration rounds to none, or its one fell in the warm-up): its prefill
+            -- budget untested, said so, with the duration whose counted time expects one
             || case when long_prompts_untested
                 then '; no long prompt in its counted time ('
                     || round(long_per_min * rate_factor, 2)
                     || ' a minute routed here, over ' || round(duration_s)::bigint
                     || ' s): the prefill '
                     || 'budget untested (a replay of '
-                    || ceil(60.0 / (long_per_min * rate_factor))::bigint
-                    || ' s or more expects one)'
+                    || ceil(60.0 / (long_per_min * rate_factor
+                        * (1 - {{ var('replay_warmup_share') }})))::bigint
+                    || ' s or more expects one after its warm-up)'
                 else '' end
         when 'fails' then 'fails: ' || array_to_string(failures, '; ')
         when 'no verdict' then 'no verdict: the client sent ' || n_sent_late || ' of '
