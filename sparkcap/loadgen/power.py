@@ -259,8 +259,10 @@ def sample_power_into(dep: Deployment, power: PowerSource) -> tuple[WaveHook, Wa
             readings: list[Reading] = await read()
         except Exception as exc:  # a sampler fault costs the wave its energy, never itself
             readings = [(None, None, None, None, f"power sampler failed: {type(exc).__name__}")]
-        # a reading stands for the middle of the request that fetched it
-        t_ns = (t0 + time.perf_counter_ns()) // 2 - wave.anchor_perf_ns
+        # a reading stands for the middle of the request that fetched it, known to within half
+        # its round trip: stored, so a mean power states what the stamps allow
+        t1 = time.perf_counter_ns()
+        t_ns = (t0 + t1) // 2 - wave.anchor_perf_ns
         wave.power_samples.extend(
             PowerSample(
                 seq=seq,
@@ -272,6 +274,7 @@ def sample_power_into(dep: Deployment, power: PowerSource) -> tuple[WaveHook, Wa
                 value=value,
                 status="ok" if reason is None else "unavailable",
                 reason=reason,
+                read_rtt_ns=t1 - t0,
             )
             for sensor, metric, quantity, value, reason in readings
         )

@@ -192,7 +192,7 @@ class PowerSample:
     """
 
     seq: int  # the sampling round within the wave (a round reads every sensor once)
-    t_ns: int  # ns from the wave's anchor, like chunks
+    t_ns: int  # ns from the wave's anchor, like chunks: the middle of the read's round trip
     source: str  # dcgm | node-exporter | nvml
     sensor: str | None  # e.g. gpu=0, or the RAPL zone; None when the whole round failed
     metric: str | None  # the series read
@@ -200,6 +200,9 @@ class PowerSample:
     value: float | None
     status: str  # ok | unavailable
     reason: str | None = None
+    # the round trip of the read that gave it: the source read its sensor somewhere inside
+    # it, so t_ns stands for an instant known to within half of it either way
+    read_rtt_ns: int | None = None
 
 
 @dataclass(slots=True)

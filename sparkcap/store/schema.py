@@ -269,6 +269,12 @@ RAW_TABLES: dict[str, pa.Schema] = {
         _c("value", F64, doc="W or J; NULL when unavailable"),
         _c("status", STR, null=False, doc="ok | unavailable"),
         _c("reason", STR, doc="why the reading is unavailable"),
+        _c(
+            "read_rtt_ns",
+            I64,
+            doc="the round trip of the read that gave it, ns: the source read its sensor "
+            "somewhere inside it, so t_ns is known to within half of it (NULL where not kept)",
+        ),
     ),
     "dq_results": _table(
         None,

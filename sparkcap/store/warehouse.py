@@ -558,6 +558,7 @@ def power_table(wave: WaveRecord) -> pa.Table:
             "value": [r.value for r in rows],
             "status": [r.status for r in rows],
             "reason": [r.reason for r in rows],
+            "read_rtt_ns": [r.read_rtt_ns for r in rows],
         },
     )
 

@@ -213,12 +213,21 @@ def test_energy_marts_match_the_simulated_integral(db_path: Path) -> None:
         lower, upper, gap_s = known[d]
         slack_j = 0.0 if d == "counted" else 5 * PER_STREAM_W * gap_s
         assert 0.9 * lower - slack_j <= measured <= 1.1 * upper + slack_j, (d, known[d], measured)
-        # more streams draw more (4 streams 120 W, one 75 W). Not held to the idle 60 W: a
-        # mean power is the counter's rise over its readings' own span, each reading stamped
-        # at its request's midpoint, and on a loaded client a read's round trip is lopsided by
-        # up to half of it, so one stream read 55.4 W in a fresh clone (idle24, 2026-12-06);
-        # the energy bounds above already hold the readings to the simulated draw with slack
+        # more streams draw more (4 streams 120 W, one 75 W)
         assert levels[1]["mean_power_w"] > levels[0]["mean_power_w"] > 0
+        # A mean power is the counter's rise over its readings' span, each reading stamped at
+        # its read's midpoint while the server read its counter somewhere inside it: on a
+        # loaded client one stream once read 55.4 W, under the idle 60 W nothing can draw less
+        # than (idle24, 2026-12-06). The marts state the range the reads' round trips allow,
+        # and whatever the load, it holds a draw the simulator can make: between idle and
+        # idle plus every stream of the level (a trapezoid's range is its mean: 0 s of doubt)
+        for c, r in ((1, levels[0]), (4, levels[1])):
+            assert r["span_uncertainty_s"] is not None and r["span_uncertainty_s"] >= 0, r
+            low, high = r["mean_power_low_w"], r["mean_power_high_w"]
+            assert low <= r["mean_power_w"] and (high is None or r["mean_power_w"] <= high), r
+            assert low <= IDLE_W + c * PER_STREAM_W and (high is None or high >= IDLE_W), (d, c, r)
+            if d == "drawn":
+                assert r["span_uncertainty_s"] == 0 and low == high == r["mean_power_w"], r
         assert sum(r["generated_tokens"] for r in levels) == tokens[d]
         for r in levels:
             assert r["tokens_per_joule"] == pytest.approx(r["generated_tokens"] / r["energy_j"])
@@ -228,6 +237,9 @@ def test_energy_marts_match_the_simulated_integral(db_path: Path) -> None:
         assert cap["status"] == "measured"
         assert cap["tokens_per_joule"] == pytest.approx(at["tokens_per_joule"])
         assert cap["streams_per_kw"] == pytest.approx(capacity[d] / (at["mean_power_w"] / 1000))
+        assert cap["streams_per_kw_high"] == pytest.approx(
+            capacity[d] / (at["mean_power_low_w"] / 1000)
+        )
     # no power source: no rows at all, never 0 J
     assert unpowered_samples == (0,)
     assert not any(d == "unpowered" for d, _ in energy) and "unpowered" not in at_capacity

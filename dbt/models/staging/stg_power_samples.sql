@@ -15,7 +15,9 @@ final as (
         cast(quantity as varchar) as quantity,
         cast(value as double) as reading_value,
         cast(status as varchar) as status,
-        cast(reason as varchar) as reason
+        cast(reason as varchar) as reason,
+        -- the read's round trip: the reading's instant is t_ns within half of it either way
+        cast(read_rtt_ns as double) / 1e9 as read_rtt_s
     from source
 )
 

@@ -131,7 +131,15 @@ def _nightly(con: Any, data: dict[str, Any], where: str, params: dict[str, Any])
         _df(
             con,
             "select deployment, workload, capacity_streams, round(tokens_per_joule, 3) as "
-            "tokens_per_joule, round(streams_per_kw, 1) as streams_per_kw, status, "
+            "tokens_per_joule, round(streams_per_kw, 1) as streams_per_kw, "
+            # the range the power readings' timing allows (a read's round trip): stated,
+            # so a loaded client's lopsided reads never pass for a precise figure
+            "case when status <> 'measured' then null "
+            "when streams_per_kw_low is null and streams_per_kw_high is null "
+            "then 'not kept' when streams_per_kw_low is null "
+            "then '≤ ' || round(streams_per_kw_high, 1)::varchar "
+            "else round(streams_per_kw_low, 1)::varchar || '–' "
+            "|| round(streams_per_kw_high, 1)::varchar end as streams_per_kw_range, status, "
             f"unavailable_reason from marts.fct_energy_at_capacity {where} "
             "order by deployment, workload",
             params,

@@ -9,6 +9,10 @@
 -- or did not move at all (an exporter that refreshes slower than the wave, DCGM's 30 s
 -- default: never "0 J"), or when a sensor's mean draw is past var('energy_max_sensor_w')
 -- (a counter jump in a short wave): never 0 J, never an impossible wattage.
+-- A reading is stamped at the middle of the read that fetched it and the source read its
+-- sensor somewhere inside that read, so a counter's window is known to within half the first
+-- and last reads' round trips either way: span_uncertainty_s, and the mean power's range.
+-- (A trapezoid's draws move with their stamps: its mean power does not depend on them.)
 with samples as (
     select * from {{ ref('stg_power_samples') }}
 ),
@@ -66,6 +70,13 @@ per_sensor as (
         any_value(by_counter) as by_counter,
         count(*) as n_readings,
         (max(t_ns) - min(t_ns)) / 1e9 as span_s,
+        case
+            when any_value(by_counter)
+                then (arg_min(read_rtt_s, t_ns) + arg_max(read_rtt_s, t_ns)) / 2
+            else 0.0
+        end as span_uncertainty_s,
+        -- NULL: a read's round trip was not kept (a warehouse from before it was)
+        bool_or(read_rtt_s is null) as rtt_unknown,
         bool_or(by_counter and reading_value < prev_value) as went_backwards,
         case
             when any_value(by_counter) then arg_max(reading_value, t_ns) - arg_min(reading_value, t_ns)
@@ -94,6 +105,8 @@ per_wave as (
         end as energy_method,
         count(*) as n_sensors,
         max(span_s) as span_s,
+        case when not bool_or(rtt_unknown) then max(span_uncertainty_s) end
+            as span_uncertainty_s,
         sum(sensor_energy_j) as summed_energy_j,
         min(n_readings) as fewest_readings,
         arg_min(sensor, n_readings) as sparsest_sensor,
@@ -124,6 +137,7 @@ judged as (
         p.energy_method,
         p.n_sensors,
         p.span_s,
+        p.span_uncertainty_s,
         case
             when p.wave_id is null
                 then coalesce(f.first_reason, 'no power reading during the wave')
@@ -167,10 +181,15 @@ final as (
         energy_method,
         n_sensors,
         span_s,
+        span_uncertainty_s,
         case when unavailable_reason is null then 'measured' else 'unavailable' end as status,
         unavailable_reason,
         case when unavailable_reason is null then summed_energy_j end as energy_j,
         case when unavailable_reason is null then summed_energy_j / span_s end as mean_power_w,
+        case when unavailable_reason is null
+            then summed_energy_j / (span_s + span_uncertainty_s) end as mean_power_low_w,
+        case when unavailable_reason is null and span_s > span_uncertainty_s
+            then summed_energy_j / (span_s - span_uncertainty_s) end as mean_power_high_w,
         n_ok_streams,
         generated_tokens
     from judged

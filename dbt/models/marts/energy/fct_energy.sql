@@ -20,6 +20,11 @@ levels as (
         count(*) filter (where status = 'measured') as n_measured_waves,
         sum(energy_j) filter (where status = 'measured') as measured_energy_j,
         sum(span_s) filter (where status = 'measured') as measured_span_s,
+        -- NULL when a measured wave's read round trips were not kept
+        case
+            when count(*) filter (where status = 'measured' and span_uncertainty_s is null) = 0
+                then sum(span_uncertainty_s) filter (where status = 'measured')
+        end as measured_span_uncertainty_s,
         -- NULL when a measured wave's ok streams lack token counts
         case
             when count(*) filter (where status = 'measured' and generated_tokens is null) = 0
@@ -40,6 +45,17 @@ final as (
         case when n_measured_waves > 0 then measured_energy_j end as energy_j,
         case when n_measured_waves > 0 then measured_energy_j / measured_span_s end
             as mean_power_w,
+        -- what the readings' stamps allow: their windows longer or shorter by the reads'
+        -- round trips (int_wave_energy.span_uncertainty_s); NULL where unknown or unbounded
+        case when n_measured_waves > 0
+            then measured_energy_j / (measured_span_s + measured_span_uncertainty_s) end
+            as mean_power_low_w,
+        case when n_measured_waves > 0 and measured_span_s > measured_span_uncertainty_s
+            then measured_energy_j / (measured_span_s - measured_span_uncertainty_s) end
+            as mean_power_high_w,
+        case when n_measured_waves > 0 then measured_span_s end as span_s,
+        case when n_measured_waves > 0 then measured_span_uncertainty_s end
+            as span_uncertainty_s,
         case when n_measured_waves > 0 then measured_tokens end as generated_tokens,
         case when n_measured_waves > 0 then measured_tokens / nullif(measured_energy_j, 0) end
             as tokens_per_joule,

@@ -24,6 +24,8 @@ joined as (
         c.workload,
         c.capacity_streams,
         e.mean_power_w,
+        e.mean_power_low_w,
+        e.mean_power_high_w,
         e.tokens_per_joule,
         case
             when not c.is_measured then 'no capacity measured'
@@ -52,6 +54,11 @@ final as (
         case when unavailable_reason is null then tokens_per_joule end as tokens_per_joule,
         case when unavailable_reason is null then capacity_streams / (mean_power_w / 1000) end
             as streams_per_kw,
+        -- the range the power readings' timing allows (fct_energy's mean power range)
+        case when unavailable_reason is null
+            then capacity_streams / (mean_power_high_w / 1000) end as streams_per_kw_low,
+        case when unavailable_reason is null
+            then capacity_streams / (mean_power_low_w / 1000) end as streams_per_kw_high,
         case when unavailable_reason is null then 'measured' else 'unavailable' end as status,
         unavailable_reason
     from joined
