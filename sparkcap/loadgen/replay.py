@@ -118,8 +118,9 @@ async def replay(dep: Deployment, run_id: str, options: ReplayOptions) -> WaveRe
                 stall_ns = anchor + round(options.client_stall_at_s * _NS)
                 await asyncio.sleep(max(0.0, (stall_ns - time.perf_counter_ns()) / _NS))
                 made = _STALLED.setdefault(asyncio.get_running_loop(), set())
-                if options.replay_id is None or options.replay_id not in made:
-                    made.add(options.replay_id or "")
+                if options.replay_id not in made:  # (a replay without an id stalls alone)
+                    if options.replay_id is not None:
+                        made.add(options.replay_id)
                     time.sleep(options.client_stall_s)
                 stalled = True
             wait_s = (due_ns - time.perf_counter_ns()) / _NS
