@@ -87,6 +87,11 @@ FAMILIES: dict[str, str] = {
     ),
     "sparkcap_tokens_per_joule": "Generated tokens per joule at the capacity point.",
     "sparkcap_streams_per_kw": "Concurrent streams per kilowatt at the capacity point.",
+    "sparkcap_streams_per_kw_low": (
+        "The lowest streams per kilowatt the power readings' timing allows (each reading is "
+        "known to within half its read's round trip); absent where unbounded or not kept."
+    ),
+    "sparkcap_streams_per_kw_high": "The highest streams per kilowatt the readings' timing allows.",
 }
 
 
@@ -160,6 +165,8 @@ def render(night: NightMetrics) -> str:
         if measured:
             add("sparkcap_tokens_per_joule", e.tokens_per_joule, **pair)
             add("sparkcap_streams_per_kw", e.streams_per_kw, **pair)
+            add("sparkcap_streams_per_kw_low", e.streams_per_kw_low, **pair)
+            add("sparkcap_streams_per_kw_high", e.streams_per_kw_high, **pair)
     return "".join(_family_text(name, fam) for name, fam in families.items() if fam.samples)
 
 

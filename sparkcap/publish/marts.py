@@ -229,6 +229,9 @@ class EnergyAtCapacityRow(NamedTuple):
     streams_per_kw: float | None
     status: str
     unavailable_reason: str | None
+    # the range the power readings' timing allows; None where unbounded or not kept
+    streams_per_kw_low: float | None = None
+    streams_per_kw_high: float | None = None
 
 
 class QueryResult(NamedTuple):

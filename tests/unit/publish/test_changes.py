@@ -44,10 +44,11 @@ insert into marts.fct_capacity_tiers values
     ('r1', 'glm', 'code', 10, 1, 9, false, true, false);
 create table marts.fct_energy_at_capacity (run_id varchar, deployment varchar,
     workload varchar, capacity_streams integer, tokens_per_joule double, streams_per_kw double,
-    status varchar, unavailable_reason varchar);
+    status varchar, unavailable_reason varchar, streams_per_kw_low double,
+    streams_per_kw_high double);
 insert into marts.fct_energy_at_capacity values
-    ('r1', 'glm', 'code', 6, 2.5, 30, 'measured', null),
-    ('r1', 'spark', 'code', 4, null, null, 'unavailable', 'NVML: power N/A');
+    ('r1', 'glm', 'code', 6, 2.5, 30, 'measured', null, 28.5, 31.5),
+    ('r1', 'spark', 'code', 4, null, null, 'unavailable', 'NVML: power N/A', null, null);
 """
 
 
@@ -84,6 +85,7 @@ def test_the_new_marts_read_back_typed(old_db: Path) -> None:
     assert all(type(t.threshold_tok_s) is float for t in tiers)
     glm, spark = marts.energy_at_capacity(old_db, "r1")
     assert glm.tokens_per_joule == 2.5 and spark.tokens_per_joule is None
+    assert (glm.streams_per_kw_low, glm.streams_per_kw_high) == (28.5, 31.5)
     assert spark.unavailable_reason == "NVML: power N/A"
 
 

@@ -96,7 +96,7 @@ NIGHT = NightMetrics(
         change("capacity", None, change_pct=None, p_value=None, is_change=False, direction=None),
     ],
     energy=[
-        EnergyAtCapacityRow("glm", "code", 6, 2.5, 30.0, "measured", None),
+        EnergyAtCapacityRow("glm", "code", 6, 2.5, 30.0, "measured", None, 28.5, 31.5),
         EnergyAtCapacityRow("r429", "code", None, None, None, "unavailable", "NVML: N/A"),
     ],
 )
@@ -171,6 +171,9 @@ def test_unavailable_energy_is_no_figure_never_zero() -> None:
     }
     assert samples(text, "sparkcap_tokens_per_joule") == {glm: 2.5}
     assert samples(text, "sparkcap_streams_per_kw") == {glm: 30.0}
+    # with the range its readings' timing allows, and none for the unavailable one
+    assert samples(text, "sparkcap_streams_per_kw_low") == {glm: 28.5}
+    assert samples(text, "sparkcap_streams_per_kw_high") == {glm: 31.5}
 
 
 def test_a_hostile_name_stays_one_label_value_on_one_line() -> None:
