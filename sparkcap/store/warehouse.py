@@ -40,13 +40,27 @@ from sparkcap.loadgen.records import MAX_COUNT, ReplayOffer, WaveRecord, stored_
 from sparkcap.settings import get_settings
 from sparkcap.store.schema import RAW_TABLES, SCHEMA_SQL, columns, raw_table
 
-__all__ = ["SCHEMA_SQL", "StorageError", "ensure_schema", "open_warehouse", "stage_wave"]
+__all__ = [
+    "SCHEMA_SQL",
+    "StaleWarehouse",
+    "StorageError",
+    "ensure_schema",
+    "open_warehouse",
+    "stage_wave",
+]
 
 
 class WarehouseBusy(SparkcapError, RuntimeError):
     """The warehouse cannot take a write now: another process holds the DuckDB write lock
     (or, as :class:`StorageError`, its file or disk failed). A wave that meets it waits in
     the spool for the next ``stage``."""
+
+
+class StaleWarehouse(SparkcapError, RuntimeError):
+    """A reader's query does not bind: the file's marts (or raw tables) were built by a
+    sparkcap that lacked a column this one reads. Said in one line with the command that
+    rebuilds them, never DuckDB's binder traceback: columns are only ever added, so a build
+    by this sparkcap (which also adds any raw column) is the whole remedy."""
 
 
 class StorageError(WarehouseBusy):
@@ -180,6 +194,14 @@ def open_warehouse(
             ensure_schema(con)
         yield con
         failed = False
+    except duckdb.BinderException as exc:
+        if not read_only:  # a writer's query that does not bind is sparkcap's own defect
+            raise
+        cause = str(exc).split("\n", 1)[0].removeprefix("Binder Error: ").strip()
+        raise StaleWarehouse(
+            f"{db_path}: built by another sparkcap ({cause}); run "
+            f"`sparkcap build --db {db_path}` to build its marts with this one"
+        ) from None
     except duckdb.Error as exc:
         err = storage_error(db_path, "use", exc)
         if err is None:

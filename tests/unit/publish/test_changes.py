@@ -68,6 +68,27 @@ def test_a_warehouse_without_the_new_marts_reads_none(old_db: Path) -> None:
         marts.latest_built_run(old_db)
 
 
+def test_a_mart_built_by_an_older_sparkcap_is_one_line_with_the_command_that_rebuilds_it(
+    old_db: Path,
+) -> None:
+    """fct_energy_at_capacity as a build before its timing range made it: the typed reader
+    selects the range, and a person sees one line naming the file and the command, never
+    DuckDB's binder traceback."""
+    from sparkcap.store.warehouse import StaleWarehouse
+
+    with duckdb.connect(str(old_db)) as con:
+        con.execute(NEW)
+        con.execute(
+            "create or replace table marts.fct_energy_at_capacity as select * exclude "
+            "(streams_per_kw_low, streams_per_kw_high) from marts.fct_energy_at_capacity"
+        )
+    with pytest.raises(StaleWarehouse) as caught:
+        marts.energy_at_capacity(old_db, "r1")
+    line = str(caught.value)
+    assert "\n" not in line and line.startswith(f"{old_db}: built by another sparkcap (")
+    assert "streams_per_kw_low" in line and f"`sparkcap build --db {old_db}`" in line
+
+
 def test_the_new_marts_read_back_typed(old_db: Path) -> None:
     with duckdb.connect(str(old_db)) as con:
         con.execute(NEW)
