@@ -81,21 +81,28 @@ from t_waves
     chunk; when fewer streams ever decode at once than decoded in all, some stream only
     started after another had finished, i.e. the server queued it (fewer slots than streams).
     At one instant an end sorts before a start, so streams that only touch did not overlap.
+    A stream whose content all arrived at one instant (one chunk, or a proxy that buffers)
+    has no decode window: it shows neither overlap nor its absence, so it is not counted as
+    decoded (counted, its own end sorting before its start made it "queued" alone).
     `streams`: wave_id, first_token_ns, last_token_ns. Used by int_trials and, compiled, by
-    the live search judge. -#}
+    the live search judge (which reads the first three columns by position). -#}
 {% macro decode_overlap(streams) -%}
 with o_streams as (
     select wave_id, first_token_ns, last_token_ns from {{ streams }}
 ),
 
+o_windows as (
+    select wave_id, first_token_ns, last_token_ns
+    from o_streams
+    where last_token_ns > first_token_ns
+),
+
 o_events as (
     select wave_id, first_token_ns as at_ns, 1 as delta
-    from o_streams
-    where first_token_ns is not null and last_token_ns is not null
+    from o_windows
     union all
     select wave_id, last_token_ns as at_ns, -1 as delta
-    from o_streams
-    where first_token_ns is not null and last_token_ns is not null
+    from o_windows
 ),
 
 o_decoding as (
@@ -115,15 +122,19 @@ o_peak as (
 ),
 
 o_decoded as (
-    select wave_id, count(first_token_ns) as n_decoded
-    from o_streams
-    group by wave_id
+    select
+        s.wave_id,
+        count(w.wave_id) as n_decoded
+    from (select distinct wave_id from o_streams) as s
+    left join o_windows as w on w.wave_id = s.wave_id
+    group by s.wave_id
 )
 
 select
     d.wave_id,
     p.peak_concurrency,
-    coalesce(p.peak_concurrency, 0) < d.n_decoded as queued_by_overlap
+    coalesce(p.peak_concurrency, 0) < d.n_decoded as queued_by_overlap,
+    d.n_decoded as n_decoded_with_window
 from o_decoded as d
 left join o_peak as p on p.wave_id = d.wave_id
 {%- endmacro %}

@@ -96,7 +96,7 @@ joined as (
         -- a session's turns follow each other, so they never all decode at once: queueing
         -- shows in the turns' TTFT, which the level rule holds to the ceiling instead
         coalesce(o.queued_by_overlap and w.workload <> 'agent', false) as queued_by_overlap,
-        'at most ' || coalesce(o.peak_concurrency, 0) || ' of ' || p.n_decoded
+        'at most ' || coalesce(o.peak_concurrency, 0) || ' of ' || o.n_decoded_with_window
         || ' streams decoded at once (the server queued the rest)' as queued_reason,
         w.n_requests,
         p.* exclude (wave_id, run_id),
