@@ -8,8 +8,10 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -141,32 +143,17 @@ def test_flow_searches_when_asked_once_the_warehouse_is_free(harness: None, tmp_
 
 
 def test_flow_records_data_quality_failure_and_still_publishes(
-    harness: None, tmp_path: Path
+    canary_nights: CanaryNights,
 ) -> None:
-    from sparkcap.servers.sim.server import SimServer
-
-    with SimServer([faulty("bad", every=2, omit_usage=True)]) as sim:
-        fleet = {
-            "name": "bad",
-            "workloads": {"code": {"levels": [1, 2], "trials": 1, "max_tokens": 8}},
-            "deployments": [{"name": "bad", "model": "bad", "endpoint": sim.endpoint}],
-        }
-        path = tmp_path / "bad.yaml"
-        path.write_text(yaml.safe_dump(fleet))
-        flow = _nightly()
-        reports = tmp_path / "reports"
-        state = flow(
-            fleet=str(path),
-            db=str(tmp_path / "b.duckdb"),
-            profile="full",
-            reports=str(reports),
-            return_state=True,
-        )
+    """The canary module night's ``bad`` deployment omits usage on every other stream: the
+    night records the data-quality failure, ends Failed, and still publishes its report."""
+    state, reports = canary_nights.ok, canary_nights.reports
     assert state.is_failed()
     assert "data quality failed" in (state.message or "")
     assert (reports / "latest" / "index.html").exists()
     arts = _artifacts(state.state_details.flow_run_id)
     assert "completion_length_present" in arts.get("data-quality", "")
+    assert "capacity" in arts  # published: the good deployment's capacity is there
 
 
 def test_scheduled_run_completes_on_a_real_prefect_server(prefect_api: str, tmp_path: Path) -> None:
@@ -283,59 +270,97 @@ def test_scheduled_run_completes_on_a_real_prefect_server(prefect_api: str, tmp_
         worker_log.close()
 
 
-@pytest.mark.reliability
-def test_canary_api_key_reaches_no_prefect_record(harness: None, tmp_path: Path) -> None:
-    """Secrets stay out of what Prefect keeps: artifacts, run logs, state messages, its database
-    and result storage, for a good night and for a night that fails on a wrong key."""
-    import asyncio
+GOOD_KEY, WRONG_KEY = "sk-canary-good-51c0e2d7a9", "sk-canary-wrong-83b6f4a1c2"
+HEADER_VALUE = "hdr-canary-0d9e7c4b2a61"  # a custom header's value is a secret too
 
-    import prefect.settings
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
-    from prefect.logging.handlers import APILogWorker
 
+@dataclass(frozen=True)
+class CanaryNights:
+    ok: Any  # the right key: the night runs; its `bad` deployment fails data quality
+    refused: Any  # a wrong key: refused before anything is measured
+    reports: Path
+    root: Path
+
+
+@pytest.fixture(scope="module")
+def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> CanaryNights:
+    """Two Prefect nights on one warehouse, built once for the module (issue 35: each test
+    here was a night of its own): one with the right API key and custom header, whose fleet
+    also holds a deployment that omits usage on every other stream (a data-quality failure
+    that must still publish), and one with a wrong key, refused."""
     from sparkcap.servers.sim.server import SimServer
-    from tests.integration.helpers import fast_profile
 
-    good, wrong = "sk-canary-good-51c0e2d7a9", "sk-canary-wrong-83b6f4a1c2"
-    header = "hdr-canary-0d9e7c4b2a61"  # a custom header's value is a secret too
-    os.environ["SPARKCAP_CANARY_GOOD"], os.environ["SPARKCAP_CANARY_WRONG"] = good, wrong
-    os.environ["SPARKCAP_CANARY_HDR"] = header
+    root = tmp_path_factory.mktemp("canary")
+    env = {
+        "SPARKCAP_CANARY_GOOD": GOOD_KEY,
+        "SPARKCAP_CANARY_WRONG": WRONG_KEY,
+        "SPARKCAP_CANARY_HDR": HEADER_VALUE,
+    }
+    os.environ.update(env)
     states = []
     try:
         with SimServer(
-            [fast_profile("m")], required_api_key=good, required_headers={"x-api-key": header}
+            [fast_profile("m"), faulty("bad", every=2, omit_usage=True)],
+            required_api_key=GOOD_KEY,
+            required_headers={"x-api-key": HEADER_VALUE},
         ) as sim:
-            for var in ("SPARKCAP_CANARY_GOOD", "SPARKCAP_CANARY_WRONG"):
+            nights = (("SPARKCAP_CANARY_GOOD", ("m", "bad")), ("SPARKCAP_CANARY_WRONG", ("m",)))
+            for var, names in nights:
                 fleet = {
                     "name": "canary",
                     "workloads": {"code": {"levels": [1, 2], "trials": 1, "max_tokens": 8}},
                     "deployments": [
                         {
-                            "name": "m",
-                            "model": "m",
+                            "name": name,
+                            "model": name,
                             "endpoint": sim.endpoint,
                             "api_key_env": var,
                             "header_env": {"x-api-key": "SPARKCAP_CANARY_HDR"},
                         }
+                        for name in names
                     ],
                 }
-                path = tmp_path / f"{var}.yaml"
+                path = root / f"{var}.yaml"
                 path.write_text(yaml.safe_dump(fleet))
                 states.append(
                     _nightly()(
                         fleet=str(path),
-                        db=str(tmp_path / "c.duckdb"),
+                        db=str(root / "c.duckdb"),
                         profile="full",
-                        reports=str(tmp_path / "reports"),
+                        reports=str(root / "reports"),
                         return_state=True,
                     )
                 )
     finally:
-        del os.environ["SPARKCAP_CANARY_GOOD"], os.environ["SPARKCAP_CANARY_WRONG"]
-        del os.environ["SPARKCAP_CANARY_HDR"]
+        for var in env:
+            del os.environ[var]
     ok, refused = states
-    assert ok.is_completed(), ok.message  # the right key was sent: the simulator demands it
+    return CanaryNights(ok=ok, refused=refused, reports=root / "reports", root=root)
+
+
+@pytest.mark.reliability
+def test_canary_api_key_reaches_no_prefect_record(canary_nights: CanaryNights) -> None:
+    """Secrets stay out of what Prefect keeps: artifacts, run logs, state messages, its database
+    and result storage, for a night that ran (and failed data quality on another deployment)
+    and for a night that fails on a wrong key."""
+    import asyncio
+
+    import duckdb
+    import prefect.settings
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
+    from prefect.logging.handlers import APILogWorker
+
+    good, wrong, header = GOOD_KEY, WRONG_KEY, HEADER_VALUE
+    ok, refused = canary_nights.ok, canary_nights.refused
+    states = [ok, refused]
+    # the right key was sent (the simulator demands it): every stream of `m` was answered
+    with duckdb.connect(str(canary_nights.root / "c.duckdb"), read_only=True) as con:
+        statuses = con.execute(
+            "select distinct r.status from raw.requests r join raw.waves w using (wave_id) "
+            "where w.deployment = 'm' and w.probe is null"
+        ).fetchall()
+    assert statuses == [("ok",)], statuses
     assert refused.is_failed() and "refused the credentials" in (refused.message or "")
     APILogWorker.drain_all(timeout=10)  # run logs reach the API in batches
 
@@ -367,7 +392,7 @@ def test_canary_api_key_reaches_no_prefect_record(harness: None, tmp_path: Path)
     files = [
         *prefect_db.parent.glob(prefect_db.name + "*"),
         *Path(os.environ["PREFECT_HOME"]).rglob("*"),
-        *tmp_path.rglob("*"),
+        *canary_nights.root.rglob("*"),
     ]
     assert prefect_db.exists() and len(files) > 5
     for f in files:

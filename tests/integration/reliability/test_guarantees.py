@@ -30,12 +30,17 @@ from tests.integration.helpers import (
     run_cli,
     wave_census,
 )
+from tests.integration.reliability.imperfect_cli_night import (
+    CANARY as NIGHT_CANARY,
+)
+from tests.integration.reliability.imperfect_cli_night import (
+    CANARY_HEADER as NIGHT_CANARY_HEADER,
+)
+from tests.integration.reliability.imperfect_cli_night import ImperfectNight
 from tests.paths import ROOT
 from tests.spread import within
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
-
-CANARY = "sk-canary-7f3a9c1e5b2d4f60"
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -286,48 +291,59 @@ def test_waves_land_only_in_the_warehouse_they_were_measured_for(tmp_path: Path)
         assert con.execute("select count(*) from raw.waves").fetchone() == (0,)
 
 
-def test_canary_api_key_appears_nowhere(db_path: Path, tmp_path: Path) -> None:
+def test_canary_api_key_appears_nowhere(
+    imperfect_cli_night: ImperfectNight, db_path: Path, tmp_path: Path
+) -> None:
+    """The session's imperfect CLI night (``imperfect_cli_night.py``) sends a canary API key
+    and a canary header value to its ``huge`` deployment, with the root logger at DEBUG into a
+    file: neither reaches its warehouse, logs, reports, data docs or SPARKCAP_HOME. The key
+    really travelled (the simulator answers 401 without it, and every stream was answered);
+    a sweep without it, and one asking for a model the server lacks, are refused here, at
+    DEBUG too, and their errors hold no key either."""
+    night = imperfect_cli_night
+    with duckdb.connect(str(night.db), read_only=True) as con:
+        statuses = con.execute(
+            "select distinct r.status from raw.requests r join raw.waves w using (wave_id) "
+            "where w.deployment = 'huge'"
+        ).fetchall()
+    assert statuses == [("ok",)]
     log_file = tmp_path / "debug.log"
     handler = logging.FileHandler(log_file)
     root = logging.getLogger()
     old = root.level
     root.setLevel(logging.DEBUG)
     root.addHandler(handler)
-    os.environ["SPARKCAP_CANARY_KEY"] = CANARY
+    os.environ["SPARKCAP_CANARY_KEY"] = NIGHT_CANARY
     try:
-        with SimServer([fast_profile("m")], required_api_key=CANARY) as sim:
-            sent = one_sweep(sim.endpoint, db_path, api_key_env="SPARKCAP_CANARY_KEY")
-            # the key really travelled (the simulator answers 401 without it) ...
-            statuses = {r.status.value for w in sent.waves for r in w.requests}  # type: ignore[attr-defined]
-            assert statuses == {"ok"}
+        with SimServer([fast_profile("m")], required_api_key=NIGHT_CANARY) as sim:
             with pytest.raises(PreflightError, match="refused the credentials"):
-                one_sweep(sim.endpoint, db_path)  # ... and without it nothing is measured
+                one_sweep(sim.endpoint, db_path)  # without the key nothing is measured
             with pytest.raises(PreflightError) as err:
                 one_sweep(sim.endpoint, db_path, model="nope", api_key_env="SPARKCAP_CANARY_KEY")
-        from sparkcap.dq.validate import run_validation
-        from sparkcap.publish.report import render_report
-        from sparkcap.transform.dbt_build import build
-
-        run_validation(db_path, docs_dir=tmp_path / "dq")
-        build(db_path)
-        report = render_report(db_path, None, tmp_path / "reports", export_images=False)
     finally:
         root.removeHandler(handler)
         handler.close()
         root.setLevel(old)
         del os.environ["SPARKCAP_CANARY_KEY"]
-    assert CANARY not in str(err.value) and CANARY not in repr(err.value)
+    assert NIGHT_CANARY not in str(err.value) and NIGHT_CANARY not in repr(err.value)
     assert log_file.stat().st_size > 0  # DEBUG logging really happened (httpx, httpcore)
+    assert night.debug_log.stat().st_size > 0
+    for text in (night.stdout, night.stderr, night.workers_stderr):
+        assert NIGHT_CANARY not in text and NIGHT_CANARY_HEADER not in text
     places = [
-        db_path,
+        night.db,
+        night.debug_log,
         log_file,
-        *tmp_path.rglob("*.html"),
-        report.index,
-        *(Path(os.environ["SPARKCAP_HOME"]).rglob("*") if "SPARKCAP_HOME" in os.environ else []),
+        *night.reports.rglob("*"),
+        *night.home.rglob("*"),
+        *db_path.parent.rglob("*"),
     ]
+    assert any(p.suffix == ".html" for p in places)
     for place in places:
         if place.is_file():
-            assert CANARY.encode() not in place.read_bytes(), place
+            data = place.read_bytes()
+            assert NIGHT_CANARY.encode() not in data, place
+            assert NIGHT_CANARY_HEADER.encode() not in data, place
 
 
 def test_custom_header_values_are_secrets(db_path: Path, tmp_path: Path) -> None:

@@ -21,32 +21,17 @@ import yaml
 
 from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.loadgen.records import RequestRecord, WaveRecord
-from tests.integration.helpers import RELAXED_TIMING, cli_in_process, dep
+from tests.integration.helpers import cli_in_process, dep
+from tests.integration.reliability.imperfect_cli_night import (
+    TOKENS,
+    ImperfectNight,
+    stream_with_usage,
+)
 from tests.integration.reliability.rawserver import RawServer, vllm_stream
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 
-TOKENS = [f"tok{i} " for i in range(4)]
 DEAD = "http://127.0.0.1:9/v1"
-
-
-def ev(obj: object) -> bytes:
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
-
-
-def stream_with_usage(usage: dict[str, object], per_chunk: list[object] | None = None) -> bytes:
-    """A well-formed stream of ``TOKENS`` whose final usage object is ``usage``; with
-    ``per_chunk``, each content chunk carries ``completion_tokens`` from it (continuous)."""
-    out = [ev({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})]
-    for i, t in enumerate(TOKENS):
-        obj: dict[str, object] = {"choices": [{"index": 0, "delta": {"content": t}}]}
-        if per_chunk is not None:
-            obj["usage"] = {"prompt_tokens": 9, "completion_tokens": per_chunk[i]}
-        out.append(ev(obj))
-    out.append(ev({"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}))
-    out.append(ev({"choices": [], "usage": usage}))
-    out.append(b"data: [DONE]\n\n")
-    return b"".join(out)
 
 
 def staged_requests(db: Path) -> list[tuple[object, ...]]:
@@ -219,98 +204,48 @@ def test_token_lengths_beyond_the_int32_columns_are_refused_up_front(tmp_path: P
 
 @pytest.mark.slow
 def test_a_fleet_night_with_absurd_usage_from_one_deployment_publishes_the_others(
-    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+    imperfect_cli_night: ImperfectNight,
 ) -> None:
-    """A simulated deployment and one whose server reports ``completion_tokens`` 2^31 and
-    ``prompt_tokens: true`` on every stream: the night is swept, staged, built and reported;
-    the good deployment has its capacity, the absurd one's streams are stored with NULL
-    counts and the reason (today staging raises in Arrow and the night publishes nothing).
-    A third deployment streams well but its /metrics counters and gauges grow by 1e20 a
-    scrape (issue 38): a bigint cast of such a count broke every later build of the
-    warehouse; now each reading is unavailable with what it read, and the night publishes."""
-    from sparkcap.servers.sim.server import SimServer
-    from tests.integration.helpers import fast_profile
-
-    absurd = stream_with_usage({"prompt_tokens": True, "completion_tokens": 2**31})
-
-    def huge_page(ordinal: int) -> list[bytes]:
-        value = f"{(ordinal + 1) * 1e20:g}"
-        lines = []
-        for engine in ("sim", "vllm"):  # whichever names the diagnosis applies
-            lines += [
-                f"# TYPE {engine}:num_requests_waiting gauge",
-                f"{engine}:num_requests_waiting {value}",
-                f"# TYPE {engine}:num_preemptions counter",
-                f"{engine}:num_preemptions_total {value}",
-            ]
-        return [("\n".join(lines) + "\n").encode()]
-
-    def plain_head(_: int) -> bytes:
-        return b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nConnection: close\r\n\r\n"
-
-    # one 16-token stream per deployment, in a worker process: its stamps are the kernel's
-    # (an in-process loop's lag is a few per cent of so short a stream, spoiling the trial)
-    plan = {"levels": [1], "trials": 1, "max_tokens": 16, "warmup": False, "client_processes": 2}
-    db, reports = tmp_path / "n.duckdb", tmp_path / "reports"
-    with (
-        SimServer([fast_profile("m")]) as sim,
-        RawServer(lambda o: [absurd]) as bad,
-        RawServer(huge_page, head=plain_head) as page,
-    ):
-        fleet = {
-            "name": "absurd",
-            "workloads": {"code": plan},
-            "deployments": [
-                {"name": "absurd", "model": "m", "endpoint": bad.endpoint},
-                {"name": "good", "model": "m", "endpoint": sim.endpoint},
-                {
-                    "name": "huge",
-                    "model": "m",
-                    "endpoint": sim.endpoint,
-                    "metrics_url": f"http://127.0.0.1:{page.port}/metrics",
-                },
-            ],
-        }
-        path = tmp_path / "absurd.yaml"
-        path.write_text(yaml.safe_dump(fleet))
-        p = cli(
-            "run",
-            "--fleet",
-            str(path),
-            "--db",
-            str(db),
-            "--reports",
-            str(reports),
-            "--no-prefect",
-            # 16-token streams: about hostile counts, not the client's timing (in CI's parallel
-            # run the one good trial was judged unusable on timing and the capacity read 0)
-            env=RELAXED_TIMING,
-        )
+    """The session's imperfect CLI night (``imperfect_cli_night.py``): beside a simulated
+    deployment, one whose server reports ``completion_tokens`` 2^31 and ``prompt_tokens:
+    true`` on every stream. The night is swept, staged, built and reported; the good
+    deployment has its capacity, the absurd one's streams are stored with NULL counts and the
+    reason (once staging raised in Arrow and the night published nothing), and its capacity
+    is no measurement, never "below 20 tok/s" (every stream's content came in one chunk: no
+    decode window, no rate). A third deployment streams well but its /metrics counters and
+    gauges grow by 1e20 a scrape (issue 38): a bigint cast of such a count broke every later
+    build of the warehouse; now each reading is unavailable with what it read, and the night
+    publishes."""
+    p = imperfect_cli_night
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
-    workers = capfd.readouterr().err  # the load-generating processes write to fd 2 itself
-    assert "Traceback" not in workers, workers[-3000:]
-    assert next(reports.glob("*/index.html")).exists(), p.stderr[-2000:]
-    # the absurd deployment's counts fail data quality (it claims to report usage): one line
+    # the load-generating processes write to fd 2 itself
+    assert "Traceback" not in p.workers_stderr, p.workers_stderr[-3000:]
+    assert next(p.reports.glob("2*/index.html")).exists(), p.stderr[-2000:]
+    # the absurd deployment's counts fail data quality (it claims to report usage)
+    assert "blocking expectations failed: completion_length_present" in p.stderr
     assert p.stderr.strip().splitlines()[-1].startswith("error: "), p.stderr[-2000:]
-    with duckdb.connect(str(db), read_only=True) as con:
-        caps = con.execute(
-            "select deployment, capacity_streams from marts.fct_capacity where deployment = 'good'"
-        ).fetchall()
+    with duckdb.connect(str(p.db), read_only=True) as con:
+        caps = dict(
+            con.execute(
+                "select deployment, (capacity_streams, is_measured, capacity_verdict) "
+                "from marts.fct_capacity"
+            ).fetchall()
+        )
         huge = con.execute(
             "select evidence, status, unavailable_reason "
             "from intermediate.int_wave_server_evidence where deployment = 'huge' "
             "and evidence in ('requests_waiting', 'preemptions') "
             "and unavailable_reason like '%beyond 2^53%'"
         ).fetchall()
-        huge_cap = con.execute(
-            "select capacity_streams from marts.fct_capacity where deployment = 'huge'"
-        ).fetchall()
         absurd_rows = con.execute(
             "select r.completion_tokens, r.prompt_tokens, r.count_source, r.error "
             "from raw.requests r join raw.waves w using (wave_id) where w.deployment = 'absurd'"
         ).fetchall()
-    assert caps and caps[0][1] is not None and caps[0][1] >= 1, caps
-    assert huge_cap and huge_cap[0][0] is not None and huge_cap[0][0] >= 1, huge_cap
+    good, huge_cap, absurd_cap = caps["live"], caps["huge"], caps["absurd"]
+    assert good[0] is not None and good[0] >= 1 and good[1], good
+    assert huge_cap[0] is not None and huge_cap[0] >= 1 and huge_cap[1], huge_cap
+    assert absurd_cap[1] is False and "below" not in str(absurd_cap[2]), absurd_cap
+    assert "absurd/code: below" not in p.stdout, p.stdout
     assert {e for e, _, _ in huge} >= {"preemptions"}, huge
     assert all(status == "unavailable" and "e+20, beyond" in str(why) for _, status, why in huge)
     assert absurd_rows

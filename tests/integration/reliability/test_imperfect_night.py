@@ -18,10 +18,10 @@ import yaml
 
 from sparkcap.servers.sim.server import SimServer
 from tests.integration.helpers import (
-    cli_in_process,
     fast_profile,
     wave_census,
 )
+from tests.integration.reliability.imperfect_cli_night import ImperfectNight
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration, pytest.mark.slow]
 
@@ -55,9 +55,18 @@ def q(db: Path, sql: str) -> list[tuple[object, ...]]:
         return con.execute(sql).fetchall()
 
 
-def assert_the_night_names_the_dead_node(db: Path, report: Path) -> None:
-    caps = q(db, "select deployment, workload from marts.fct_capacity")
-    assert caps == [("live", "code")]  # the live deployment was measured and built
+def assert_the_night_names_the_dead_node(
+    db: Path,
+    report: Path,
+    measured: frozenset[str] = frozenset({"live"}),
+    also_unmeasured: str = "",
+) -> None:
+    """``measured``: the deployments with a capacity; ``also_unmeasured``: the fleet
+    capacity's not-measured list before the dead node (", "-joined, sorted)."""
+    caps = q(db, "select deployment, workload, is_measured from marts.fct_capacity")
+    # the live deployment was measured and built; the dead one has no capacity row at all
+    assert {d for d, _, ok in caps if ok} == measured, caps
+    assert "dead" not in {d for d, _, _ in caps}
     outcomes = dict(
         ((d, step), (status, reason))
         for d, step, status, reason in q(
@@ -73,34 +82,28 @@ def assert_the_night_names_the_dead_node(db: Path, report: Path) -> None:
     (missing, complete) = q(
         db, "select not_measured_deployments, is_complete from marts.fct_fleet_capacity"
     )[0]
-    assert missing == "dead" and complete is False
+    assert missing == also_unmeasured + "dead" and complete is False
     html = report.read_text()
     assert "Not measured tonight" in html and "Partial night" in html
     assert "endpoint unreachable" in html and "dead" in html
 
 
-def test_cli_night_with_a_dead_node(tmp_path: Path) -> None:
-    db, reports = tmp_path / "n.duckdb", tmp_path / "reports"
-    with SimServer([fast_profile("m")]) as sim:
-        p = cli_in_process(
-            "run",
-            "--fleet",
-            str(fleet_file(tmp_path, sim.endpoint)),
-            "--db",
-            str(db),
-            "--reports",
-            str(reports),
-            "--no-prefect",
-            env={**os.environ, "SPARKCAP_HOME": str(tmp_path / "home")},
-        )
+def test_cli_night_with_a_dead_node(imperfect_cli_night: ImperfectNight) -> None:
+    """The dead node of the session's imperfect CLI night (``imperfect_cli_night.py``: it
+    shares the night with a launched simulator, absurd usage and absurd /metrics)."""
+    p = imperfect_cli_night
     assert p.returncode == 1, p.stderr
     assert "not measured — dead not measured: endpoint unreachable" in p.stderr
     assert p.stderr.strip().splitlines()[-1].startswith("error: run ")
     for step in ("probes", "stage", "validate", "dbt-build", "report"):  # every step is shown
-        assert f"step {step} …" in p.stderr and f"step {step} done in " in p.stderr, p.stderr
-    assert "(partial: dead not measured)" in p.stdout
-    report = next(reports.glob("*/index.html"))
-    assert_the_night_names_the_dead_node(db, report)
+        assert f"step {step} …" in p.stderr, p.stderr
+        assert f"step {step} done in " in p.stderr or f"step {step} failed after " in p.stderr
+    # the absurd deployment's streams have no counts: no valid trial, not measured either
+    assert "(partial: absurd, dead not measured)" in p.stdout, p.stdout
+    report = next(p.reports.glob("2*/index.html"))
+    assert_the_night_names_the_dead_node(
+        p.db, report, measured=frozenset({"live", "huge"}), also_unmeasured="absurd, "
+    )
 
 
 def test_a_prefect_night_with_a_dead_node_and_a_busy_database_publishes_the_rest(
