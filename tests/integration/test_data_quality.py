@@ -7,7 +7,9 @@ import asyncio
 import json
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from subprocess import CompletedProcess
 
 import duckdb
 import pytest
@@ -68,13 +70,61 @@ def assert_opens_offline(index: Path) -> None:
             assert (page.parent / ref).resolve().exists(), (page, ref)
 
 
-def test_clean_sweep_passes_every_blocking_expectation(
-    sim: SimServer, db_path: Path, tmp_path: Path
-) -> None:
-    run_id = sweep_into(sim, db_path, "clean")
-    result = run_validation(db_path, run_id, docs_dir=tmp_path / "dq")
-    assert result.success, [o.expectation for o in result.blocking_failures]
-    assert {o.expectation for o in result.outcomes} >= {
+@dataclass(frozen=True)
+class CleanNight:
+    db: Path
+    run_id: str
+    validate: CompletedProcess[str]  # `sparkcap validate --db DB --out OUT`, no --run
+
+
+@pytest.fixture(scope="module")
+def clean_night(sim: SimServer, tmp_path_factory: pytest.TempPathFactory) -> CleanNight:
+    """A clean sweep, a prompt-cache probe on a server that ends every third reply early (no
+    ignore_eos), then a link-check run started after both; validated once, as a person does,
+    with no --run (issue 35: each test reading it validated a night of its own)."""
+    import time
+
+    from sparkcap.night.sweeps import run_probe
+    from sparkcap.store.warehouse import run_end_to, run_start_to
+
+    root = tmp_path_factory.mktemp("clean")
+    db = root / "clean.duckdb"
+    run_id = sweep_into(sim, db, "clean")
+    asyncio.run(
+        run_probe(
+            dep(sim.endpoint, "short"),  # every third reply ends after 5 tokens
+            "prompt-cache",
+            db,
+            run_id=run_id,
+            record_run=False,
+            document_tokens=300,
+            warm_requests=3,
+            answer_tokens=12,
+        )
+    )
+    link_run = "29991231T000000Z-linkck"  # newer than anything
+    run_start_to(db, link_run, {"link_check": {}}, time.time_ns())
+    run_end_to(db, link_run, "complete")
+    p = cli_in_process("validate", "--db", str(db), "--out", str(root / "dq"))
+    return CleanNight(db=db, run_id=run_id, validate=p)
+
+
+def outcomes(night: CleanNight) -> list[tuple[str, str, bool, bool, str | None]]:
+    """The validation's overall results: (suite, expectation, blocking, success, sample ids)."""
+    return q(  # type: ignore[return-value]
+        night.db,
+        "select suite, expectation, blocking, success, sample_ids from raw.dq_results "
+        "where run_id = ? and wave_id is null",
+        [night.run_id],
+    )
+
+
+def test_clean_sweep_passes_every_blocking_expectation(clean_night: CleanNight) -> None:
+    p = clean_night.validate
+    assert p.returncode == 0, p.stdout + p.stderr
+    found = outcomes(clean_night)
+    assert all(ok for _, _, blocking, ok, _ in found if blocking), found
+    assert {e for _, e, _, _, _ in found} >= {
         "completion_length_present",
         "code_output_length_exact",
         "prose_output_length_within_tolerance",
@@ -86,12 +136,12 @@ def test_clean_sweep_passes_every_blocking_expectation(
         "first_token_not_after_last",
         "warmup_wave_present",
     }
-    assert result.data_docs_index is not None
-    assert_opens_offline(result.data_docs_index)
+    (docs,) = [line for line in p.stdout.splitlines() if line.startswith("data docs: ")]
+    assert_opens_offline(Path(docs.removeprefix("data docs: ")))
     rows = q(
-        db_path,
+        clean_night.db,
         "select count(*), bool_and(success) from raw.dq_results where run_id = ? and blocking",
-        [run_id],
+        [clean_night.run_id],
     )
     assert rows[0][0] > 0 and rows[0][1] is True
 
@@ -197,21 +247,21 @@ def test_validation_after_build_triggers_rebuild_of_that_run(
 
 @pytest.mark.reliability
 def test_validate_without_run_takes_the_newest_sweep_not_a_link_check(
-    sim: SimServer, db_path: Path, tmp_path: Path
+    clean_night: CleanNight, tmp_path: Path
 ) -> None:
     """A link-check run (no waves) started after the sweep: `sparkcap validate` with no --run
     validates the sweep instead of erroring on the link check."""
     import time
 
-    from sparkcap.store.warehouse import run_end_to, run_start_to
+    from sparkcap.store.warehouse import run_start_to
 
-    swept = sweep_into(sim, db_path, "clean")
-    link_run = "29991231T000000Z-linkck"  # newer than anything
-    run_start_to(db_path, link_run, {"link_check": {}}, time.time_ns())
-    run_end_to(db_path, link_run, "complete")
-    p = cli_in_process("validate", "--db", str(db_path), "--out", str(tmp_path / "dq"))
+    p = clean_night.validate
     assert p.returncode == 0, p.stderr
-    assert p.stdout.splitlines()[0] == f"run {swept}"
+    assert p.stdout.splitlines()[0] == f"run {clean_night.run_id}"
+    link_run = "29991231T000000Z-linkck"
+    assert q(clean_night.db, "select count(*) from raw.runs where run_id = ?", [link_run]) == [
+        (1,)
+    ]  # the link check really was the newest run
     empty = tmp_path / "only-links.duckdb"
     run_start_to(empty, link_run, {"link_check": {}}, time.time_ns())
     p = cli_in_process("validate", "--db", str(empty))
@@ -221,35 +271,20 @@ def test_validate_without_run_takes_the_newest_sweep_not_a_link_check(
 
 @pytest.mark.reliability
 def test_probe_requests_have_their_own_suite_and_never_fail_a_night(
-    sim: SimServer, db_path: Path, tmp_path: Path
+    clean_night: CleanNight,
 ) -> None:
     """A server that ends probe replies early (no ignore_eos) must not fail the night through
     the code/prose length rules: probe requests get their own, non-blocking suite."""
-    from sparkcap.night.sweeps import run_probe
-
-    run_id = sweep_into(sim, db_path, "clean")
-    asyncio.run(
-        run_probe(
-            dep(sim.endpoint, "short"),  # every third reply ends after 5 tokens
-            "prompt-cache",
-            db_path,
-            run_id=run_id,
-            record_run=False,
-            document_tokens=300,
-            warm_requests=3,
-            answer_tokens=12,
-        )
-    )
     n_short = q(
-        db_path,
+        clean_night.db,
         "select count(*) from raw.requests r join raw.waves w using (wave_id) "
         "where r.run_id = ? and w.probe is not null and r.status = 'short'",
-        [run_id],
+        [clean_night.run_id],
     )[0][0]
     assert n_short > 0  # the probe really had short replies
-    result = run_validation(db_path, run_id, docs_dir=tmp_path / "dq")
-    assert result.success, [o.expectation for o in result.blocking_failures]
-    probe = [o for o in result.outcomes if o.suite == "probe_requests"]
-    assert probe and all(not o.blocking for o in probe)
-    sweep_ids = {i for o in result.outcomes if o.suite == "requests" for i in o.sample_ids}
-    assert not any("prompt-cache" in i for i in sweep_ids)
+    assert clean_night.validate.returncode == 0, clean_night.validate.stderr
+    found = outcomes(clean_night)
+    probe = [o for o in found if o[0] == "probe_requests"]
+    assert probe and all(not blocking for _, _, blocking, _, _ in probe), probe
+    sweep_ids = ",".join(str(ids or "") for suite, _, _, _, ids in found if suite == "requests")
+    assert "prompt-cache" not in sweep_ids
