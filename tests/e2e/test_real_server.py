@@ -153,7 +153,9 @@ def test_the_capacity_gets_a_verdict_from_the_servers_own_facts_and_metrics(
     db, run_id = swept
     # the verdict is what this test is about, not the client's timing of 24-token streams on
     # a shared machine (a level-1 trial read 0.77 % > 0.5 % in a fresh clone's full run)
-    build(db, dbt_vars=SHORT_STREAM_VARS)
+    # what it reads and every model they are built from, not a whole build
+    read = "+int_deployment_facts +fct_bottlenecks +fct_server_evidence +fct_level_bounds"
+    build(db, select=read, dbt_vars=SHORT_STREAM_VARS)
     with open_warehouse(db, read_only=True) as con:
         facts = con.execute(
             "select server_slots, server_slots_source, weight_bytes, weight_bytes_source, "
