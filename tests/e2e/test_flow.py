@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from tests.integration.helpers import (
+    RELAXED_TIMING,
     fast_profile,
     faulty,
     one_deployment_fleet,
@@ -298,6 +299,11 @@ def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> Ca
     }
     os.environ.update(env)
     states = []
+    # wider than a test: set up before the autouse fixture relaxes the timing rule, so it
+    # passes the one setting itself (8-token streams: about secrets and data quality)
+    relaxed = pytest.MonkeyPatch()
+    for k, v in RELAXED_TIMING.items():
+        relaxed.setenv(k, v)
     try:
         with SimServer(
             [fast_profile("m"), faulty("bad", every=2, omit_usage=True)],
@@ -332,6 +338,7 @@ def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> Ca
                     )
                 )
     finally:
+        relaxed.undo()
         for var in env:
             del os.environ[var]
     ok, refused = states

@@ -22,6 +22,7 @@ from sparkcap.resources import expectations_dir
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
 from tests.integration.helpers import (
+    RELAXED_TIMING,
     SHORT_STREAM_VARS,
     cli_in_process,
     dep,
@@ -82,13 +83,25 @@ def clean_night(sim: SimServer, tmp_path_factory: pytest.TempPathFactory) -> Cle
     """A clean sweep, a prompt-cache probe on a server that ends every third reply early (no
     ignore_eos), then a link-check run started after both; validated once, as a person does,
     with no --run (issue 35: each test reading it validated a night of its own)."""
+    root = tmp_path_factory.mktemp("clean")
+    db = root / "clean.duckdb"
+    # wider than a test: set up before the autouse fixture relaxes the timing rule, so it
+    # passes the one setting itself (16-token streams: about data quality)
+    relaxed = pytest.MonkeyPatch()
+    for k, v in RELAXED_TIMING.items():
+        relaxed.setenv(k, v)
+    try:
+        return _clean_night(sim, root, db)
+    finally:
+        relaxed.undo()
+
+
+def _clean_night(sim: SimServer, root: Path, db: Path) -> CleanNight:
     import time
 
     from sparkcap.night.sweeps import run_probe
     from sparkcap.store.warehouse import run_end_to, run_start_to
 
-    root = tmp_path_factory.mktemp("clean")
-    db = root / "clean.duckdb"
     run_id = sweep_into(sim, db, "clean")
     asyncio.run(
         run_probe(
