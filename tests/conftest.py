@@ -12,7 +12,7 @@ import pytest
 from _pytest.nodeid import coerce_node_id
 
 from tests.integration.helpers import RELAXED_TIMING
-from tests.integration.reliability.imperfect_cli_night import ImperfectNight, run_imperfect_night
+from tests.integration.reliability.imperfect_nights import ImperfectNight, run_imperfect_night
 from tests.twin import PREBUILT_ENV, twin_night_for_session
 
 os.environ.setdefault("DO_NOT_TRACK", "1")
@@ -102,7 +102,7 @@ def twin_night(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 @pytest.fixture(scope="session")
 def imperfect_cli_night(tmp_path_factory: pytest.TempPathFactory) -> ImperfectNight:
     """A dead node, a launched simulator, absurd usage, absurd /metrics and a canary API key
-    in one CLI night (``tests/integration/reliability/imperfect_cli_night.py``): built once,
+    in one CLI night (``tests/integration/reliability/imperfect_nights.py``): built once,
     read by the tests of each."""
     return run_imperfect_night(tmp_path_factory.mktemp("imperfect"))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -22,6 +23,12 @@ from tests.integration.helpers import (
     fast_profile,
     faulty,
     one_deployment_fleet,
+    wave_census,
+)
+from tests.integration.reliability.imperfect_nights import (
+    DEAD,
+    assert_the_night_names_the_dead_node,
+    q,
 )
 from tests.paths import ROOT
 
@@ -277,18 +284,54 @@ HEADER_VALUE = "hdr-canary-0d9e7c4b2a61"  # a custom header's value is a secret 
 
 @dataclass(frozen=True)
 class CanaryNights:
-    ok: Any  # the right key: the night runs; its `bad` deployment fails data quality
+    ok: Any  # the right key: the night runs, a dead node and a busy database beside it
     refused: Any  # a wrong key: refused before anything is measured
+    staging_attempts: int  # the ok night's calls of its staging task (the first fails)
     reports: Path
     root: Path
+
+    @property
+    def db(self) -> Path:
+        return self.root / "c.duckdb"
+
+
+@contextlib.contextmanager
+def busy_database_and_flaky_staging(attempts: list[str]) -> Iterator[None]:
+    """A database busy for the whole sweep (every wave stays in the spool), and a staging
+    task that then fails once: Prefect must retry it."""
+    from sparkcap.night import steps as pipeline
+    from sparkcap.store import spool
+    from sparkcap.store.warehouse import WarehouseBusy
+
+    real_stage_spool, real_stage_pending = spool.stage_spool, pipeline.stage_pending
+
+    def busy_during_the_sweep(db_path, root=None, run_id=None):  # type: ignore[no-untyped-def]
+        if run_id is not None:  # the sweep's wave-by-wave staging
+            raise WarehouseBusy("injected: database is busy")
+        return real_stage_spool(db_path, root, run_id)
+
+    def flaky_stage_pending(db_path):  # type: ignore[no-untyped-def]
+        attempts.append("try")
+        if len(attempts) == 1:
+            raise RuntimeError("injected staging failure")
+        return real_stage_pending(db_path)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(spool, "stage_spool", busy_during_the_sweep)
+        mp.setattr(pipeline, "stage_pending", flaky_stage_pending)
+        yield
 
 
 @pytest.fixture(scope="module")
 def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> CanaryNights:
     """Two Prefect nights on one warehouse, built once for the module (issue 35: each test
-    here was a night of its own): one with the right API key and custom header, whose fleet
-    also holds a deployment that omits usage on every other stream (a data-quality failure
-    that must still publish), and one with a wrong key, refused."""
+    reading them was a night of its own).
+
+    - The right API key and custom header, on an imperfect fleet: ``dead`` (nobody listens
+      on its port; its prompt-cache probe first), ``live`` (with a probe) and ``bad`` (omits
+      usage on every other stream: a data-quality failure that must still publish), with the
+      database busy for the whole sweep and the staging task failing once.
+    - A wrong key: refused before anything is measured."""
     from sparkcap.servers.sim.server import SimServer
 
     root = tmp_path_factory.mktemp("canary")
@@ -298,51 +341,114 @@ def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> Ca
         "SPARKCAP_CANARY_HDR": HEADER_VALUE,
     }
     os.environ.update(env)
-    states = []
+    states, attempts = [], []
     # wider than a test: set up before the autouse fixture relaxes the timing rule, so it
     # passes the one setting itself (8-token streams: about secrets and data quality)
     relaxed = pytest.MonkeyPatch()
     for k, v in RELAXED_TIMING.items():
         relaxed.setenv(k, v)
+    probe = {"prompt-cache": {"document_tokens": 400, "warm_requests": 1}}
+    dead = {
+        "name": "dead",
+        "model": "m",
+        "endpoint": DEAD,
+        "probes": probe,
+        "timeouts": {"connect_s": 2},
+    }
     try:
         with SimServer(
             [fast_profile("m"), faulty("bad", every=2, omit_usage=True)],
             required_api_key=GOOD_KEY,
             required_headers={"x-api-key": HEADER_VALUE},
         ) as sim:
-            nights = (("SPARKCAP_CANARY_GOOD", ("m", "bad")), ("SPARKCAP_CANARY_WRONG", ("m",)))
-            for var, names in nights:
+
+            def deployment(name: str, model: str, var: str, **more: Any) -> dict[str, Any]:
+                return {
+                    "name": name,
+                    "model": model,
+                    "endpoint": sim.endpoint,
+                    "api_key_env": var,
+                    "header_env": {"x-api-key": "SPARKCAP_CANARY_HDR"},
+                    **more,
+                }
+
+            good = "SPARKCAP_CANARY_GOOD"
+            nights = [
+                (
+                    good,
+                    [
+                        dead,
+                        deployment("live", "m", good, probes=probe),
+                        deployment("bad", "bad", good),
+                    ],
+                    busy_database_and_flaky_staging(attempts),
+                ),
+                (
+                    "SPARKCAP_CANARY_WRONG",
+                    [deployment("live", "m", "SPARKCAP_CANARY_WRONG")],
+                    contextlib.nullcontext(),
+                ),
+            ]
+            for var, deployments, imperfections in nights:
                 fleet = {
                     "name": "canary",
                     "workloads": {"code": {"levels": [1, 2], "trials": 1, "max_tokens": 8}},
-                    "deployments": [
-                        {
-                            "name": name,
-                            "model": name,
-                            "endpoint": sim.endpoint,
-                            "api_key_env": var,
-                            "header_env": {"x-api-key": "SPARKCAP_CANARY_HDR"},
-                        }
-                        for name in names
-                    ],
+                    "deployments": deployments,
                 }
                 path = root / f"{var}.yaml"
                 path.write_text(yaml.safe_dump(fleet))
-                states.append(
-                    _nightly()(
-                        fleet=str(path),
-                        db=str(root / "c.duckdb"),
-                        profile="full",
-                        reports=str(root / "reports"),
-                        return_state=True,
+                with imperfections:
+                    states.append(
+                        _nightly()(
+                            fleet=str(path),
+                            db=str(root / "c.duckdb"),
+                            profile="full",
+                            reports=str(root / "reports"),
+                            return_state=True,
+                        )
                     )
-                )
     finally:
         relaxed.undo()
         for var in env:
             del os.environ[var]
     ok, refused = states
-    return CanaryNights(ok=ok, refused=refused, reports=root / "reports", root=root)
+    return CanaryNights(
+        ok=ok,
+        refused=refused,
+        staging_attempts=len(attempts),
+        reports=root / "reports",
+        root=root,
+    )
+
+
+def test_a_prefect_night_with_a_dead_node_and_a_busy_database_publishes_the_rest(
+    canary_nights: CanaryNights,
+) -> None:
+    """A dead node and a database busy for the whole sweep whose staging task then fails
+    once, in one Prefect night: Prefect retries the staging; the warehouse ends with every
+    wave of the live deployment exactly once and whole; the night ends Failed after
+    publishing, naming the dead node (and the data-quality failure beside it)."""
+    from sparkcap.store import spool
+
+    state, db = canary_nights.ok, canary_nights.db
+    assert canary_nights.staging_attempts == 2  # failed once, retried once
+    assert state.is_failed()
+    assert "dead not measured: endpoint unreachable" in (state.message or "")
+    assert (canary_nights.reports / "latest" / "index.html").exists()
+    (run_id,) = q(db, "select distinct run_id from raw.waves")[0]
+    # `bad` omits usage on every other stream: every trial lacks a count, so it is not
+    # measured either (data quality)
+    assert_the_night_names_the_dead_node(
+        db, canary_nights.reports / str(run_id) / "index.html", also_unmeasured="bad, "
+    )
+    n_waves, bad = wave_census(db)
+    (n_distinct,) = q(db, "select count(distinct wave_id) from raw.waves")[0]
+    (n_live,) = q(db, "select count(*) from raw.waves where deployment = 'live' and probe is null")[
+        0
+    ]
+    planned = 2 * (1 + 1)  # the live deployment's two levels x (warm-up + one trial), or more
+    assert n_waves == n_distinct and n_live >= planned and bad == 0
+    assert spool.pending(db) == []
 
 
 @pytest.mark.reliability
@@ -361,11 +467,11 @@ def test_canary_api_key_reaches_no_prefect_record(canary_nights: CanaryNights) -
     good, wrong, header = GOOD_KEY, WRONG_KEY, HEADER_VALUE
     ok, refused = canary_nights.ok, canary_nights.refused
     states = [ok, refused]
-    # the right key was sent (the simulator demands it): every stream of `m` was answered
-    with duckdb.connect(str(canary_nights.root / "c.duckdb"), read_only=True) as con:
+    # the right key was sent (the simulator demands it): every stream of `live` was answered
+    with duckdb.connect(str(canary_nights.db), read_only=True) as con:
         statuses = con.execute(
             "select distinct r.status from raw.requests r join raw.waves w using (wave_id) "
-            "where w.deployment = 'm' and w.probe is null"
+            "where w.deployment = 'live' and w.probe is null"
         ).fetchall()
     assert statuses == [("ok",)], statuses
     assert refused.is_failed() and "refused the credentials" in (refused.message or "")

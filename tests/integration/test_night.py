@@ -6,7 +6,7 @@ from __future__ import annotations
 import duckdb
 import pytest
 
-from tests.integration.reliability.imperfect_cli_night import ImperfectNight
+from tests.integration.reliability.imperfect_nights import ImperfectNight
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

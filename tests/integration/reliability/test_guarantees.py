@@ -30,13 +30,13 @@ from tests.integration.helpers import (
     run_cli,
     wave_census,
 )
-from tests.integration.reliability.imperfect_cli_night import (
+from tests.integration.reliability.imperfect_nights import (
     CANARY as NIGHT_CANARY,
 )
-from tests.integration.reliability.imperfect_cli_night import (
+from tests.integration.reliability.imperfect_nights import (
     CANARY_HEADER as NIGHT_CANARY_HEADER,
 )
-from tests.integration.reliability.imperfect_cli_night import ImperfectNight
+from tests.integration.reliability.imperfect_nights import ImperfectNight
 from tests.paths import ROOT
 from tests.spread import within
 
@@ -294,7 +294,7 @@ def test_waves_land_only_in_the_warehouse_they_were_measured_for(tmp_path: Path)
 def test_canary_api_key_appears_nowhere(
     imperfect_cli_night: ImperfectNight, db_path: Path, tmp_path: Path
 ) -> None:
-    """The session's imperfect CLI night (``imperfect_cli_night.py``) sends a canary API key
+    """The session's imperfect CLI night (``imperfect_nights.py``) sends a canary API key
     and a canary header value to its ``huge`` deployment, with the root logger at DEBUG into a
     file: neither reaches its warehouse, logs, reports, data docs or SPARKCAP_HOME. The key
     really travelled (the simulator answers 401 without it, and every stream was answered);

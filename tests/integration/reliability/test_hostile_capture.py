@@ -22,7 +22,7 @@ import yaml
 from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.loadgen.records import RequestRecord, WaveRecord
 from tests.integration.helpers import cli_in_process, dep
-from tests.integration.reliability.imperfect_cli_night import (
+from tests.integration.reliability.imperfect_nights import (
     TOKENS,
     ImperfectNight,
     stream_with_usage,
@@ -206,7 +206,7 @@ def test_token_lengths_beyond_the_int32_columns_are_refused_up_front(tmp_path: P
 def test_a_fleet_night_with_absurd_usage_from_one_deployment_publishes_the_others(
     imperfect_cli_night: ImperfectNight,
 ) -> None:
-    """The session's imperfect CLI night (``imperfect_cli_night.py``): beside a simulated
+    """The session's imperfect CLI night (``imperfect_nights.py``): beside a simulated
     deployment, one whose server reports ``completion_tokens`` 2^31 and ``prompt_tokens:
     true`` on every stream. The night is swept, staged, built and reported; the good
     deployment has its capacity, the absurd one's streams are stored with NULL counts and the

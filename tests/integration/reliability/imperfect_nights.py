@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import yaml
 
 from tests.integration.helpers import RELAXED_TIMING, cli_in_process, fast_profile
@@ -220,3 +221,41 @@ def run_imperfect_night(root: Path) -> ImperfectNight:
         launches=launches,
         huge_endpoint=huge_endpoint,
     )
+
+
+def q(db: Path, sql: str) -> list[tuple[object, ...]]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql).fetchall()
+
+
+def assert_the_night_names_the_dead_node(
+    db: Path,
+    report: Path,
+    measured: frozenset[str] = frozenset({"live"}),
+    also_unmeasured: str = "",
+) -> None:
+    """``measured``: the deployments with a capacity; ``also_unmeasured``: the fleet
+    capacity's not-measured list before the dead node (", "-joined, sorted)."""
+    caps = q(db, "select deployment, workload, is_measured from marts.fct_capacity")
+    # the live deployment was measured and built; the dead one has no capacity row at all
+    assert {d for d, _, ok in caps if ok} == measured, caps
+    assert "dead" not in {d for d, _, _ in caps}
+    outcomes = dict(
+        ((d, step), (status, reason))
+        for d, step, status, reason in q(
+            db, "select deployment, step, status, reason from raw.step_outcomes"
+        )
+    )
+    assert outcomes[("dead", "preflight")][0] == "failed"
+    assert "endpoint unreachable" in str(outcomes[("dead", "preflight")][1])
+    assert outcomes[("dead", "probe:prompt-cache")][0] == "failed"
+    assert outcomes[("live", "sweep")] == ("ok", None)
+    assert outcomes[("live", "probe:prompt-cache")][0] == "ok"  # the dead probe cost nothing
+    assert q(db, "select count(*) from marts.fct_prompt_cache where deployment = 'live'") == [(1,)]
+    (missing, complete) = q(
+        db, "select not_measured_deployments, is_complete from marts.fct_fleet_capacity"
+    )[0]
+    assert missing == also_unmeasured + "dead" and complete is False
+    html = report.read_text()
+    assert "Not measured tonight" in html and "Partial night" in html
+    assert "endpoint unreachable" in html and "dead" in html
