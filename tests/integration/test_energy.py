@@ -228,6 +228,9 @@ def test_energy_marts_match_the_simulated_integral(db_path: Path) -> None:
             assert low <= IDLE_W + c * PER_STREAM_W and (high is None or high >= IDLE_W), (d, c, r)
             if d == "drawn":
                 assert r["span_uncertainty_s"] == 0 and low == high == r["mean_power_w"], r
+            # the readings hold the streams' lives (else the wave would be unavailable), and
+            # the marts say how much of the window the streams filled
+            assert 0 < r["streams_span_s"] <= r["span_s"], r
         assert sum(r["generated_tokens"] for r in levels) == tokens[d]
         for r in levels:
             assert r["tokens_per_joule"] == pytest.approx(r["generated_tokens"] / r["energy_j"])

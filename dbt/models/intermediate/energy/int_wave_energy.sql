@@ -9,6 +9,12 @@
 -- or did not move at all (an exporter that refreshes slower than the wave, DCGM's 30 s
 -- default: never "0 J"), or when a sensor's mean draw is past var('energy_max_sensor_w')
 -- (a counter jump in a short wave): never 0 J, never an impossible wattage.
+-- The window must hold the streams' lives, from the first request sent to the last stream's
+-- end: where a sensor's first reading came after the release (the round before it failed)
+-- or its last before the end, part of the wave's energy is missing while all its tokens are
+-- counted, so the wave is unavailable with by how much, never a tokens-per-joule too high.
+-- Where it holds them, streams_span_s says how much of the window the streams filled (the
+-- rest is the draw around them, charged to the wave's tokens).
 -- A reading is stamped at the middle of the read that fetched it and the source read its
 -- sensor somewhere inside that read, so a counter's window is known to within half the first
 -- and last reads' round trips either way: span_uncertainty_s, and the mean power's range.
@@ -25,6 +31,8 @@ waves as (
 requests as (
     select
         wave_id,
+        min(sent_ns) as streams_start_ns,
+        max(coalesce(end_ns, last_token_ns)) as streams_end_ns,
         count(*) filter (where status = 'ok') as n_ok_streams,
         sum(completion_tokens) filter (where status = 'ok') as ok_tokens,
         count(*) filter (where status = 'ok' and completion_tokens is null) as n_ok_uncounted
@@ -69,6 +77,8 @@ per_sensor as (
         sensor,
         any_value(by_counter) as by_counter,
         count(*) as n_readings,
+        min(t_ns) as first_t_ns,
+        max(t_ns) as last_t_ns,
         (max(t_ns) - min(t_ns)) / 1e9 as span_s,
         case
             when any_value(by_counter)
@@ -114,7 +124,12 @@ per_wave as (
         min(sensor) filter (where went_backwards) as reset_sensor,
         min(sensor) filter (where did_not_move and not went_backwards) as stuck_sensor,
         max(sensor_mean_w) as highest_sensor_w,
-        arg_max(sensor, sensor_mean_w) as highest_sensor
+        arg_max(sensor, sensor_mean_w) as highest_sensor,
+        -- the window every sensor covers: its latest first reading, its earliest last
+        max(first_t_ns) as covered_from_ns,
+        arg_max(sensor, first_t_ns) as latest_starting_sensor,
+        min(last_t_ns) as covered_to_ns,
+        arg_min(sensor, last_t_ns) as earliest_ending_sensor
     from per_sensor_judged
     group by wave_id
 ),
@@ -147,6 +162,14 @@ judged as (
                 then 'only one reading of ' || coalesce(p.sparsest_sensor, 'the sensor')
                     || coalesce(' (' || f.first_reason || ')', '')
             when p.span_s <= 0 then 'every reading at one instant'
+            when r.streams_start_ns < p.covered_from_ns
+                then 'the readings of ' || p.latest_starting_sensor || ' began '
+                    || printf('%.2f', (p.covered_from_ns - r.streams_start_ns) / 1e9)
+                    || ' s after the first request was sent: part of the wave''s energy unread'
+            when r.streams_end_ns > p.covered_to_ns
+                then 'the readings of ' || p.earliest_ending_sensor || ' ended '
+                    || printf('%.2f', (r.streams_end_ns - p.covered_to_ns) / 1e9)
+                    || ' s before the last stream did: part of the wave''s energy unread'
             when p.stuck_sensor is not null
                 then 'the energy counter of ' || p.stuck_sensor || ' did not move during the '
                     || printf('%.1f', p.span_s) || ' s wave (an exporter that refreshes '
@@ -157,6 +180,7 @@ judged as (
                     || ' W one sensor can draw (a counter jump?)'
         end as unavailable_reason,
         p.summed_energy_j,
+        (r.streams_end_ns - r.streams_start_ns) / 1e9 as streams_span_s,
         r.n_ok_streams,
         case when coalesce(r.n_ok_uncounted, 0) = 0 then coalesce(r.ok_tokens, 0) end
             as generated_tokens
@@ -182,6 +206,7 @@ final as (
         n_sensors,
         span_s,
         span_uncertainty_s,
+        streams_span_s,
         case when unavailable_reason is null then 'measured' else 'unavailable' end as status,
         unavailable_reason,
         case when unavailable_reason is null then summed_energy_j end as energy_j,

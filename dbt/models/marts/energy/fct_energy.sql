@@ -2,7 +2,9 @@
 -- not warm-ups, probes or superseded attempts) whose energy was measured (int_wave_energy),
 -- summed. Tokens and joules come from the same waves, so tokens per joule never mixes a
 -- wave's tokens with another's energy. A level none of whose waves could be measured is
--- 'unavailable' with the first wave's reason and NULL figures, never 0. Only deployments
+-- 'unavailable' with the first wave's reason and NULL figures, never 0. A measured wave's
+-- readings hold its streams' lives (int_wave_energy): its energy is the streams' and the
+-- draw around them, which streams_span_s against span_s states. Only deployments
 -- that name a power source have rows.
 with waves as (
     select *
@@ -20,6 +22,7 @@ levels as (
         count(*) filter (where status = 'measured') as n_measured_waves,
         sum(energy_j) filter (where status = 'measured') as measured_energy_j,
         sum(span_s) filter (where status = 'measured') as measured_span_s,
+        sum(streams_span_s) filter (where status = 'measured') as measured_streams_span_s,
         -- NULL when a measured wave's read round trips were not kept
         case
             when count(*) filter (where status = 'measured' and span_uncertainty_s is null) = 0
@@ -54,6 +57,9 @@ final as (
             then measured_energy_j / (measured_span_s - measured_span_uncertainty_s) end
             as mean_power_high_w,
         case when n_measured_waves > 0 then measured_span_s end as span_s,
+        -- the streams' lives inside those windows: the rest is the draw around them, charged
+        -- to the level's tokens (so tokens_per_joule is the wave's, not the streams' alone)
+        case when n_measured_waves > 0 then measured_streams_span_s end as streams_span_s,
         case when n_measured_waves > 0 then measured_span_uncertainty_s end
             as span_uncertainty_s,
         case when n_measured_waves > 0 then measured_tokens end as generated_tokens,
