@@ -81,27 +81,41 @@ from t_waves
     chunk; when fewer streams ever decode at once than decoded in all, some stream only
     started after another had finished, i.e. the server queued it (fewer slots than streams).
     At one instant an end sorts before a start, so streams that only touch did not overlap.
-    A stream whose content all arrived at one instant (one chunk, or a proxy that buffers)
-    has no decode window: it shows neither overlap nor its absence, so it is not counted as
-    decoded (counted, its own end sorting before its start made it "queued" alone).
-    `streams`: wave_id, first_token_ns, last_token_ns. Used by int_trials and, compiled, by
-    the live search judge (which reads the first three columns by position). -#}
+    A stamp may read late (or early) by as long as its bytes sat unread, at most the wave's
+    worst event-loop lag: at a slot's hand-off the finished stream's last stamp then crossed
+    the next stream's first by 0.2 ms beside two CPU burners, and four streams on two slots
+    read as four at once (not queued). So each window ends its slack earlier (the wave's
+    `loop_lag_max_ms`, at least var('overlap_stamp_slack_ms')): streams decoding together
+    overlap by far more, for all their decode. A window no longer than its slack (a stream
+    whose content all arrived at one instant: one chunk, a proxy that buffers) shows neither
+    overlap nor its absence and is not counted as decoded (counted, its own end sorting
+    before its start made it "queued" alone).
+    `streams`: wave_id, first_token_ns, last_token_ns, loop_lag_max_ms (the wave's, NULL:
+    the floor alone). Used by int_trials and, compiled, by the live search judge (which reads
+    the first three columns by position). -#}
 {% macro decode_overlap(streams) -%}
 with o_streams as (
-    select wave_id, first_token_ns, last_token_ns from {{ streams }}
+    select
+        wave_id,
+        first_token_ns,
+        last_token_ns,
+        cast(1e6 * greatest(
+            coalesce(loop_lag_max_ms, 0), {{ var('overlap_stamp_slack_ms') }}
+        ) as bigint) as slack_ns
+    from {{ streams }}
 ),
 
 o_windows as (
-    select wave_id, first_token_ns, last_token_ns
+    select wave_id, first_token_ns, last_token_ns - slack_ns as end_ns
     from o_streams
-    where last_token_ns > first_token_ns
+    where last_token_ns - slack_ns > first_token_ns
 ),
 
 o_events as (
     select wave_id, first_token_ns as at_ns, 1 as delta
     from o_windows
     union all
-    select wave_id, last_token_ns as at_ns, -1 as delta
+    select wave_id, end_ns as at_ns, -1 as delta
     from o_windows
 ),
 

@@ -9,7 +9,7 @@
     {{ return([
         'threshold_tok_s', 'bootstrap_samples', 'bootstrap_seed', 'ci_low_pct', 'ci_high_pct',
         'timing_error_tolerance', 'start_skew_tolerance', 'queued_ttft_factor',
-        'queued_ttft_min_s', 'probe_window_s', 'probe_step_s', 'dip_share',
+        'queued_ttft_min_s', 'overlap_stamp_slack_ms', 'probe_window_s', 'probe_step_s', 'dip_share',
         'search_min_samples', 'bound_above_tolerance', 'bound_far_below_share',
         'bandwidth_bound_share', 'kv_full_usage', 'prefill_phase_share',
         'tier_thresholds_tok_s', 'tier_ttft_p90_ceilings_s',
@@ -36,9 +36,12 @@
     context-ladder rung whose cold prompt was served from the cache is not counted as cold; 12:
     a wave's energy counts every sensor once, by its own counter or draw, and a counter that
     did not move or a draw past energy_max_sensor_w is no energy; a server's value past 2^53
-    or a series listed twice with two values is no reading), so nights built by an older
+    or a series listed twice with two values is no reading; 13: queued by overlap counts a
+    decode window only beyond its stamps' slack (a stream whose content came at one instant,
+    and a hand-off whose stamps cross by less than the loop's lag, are no overlap), and a
+    wave's energy readings must hold its streams' lives), so nights built by an older
     sparkcap are rebuilt once by the new rules. -#}
-{% macro rules_version() -%}12{%- endmacro %}
+{% macro rules_version() -%}13{%- endmacro %}
 
 {#- A scalar var renders as a float ('threshold_tok_s=20.0' whether 20 or 20.0 was given, as
     nights already built stored it); a list var (the capacity tiers) as its sorted floats

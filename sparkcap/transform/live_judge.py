@@ -154,18 +154,24 @@ def live_chunks(streams: Sequence[tuple[WaveRecord, RequestRecord]]) -> Any:
 
 
 def _on_request_times(
-    sql: str, view: str, waves: Sequence[WaveRecord], columns: tuple[str, ...]
+    sql: str,
+    view: str,
+    waves: Sequence[WaveRecord],
+    columns: tuple[str, ...],
+    wave_columns: tuple[str, ...] = (),
 ) -> list[tuple[Any, ...]]:
     """Run a compiled rule on the waves' requests as ``view`` (wave_id and the named ns
-    timestamps, as raw.requests stores them) in an in-memory DuckDB."""
+    timestamps, as raw.requests stores them, beside each named figure of the request's wave,
+    as raw.waves stores it) in an in-memory DuckDB."""
     import duckdb
     import pyarrow as pa
 
-    reqs = [(w.wave_id, r) for w in waves for r in w.requests]
+    reqs = [(w, r) for w in waves for r in w.requests]
     table = pa.table(
         {
-            "wave_id": [wid for wid, _ in reqs],
+            "wave_id": [w.wave_id for w, _ in reqs],
             **{c: pa.array([getattr(r, c) for _, r in reqs], pa.int64()) for c in columns},
+            **{c: pa.array([getattr(w, c) for w, _ in reqs], pa.float64()) for c in wave_columns},
         }
     )
     with duckdb.connect(":memory:") as con:
@@ -194,7 +200,11 @@ class SearchJudge:
     def queued(self, waves: Sequence[WaveRecord]) -> set[str]:
         """Waves dbt's overlap rule calls queued (the server ran fewer streams than asked)."""
         rows = _on_request_times(
-            self.overlap_sql, "live_requests", waves, ("first_token_ns", "last_token_ns")
+            self.overlap_sql,
+            "live_requests",
+            waves,
+            ("first_token_ns", "last_token_ns"),
+            ("loop_lag_max_ms",),  # how far the wave's stamps may be off
         )
         return {str(r[0]) for r in rows if r[2]}
 

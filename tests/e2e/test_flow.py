@@ -421,6 +421,7 @@ def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> Ca
     )
 
 
+@pytest.mark.reliability
 def test_a_prefect_night_with_a_dead_node_and_a_busy_database_publishes_the_rest(
     canary_nights: CanaryNights,
 ) -> None:

@@ -23,8 +23,16 @@ server as (
     select * from {{ ref('int_wave_server_metrics') }}
 ),
 
+-- each stream with its wave's worst loop lag: how far its stamps may be off (decode_overlap)
+overlap_streams as (
+    select s.wave_id, s.first_token_ns, s.last_token_ns, w.loop_lag_max_ms
+    from streams as s
+    left join (select wave_id, loop_lag_max_ms from {{ ref('stg_waves') }}) as w
+        on w.wave_id = s.wave_id
+),
+
 overlap as (
-    {{ decode_overlap('streams') }}
+    {{ decode_overlap('overlap_streams') }}
 ),
 
 per_wave as (
