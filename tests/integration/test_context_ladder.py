@@ -122,8 +122,14 @@ def test_context_ladder_against_the_simulator(db_path: Path) -> None:
             cold,
             truth,
         )
-        # the same document again: only the blocks past the cache's last full one prefill
-        assert isinstance(warm, float) and warm < 0.15 and warm < cold / 3
+        # the same document again: only the blocks past the cache's last full one prefill.
+        # The model's worst warm TTFT: the uncached tail (under two 64-token blocks) at the
+        # prefill rate, an iteration in progress to wait out and its own (0.032 + 2 x 0.033 s),
+        # plus HTTP and the event loop. `warm < cold / 3` stood here once, a bound under the
+        # model's own truth at the 1024 rung (cold 0.277 s): a fresh clone read warm 0.104 s
+        # (idle34) and failed
+        warm_max_s = 128 / PREFILL_TOK_S + 2 * STEP_S1 * (1 + BATCH_SLOWDOWN) + 0.05
+        assert isinstance(warm, float) and warm < warm_max_s and warm < cold, (rung, warm, cold)
         # all of the document's full 64-token blocks, but the question after it differs: the
         # block it begins in is the first not cached
         assert isinstance(cached, int) and tokens - 128 <= cached < tokens
