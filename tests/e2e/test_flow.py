@@ -340,13 +340,13 @@ def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> Ca
         "SPARKCAP_CANARY_WRONG": WRONG_KEY,
         "SPARKCAP_CANARY_HDR": HEADER_VALUE,
     }
-    os.environ.update(env)
     states, attempts = [], []
-    # wider than a test: set up before the autouse fixture relaxes the timing rule, so it
-    # passes the one setting itself (8-token streams: about secrets and data quality)
-    relaxed = pytest.MonkeyPatch()
-    for k, v in RELAXED_TIMING.items():
-        relaxed.setenv(k, v)
+    # the keys' variables and, wider than a test (set up before the autouse fixture relaxes
+    # the timing rule), the one timing setting itself (8-token streams: about secrets and
+    # data quality)
+    environment = pytest.MonkeyPatch()
+    for k, v in {**env, **RELAXED_TIMING}.items():
+        environment.setenv(k, v)
     probe = {"prompt-cache": {"document_tokens": 400, "warm_requests": 1}}
     dead = {
         "name": "dead",
@@ -408,9 +408,7 @@ def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> Ca
                         )
                     )
     finally:
-        relaxed.undo()
-        for var in env:
-            del os.environ[var]
+        environment.undo()
     ok, refused = states
     return CanaryNights(
         ok=ok,

@@ -87,13 +87,10 @@ def clean_night(sim: SimServer, tmp_path_factory: pytest.TempPathFactory) -> Cle
     db = root / "clean.duckdb"
     # wider than a test: set up before the autouse fixture relaxes the timing rule, so it
     # passes the one setting itself (16-token streams: about data quality)
-    relaxed = pytest.MonkeyPatch()
-    for k, v in RELAXED_TIMING.items():
-        relaxed.setenv(k, v)
-    try:
+    with pytest.MonkeyPatch.context() as relaxed:
+        for k, v in RELAXED_TIMING.items():
+            relaxed.setenv(k, v)
         return _clean_night(sim, root, db)
-    finally:
-        relaxed.undo()
 
 
 def _clean_night(sim: SimServer, root: Path, db: Path) -> CleanNight:

@@ -88,7 +88,6 @@ class ImperfectNight:
     stderr: str
     workers_stderr: str  # what the load-generating processes wrote to fd 2
     launches: list[dict[str, str]]  # each call of night.plan.launched: name → endpoint
-    huge_endpoint: str
 
 
 @contextlib.contextmanager
@@ -106,7 +105,8 @@ def _fd2_into(path: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _root_logging_into(path: Path) -> Iterator[None]:
+def root_logging_into(path: Path) -> Iterator[None]:
+    """The root logger at DEBUG into ``path`` while it lasts (httpx, httpcore and ours)."""
     handler = logging.FileHandler(path)
     root = logging.getLogger()
     old = root.level
@@ -194,7 +194,7 @@ def run_imperfect_night(root: Path) -> ImperfectNight:
         saved_launched = night_plan.launched
         night_plan.launched = counted  # type: ignore[assignment]
         try:
-            with _fd2_into(workers_log), _root_logging_into(debug_log):
+            with _fd2_into(workers_log), root_logging_into(debug_log):
                 p = cli_in_process(
                     "run",
                     "--fleet",
@@ -208,7 +208,6 @@ def run_imperfect_night(root: Path) -> ImperfectNight:
                 )
         finally:
             night_plan.launched = saved_launched  # type: ignore[assignment]
-        huge_endpoint = sim.endpoint
     return ImperfectNight(
         db=db,
         reports=reports,
@@ -219,7 +218,6 @@ def run_imperfect_night(root: Path) -> ImperfectNight:
         stderr=p.stderr,
         workers_stderr=workers_log.read_text(errors="replace"),
         launches=launches,
-        huge_endpoint=huge_endpoint,
     )
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal
 import subprocess
@@ -36,7 +35,7 @@ from tests.integration.reliability.imperfect_nights import (
 from tests.integration.reliability.imperfect_nights import (
     CANARY_HEADER as NIGHT_CANARY_HEADER,
 )
-from tests.integration.reliability.imperfect_nights import ImperfectNight
+from tests.integration.reliability.imperfect_nights import ImperfectNight, root_logging_into
 from tests.paths import ROOT
 from tests.spread import within
 
@@ -308,22 +307,17 @@ def test_canary_api_key_appears_nowhere(
         ).fetchall()
     assert statuses == [("ok",)]
     log_file = tmp_path / "debug.log"
-    handler = logging.FileHandler(log_file)
-    root = logging.getLogger()
-    old = root.level
-    root.setLevel(logging.DEBUG)
-    root.addHandler(handler)
     os.environ["SPARKCAP_CANARY_KEY"] = NIGHT_CANARY
     try:
-        with SimServer([fast_profile("m")], required_api_key=NIGHT_CANARY) as sim:
+        with (
+            root_logging_into(log_file),
+            SimServer([fast_profile("m")], required_api_key=NIGHT_CANARY) as sim,
+        ):
             with pytest.raises(PreflightError, match="refused the credentials"):
                 one_sweep(sim.endpoint, db_path)  # without the key nothing is measured
             with pytest.raises(PreflightError) as err:
                 one_sweep(sim.endpoint, db_path, model="nope", api_key_env="SPARKCAP_CANARY_KEY")
     finally:
-        root.removeHandler(handler)
-        handler.close()
-        root.setLevel(old)
         del os.environ["SPARKCAP_CANARY_KEY"]
     assert NIGHT_CANARY not in str(err.value) and NIGHT_CANARY not in repr(err.value)
     assert log_file.stat().st_size > 0  # DEBUG logging really happened (httpx, httpcore)
