@@ -44,13 +44,14 @@ def sim() -> SimServer:
         yield s
 
 
-def sweep_into(sim: SimServer, db: Path, model: str) -> str:
+def sweep_into(sim: SimServer, db: Path, *models: str) -> str:
     reqs = [
         SweepRequest(
             deployment=dep(sim.endpoint, model, extra_body={"ignore_eos": True}),
             workload=wl,  # type: ignore[arg-type]
             plan=SweepPlan(levels=(1, 2, 4), trials=2, max_tokens=16, max_remeasures=0),
         )
+        for model in models
         for wl in ("code", "prose")
     ]
     return asyncio.run(run_sweeps(reqs, db)).run_id
@@ -156,16 +157,39 @@ def test_clean_sweep_passes_every_blocking_expectation(clean_night: CleanNight) 
     assert rows[0][0] > 0 and rows[0][1] is True
 
 
+@dataclass(frozen=True)
+class BadNight:
+    db: Path
+    run_id: str
+    out: Path
+    validate: CompletedProcess[str]  # `sparkcap validate --db DB --run RUN --out OUT`
+
+
+@pytest.fixture(scope="module")
+def bad_night(sim: SimServer, tmp_path_factory: pytest.TempPathFactory) -> BadNight:
+    """One run of both faulty deployments (one ends every third reply early, the other omits
+    every third usage), validated and built once (issue 35: each case validated a night of
+    its own); each case reads its own deployment's waves."""
+    root = tmp_path_factory.mktemp("bad")
+    db = root / "bad.duckdb"
+    with pytest.MonkeyPatch.context() as relaxed:  # as the clean night: 16-token streams
+        for k, v in RELAXED_TIMING.items():
+            relaxed.setenv(k, v)
+        run_id = sweep_into(sim, db, "short", "nousage")
+        out = root / "dq"
+        p = cli_in_process("validate", "--db", str(db), "--run", run_id, "--out", str(out))
+        build(db, select="+fct_trials +fct_levels +fct_capacity", dbt_vars=SHORT_STREAM_VARS)
+    return BadNight(db=db, run_id=run_id, out=out, validate=p)
+
+
 @pytest.mark.parametrize(
     ("model", "expectation"),
     [("short", "code_output_length_exact"), ("nousage", "completion_length_present")],
 )
 def test_bad_outputs_fail_validation_and_leave_capacity(
-    sim: SimServer, db_path: Path, tmp_path: Path, model: str, expectation: str
+    bad_night: BadNight, model: str, expectation: str
 ) -> None:
-    run_id = sweep_into(sim, db_path, model)
-    out = tmp_path / "dq"
-    p = cli_in_process("validate", "--db", str(db_path), "--run", run_id, "--out", str(out))
+    db_path, run_id, out, p = bad_night.db, bad_night.run_id, bad_night.out, bad_night.validate
     assert p.returncode == 1, p.stdout + p.stderr
     assert expectation in p.stderr.splitlines()[-1]
     assert p.stderr.startswith("error: blocking expectations failed")
@@ -174,22 +198,22 @@ def test_bad_outputs_fail_validation_and_leave_capacity(
     summary = (out / "summary.html").read_text()
     assert "FAIL" in summary and expectation in summary
 
-    # evidence in the warehouse: offending waves and request ids
+    # evidence in the warehouse: the deployment's offending waves and request ids
     bad_waves = {
         r[0]
         for r in q(
             db_path,
             "select wave_id from raw.dq_results where run_id = ? and expectation = ? "
-            "and wave_id is not null and not success",
-            [run_id, expectation],
+            "and deployment = ? and wave_id is not null and not success",
+            [run_id, expectation, model],
         )
     }
     assert bad_waves
-    build(db_path, select="+fct_trials +fct_levels +fct_capacity", dbt_vars=SHORT_STREAM_VARS)
     trials = q(
         db_path,
-        "select wave_id, is_valid, invalid_reasons from marts.fct_trials where run_id = ?",
-        [run_id],
+        "select wave_id, is_valid, invalid_reasons from marts.fct_trials "
+        "where run_id = ? and deployment = ?",
+        [run_id, model],
     )
     for wave_id, is_valid, reasons in trials:
         if wave_id in bad_waves:
@@ -197,15 +221,22 @@ def test_bad_outputs_fail_validation_and_leave_capacity(
     counted_bad = [w for w in bad_waves if not w.endswith("/t0")]
     assert counted_bad
     # the capacity inputs (valid trials) exclude exactly those trials
+    mine = [run_id, model]
     n_valid = q(
-        db_path, "select sum(n_valid_trials) from marts.fct_levels where run_id = ?", [run_id]
+        db_path,
+        "select sum(n_valid_trials) from marts.fct_levels where run_id = ? and deployment = ?",
+        mine,
     )[0][0]
     n_counted = q(
-        db_path, "select count(*) from marts.fct_trials where run_id = ? and trial > 0", [run_id]
+        db_path,
+        "select count(*) from marts.fct_trials where run_id = ? and deployment = ? and trial > 0",
+        mine,
     )[0][0]
     assert n_valid <= n_counted - len(counted_bad)
     cap_inputs = q(
-        db_path, "select sum(n_valid_trials) from marts.fct_capacity where run_id = ?", [run_id]
+        db_path,
+        "select sum(n_valid_trials) from marts.fct_capacity where run_id = ? and deployment = ?",
+        mine,
     )[0][0]
     assert cap_inputs == n_valid
 

@@ -1,16 +1,14 @@
-"""What a person sees in a terminal: the first line at once, live progress while the sweep
-runs, and tables that fit 80 columns."""
+"""What a person sees in a terminal: tables that fit 80 columns, hand-made sweeps read as one
+report, link checks worded as dbt judges them. (The first line at once and live progress while
+a night runs: ``test_threshold.py``, on the night it runs in a terminal.)"""
 
 from __future__ import annotations
 
 import io
 import os
-import pty
 import re
-import select
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,73 +18,9 @@ from tests.integration.helpers import (
     RELAXED_TIMING,
     cli_in_process,
     fast_profile,
-    one_deployment_fleet,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-ANSI = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\r")
-
-
-def test_first_line_at_once_and_progress_while_the_sweep_runs(tmp_path: Path) -> None:
-    with SimServer([fast_profile("m")]) as sim:
-        path = one_deployment_fleet(
-            tmp_path, "tty", sim.endpoint, levels=[1, 2, 4], trials=2, max_tokens=60
-        )
-        master, slave = pty.openpty()
-        start = time.monotonic()
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sparkcap.cli",
-                "run",
-                "--fleet",
-                str(path),
-                "--no-prefect",
-                "--db",
-                str(tmp_path / "t.duckdb"),
-                "--reports",
-                str(tmp_path / "r"),
-            ],
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            close_fds=True,
-            env={**os.environ, "SPARKCAP_HOME": str(tmp_path / "home"), "COLUMNS": "80"},
-        )
-        os.close(slave)
-        seen: list[tuple[float, bytes]] = []
-        deadline = start + 300
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError:  # the child closed the terminal
-                    break
-                if not chunk:
-                    break
-                seen.append((time.monotonic() - start, chunk))
-            elif proc.poll() is not None:
-                break
-        proc.wait(timeout=60)
-        os.close(master)
-
-    def first(pattern: bytes) -> float:
-        text = b""
-        for t, chunk in seen:
-            text += ANSI.sub(b"", chunk)
-            if re.search(pattern, text):
-                return t
-        raise AssertionError(f"{pattern!r} never shown: {text[-2000:]!r}")
-
-    t_first = first(rb"run id: \S+ \xc2\xb7 fleet tty")
-    t_progress = first(rb"m/code c=\d+ trial \d: \d+/\d+ ok, live median")
-    t_table = first(rb"med tok/s")
-    assert t_first < 20, t_first  # at once (imports included, on a loaded 2-core machine)
-    assert t_first < t_progress < t_table  # live progress before the results are printed
-    assert proc.returncode in (0, 1)
 
 
 def test_levels_table_and_capacities_fit_80_columns(twin_night: dict[str, object]) -> None:
