@@ -22,7 +22,6 @@ from tests.integration.helpers import (
     RELAXED_TIMING,
     fast_profile,
     faulty,
-    one_deployment_fleet,
     wave_census,
 )
 from tests.integration.reliability.imperfect_nights import (
@@ -89,64 +88,32 @@ def test_flow_runs_the_whole_night(harness: None, tmp_path: Path) -> None:
 
 
 @pytest.mark.reliability
-def test_flow_searches_when_asked_once_the_warehouse_is_free(harness: None, tmp_path: Path) -> None:
-    """Two things one small night proves (each was a night of its own, ~60 CPU-s apiece):
+def test_flow_searches_when_asked_once_the_warehouse_is_free(canary_nights: CanaryNights) -> None:
+    """Two things the canary module night proves besides (each was a night of its own, ~60
+    CPU-s apiece, then one small night of its own):
 
-    - `sparkcap run --search` reaches the flow as a parameter: the workload is searched
-      (doubling to the highest level allowed), not swept on the fleet file's grid;
+    - `sparkcap run --search` reaches the flow as a parameter: the live deployment is searched
+      (doubling to the highest level allowed), not swept on the fleet file's grid (1, 2);
     - the night holds the warehouse's one-slot global concurrency limit: while another night
-      (here: the test) holds it, a night on the same DuckDB file waits, then runs.
-
-    About the parameter and the limit, not the twin: one small deployment (the search has
-    tests of its own)."""
-    import threading
-
-    import duckdb
+      (here: the fixture) holds it, a night on the same DuckDB file waits, then runs."""
     from prefect.client.orchestration import get_client
-    from prefect.concurrency.sync import concurrency
 
     from sparkcap.night.schedule import ensure_warehouse_limit
-    from sparkcap.servers.sim.server import SimServer
 
-    db, reports = tmp_path / "s.duckdb", tmp_path / "reports"
-    name = ensure_warehouse_limit(db)
-    held, released = threading.Event(), {}
-
-    def other_night() -> None:
-        with concurrency(name, occupy=1, strict=True):
-            held.set()
-            time.sleep(4)
-            released["at"] = datetime.now(UTC)
-
-    t = threading.Thread(target=other_night)
-    t.start()
-    assert held.wait(30)
-    with SimServer([fast_profile()]) as sim:
-        fleet = one_deployment_fleet(
-            tmp_path, "searched", sim.endpoint, levels=[1, 3], trials=1, max_tokens=16
-        )
-        state = _nightly()(
-            fleet=str(fleet),
-            db=str(db),
-            profile="full",
-            reports=str(reports),
-            search={"max_level": 4, "trials_max": 1, "sustain_factor": 0},
-            return_state=True,
-        )
-    t.join()
-    assert state.is_completed(), state.message
-    with duckdb.connect(str(db), read_only=True) as con:
-        methods = con.execute("select distinct method from marts.fct_capacity").fetchall()
-        levels = con.execute(
-            "select list(distinct concurrency order by concurrency) from marts.fct_search_path"
-        ).fetchall()[0][0]
-        (started,) = con.execute("select min(started_at) from raw.runs").fetchone()
-    # the search's levels, not the grid's (1, 3): 2 by doubling, up to max_level 4 (every
-    # level passes at ~90 tok/s)
-    assert methods == [("search",)] and 2 in levels and max(levels) == 4, levels
-    assert started >= released["at"]  # the night began only after the other one let go
+    db = canary_nights.db
+    methods = q(db, "select distinct method from marts.fct_capacity where deployment = 'live'")
+    (levels,) = q(
+        db,
+        "select list(distinct concurrency order by concurrency) from marts.fct_search_path "
+        "where deployment = 'live'",
+    )[0]
+    (started,) = q(db, "select min(started_at) from raw.runs")[0]
+    # the search's levels, not the grid's (1, 2): 4 (max_level) by doubling, and the levels
+    # it then holds below the answer (every level passes at ~90 tok/s)
+    assert methods == [("search",)] and 4 in levels and max(levels) == 4, levels
+    assert started >= canary_nights.other_night_released_at  # it began only after the other
     with get_client(sync_client=True) as client:
-        limit = client.read_global_concurrency_limit_by_name(name)
+        limit = client.read_global_concurrency_limit_by_name(ensure_warehouse_limit(db))
     assert limit.limit == 1 and limit.active_slots == 0
 
 
@@ -287,6 +254,7 @@ class CanaryNights:
     ok: Any  # the right key: the night runs, a dead node and a busy database beside it
     refused: Any  # a wrong key: refused before anything is measured
     staging_attempts: int  # the ok night's calls of its staging task (the first fails)
+    other_night_released_at: datetime  # when the night holding the warehouse let go
     reports: Path
     root: Path
 
@@ -322,6 +290,34 @@ def busy_database_and_flaky_staging(attempts: list[str]) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def another_night_holding(db: Path, released: dict[str, datetime]) -> Iterator[None]:
+    """Another night holds the warehouse's one-slot concurrency limit for 4 s as this one
+    starts: this one must wait for it."""
+    import threading
+
+    from prefect.concurrency.sync import concurrency
+
+    from sparkcap.night.schedule import ensure_warehouse_limit
+
+    name = ensure_warehouse_limit(db)
+    held = threading.Event()
+
+    def other_night() -> None:
+        with concurrency(name, occupy=1, strict=True):
+            held.set()
+            time.sleep(4)
+            released["at"] = datetime.now(UTC)
+
+    t = threading.Thread(target=other_night)
+    t.start()
+    try:
+        assert held.wait(30)
+        yield
+    finally:
+        t.join()
+
+
 @pytest.fixture(scope="module")
 def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> CanaryNights:
     """Two Prefect nights on one warehouse, built once for the module (issue 35: each test
@@ -330,7 +326,8 @@ def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> Ca
     - The right API key and custom header, on an imperfect fleet: ``dead`` (nobody listens
       on its port; its prompt-cache probe first), ``live`` (with a probe) and ``bad`` (omits
       usage on every other stream: a data-quality failure that must still publish), with the
-      database busy for the whole sweep and the staging task failing once.
+      database busy for the whole sweep and the staging task failing once; searched (to 4
+      streams), and started while another night holds the warehouse.
     - A wrong key: refused before anything is measured."""
     from sparkcap.servers.sim.server import SimServer
 
@@ -341,6 +338,7 @@ def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> Ca
         "SPARKCAP_CANARY_HDR": HEADER_VALUE,
     }
     states, attempts = [], []
+    released: dict[str, datetime] = {}
     # the keys' variables and, wider than a test (set up before the autouse fixture relaxes
     # the timing rule), the one timing setting itself (8-token streams: about secrets and
     # data quality)
@@ -382,14 +380,16 @@ def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> Ca
                         deployment("bad", "bad", good),
                     ],
                     busy_database_and_flaky_staging(attempts),
+                    {"max_level": 4, "trials_max": 1, "sustain_factor": 0},
                 ),
                 (
                     "SPARKCAP_CANARY_WRONG",
                     [deployment("live", "m", "SPARKCAP_CANARY_WRONG")],
                     contextlib.nullcontext(),
+                    None,
                 ),
             ]
-            for var, deployments, imperfections in nights:
+            for var, deployments, imperfections, search in nights:
                 fleet = {
                     "name": "canary",
                     "workloads": {"code": {"levels": [1, 2], "trials": 1, "max_tokens": 8}},
@@ -397,13 +397,17 @@ def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> Ca
                 }
                 path = root / f"{var}.yaml"
                 path.write_text(yaml.safe_dump(fleet))
-                with imperfections:
+                with contextlib.ExitStack() as imperfect:
+                    imperfect.enter_context(imperfections)
+                    if search is not None:
+                        imperfect.enter_context(another_night_holding(root / "c.duckdb", released))
                     states.append(
                         _nightly()(
                             fleet=str(path),
                             db=str(root / "c.duckdb"),
                             profile="full",
                             reports=str(root / "reports"),
+                            search=search,
                             return_state=True,
                         )
                     )
@@ -414,6 +418,7 @@ def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> Ca
         ok=ok,
         refused=refused,
         staging_attempts=len(attempts),
+        other_night_released_at=released["at"],
         reports=root / "reports",
         root=root,
     )
@@ -445,7 +450,7 @@ def test_a_prefect_night_with_a_dead_node_and_a_busy_database_publishes_the_rest
     (n_live,) = q(db, "select count(*) from raw.waves where deployment = 'live' and probe is null")[
         0
     ]
-    planned = 2 * (1 + 1)  # the live deployment's two levels x (warm-up + one trial), or more
+    planned = 2 * (1 + 1)  # the search's first two levels x (warm-up + one trial), or more
     assert n_waves == n_distinct and n_live >= planned and bad == 0
     assert spool.pending(db) == []
 
