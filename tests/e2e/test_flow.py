@@ -67,26 +67,6 @@ def _artifacts(flow_run_id: object) -> dict[str, str]:
     return asyncio.run(go())
 
 
-def test_flow_runs_the_whole_night(harness: None, tmp_path: Path) -> None:
-    flow = _nightly()
-    db, reports = tmp_path / "n.duckdb", tmp_path / "reports"
-    state = flow(
-        fleet=str(ROOT / "fleets" / "twin.yaml"),
-        db=str(db),
-        profile="smoke",
-        reports=str(reports),
-        return_state=True,
-    )
-    assert state.is_completed(), state.message
-    result = state.result()
-    assert Path(result["report"]).exists()
-    arts = _artifacts(state.state_details.flow_run_id)
-    assert "capacity" in arts and "| deployment | workload |" in arts["capacity"]
-    assert "file://" in arts.get("report", "") and "index.html" in arts["report"]
-    # the change list beside it: a first night has no baseline, and says so
-    assert "No baseline to compare with yet." in arts.get("changes", ""), arts.keys()
-
-
 @pytest.mark.reliability
 def test_flow_searches_when_asked_once_the_warehouse_is_free(canary_nights: CanaryNights) -> None:
     """Two things the canary module night proves besides (each was a night of its own, ~60

@@ -8,6 +8,7 @@ afterwards (dbt's target and logs, GX and Prefect state all land in the working 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -15,6 +16,8 @@ import sqlite3
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -109,6 +112,10 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _env(work: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SPARKCAP_", "PREFECT_"))}
     env.pop("PYTHONPATH", None)
+    # the suite's own count of builds and validations: the wheel's night is one of them
+    # (a log path, no part of sparkcap's, so nothing is found through the checkout by it)
+    if "SPARKCAP_BUILD_LOG" in os.environ:
+        env["SPARKCAP_BUILD_LOG"] = os.environ["SPARKCAP_BUILD_LOG"]
     env.update(
         SPARKCAP_HOME=str(work / ".sparkcap"),
         SPARKCAP_DB=str(work / "warehouse" / "night.duckdb"),
@@ -118,9 +125,25 @@ def _env(work: Path) -> dict[str, str]:
     return env
 
 
-def test_the_installed_wheel_runs_a_night_from_an_empty_folder(
-    installed: Path, tmp_path: Path
-) -> None:
+@dataclass(frozen=True)
+class WheelNight:
+    folder: Path  # the empty folder the commands ran in
+    package: Path  # where the installed sparkcap lives
+    before: set[str]  # the installed package's files before the night
+    demo: subprocess.CompletedProcess[str]  # `sparkcap demo --fleet one.yaml`
+    cli: Callable[..., subprocess.CompletedProcess[str]]
+
+    @property
+    def prefect_db(self) -> Path:
+        return next((self.folder / ".sparkcap" / "prefect").rglob("*.db"))
+
+
+@pytest.fixture(scope="module")
+def wheel_night(installed: Path, tmp_path_factory: pytest.TempPathFactory) -> WheelNight:
+    """`sparkcap demo` from the installed wheel in an empty folder: the Prefect flow on a
+    one-deployment fleet the night launches itself, run once for the module (issue 35: the
+    flow's own whole-night test on the twin fleet was a Prefect night of its own)."""
+    tmp_path = tmp_path_factory.mktemp("wheel-night")
     python = installed / "bin" / "python"
     sparkcap = installed / "bin" / "sparkcap"
     where = subprocess.run(
@@ -132,11 +155,7 @@ def test_the_installed_wheel_runs_a_night_from_an_empty_folder(
         check=True,
     ).stdout.strip()
     package = Path(where).parent
-    assert package.is_relative_to(installed), where  # not the checkout
     before = _files(package)
-    assert "_project/dbt/dbt_project.yml" in before
-    assert "_project/flows/nightly.py" in before
-    assert "_project/fleets/twin.yaml" in before
 
     fleet = tmp_path / "one.yaml"
     fleet.write_text(
@@ -166,9 +185,6 @@ def test_the_installed_wheel_runs_a_night_from_an_empty_folder(
             timeout=900,
         )
 
-    version = cli("--version")
-    assert version.returncode == 0 and version.stdout.strip().startswith("sparkcap 0."), version
-
     # `demo` is the Prefect flow (loaded from package data) on a fleet: its steps validate
     # with the expectation suites and build with the dbt project, both found in package data.
     # (`sparkcap build` and `validate` by hand call the same two functions, which find the
@@ -176,6 +192,26 @@ def test_the_installed_wheel_runs_a_night_from_an_empty_folder(
     # for ~25 s of CPU; `run --no-prefect`, the same steps without Prefect, is
     # tests/integration's.)
     demo = cli("demo", "--fleet", str(fleet))
+    return WheelNight(folder=tmp_path, package=package, before=before, demo=demo, cli=cli)
+
+
+def test_the_installed_wheel_runs_a_night_from_an_empty_folder(
+    installed: Path, wheel_night: WheelNight
+) -> None:
+    package, before, demo, cli = (
+        wheel_night.package,
+        wheel_night.before,
+        wheel_night.demo,
+        wheel_night.cli,
+    )
+    assert package.is_relative_to(installed), package  # not the checkout
+    assert "_project/dbt/dbt_project.yml" in before
+    assert "_project/flows/nightly.py" in before
+    assert "_project/fleets/twin.yaml" in before
+
+    version = cli("--version")
+    assert version.returncode == 0 and version.stdout.strip().startswith("sparkcap 0."), version
+
     assert demo.returncode == 0, demo.stderr[-3000:]
     assert "report:" in demo.stdout and "data docs:" in demo.stdout, demo.stdout[-3000:]
     # a Prefect night shows its progress on the terminal while it runs (not four silent
@@ -184,8 +220,7 @@ def test_the_installed_wheel_runs_a_night_from_an_empty_folder(
     progress = r"\d\d:\d\d:\d\d \[\d+/\d+ waves\] glm/code c=2 trial 1"
     assert re.search(progress, demo.stderr), demo.stderr[-3000:]
     assert "| INFO" not in demo.stderr
-    prefect_db = next((tmp_path / ".sparkcap" / "prefect").rglob("*.db"))
-    with sqlite3.connect(prefect_db) as con:
+    with sqlite3.connect(wheel_night.prefect_db) as con:
         logged = con.execute(
             "select level, message from log where message like '%c=2 trial 1%'"
         ).fetchall()
@@ -194,4 +229,31 @@ def test_the_installed_wheel_runs_a_night_from_an_empty_folder(
     assert rows.returncode == 0 and rows.stdout.strip().splitlines()[-1] == "1", rows
 
     assert _files(package) == before  # nothing was written into the installed package
+    tmp_path = wheel_night.folder
     assert not (tmp_path / "dbt").exists() and not (tmp_path / "target").exists()
+
+
+def test_the_prefect_night_completes_and_publishes_capacity_report_and_changes(
+    wheel_night: WheelNight,
+) -> None:
+    """What the flow leaves in Prefect for a night that went well: the flow run Completed,
+    and its artifacts: the capacity table, a link to the report, the change list beside it
+    (a first night has no baseline, and says so). Read from Prefect's own database."""
+    assert wheel_night.demo.returncode == 0, wheel_night.demo.stderr[-3000:]
+    with sqlite3.connect(wheel_night.prefect_db) as con:
+        flows = con.execute(
+            "select f.name, r.id, r.state_type from flow_run r join flow f on f.id = r.flow_id"
+        ).fetchall()
+        ((_, run_id, state),) = [r for r in flows if r[0] == "nightly-fleet-sweep"]
+        arts = {
+            key: json.loads(data)
+            for key, data in con.execute(
+                "select key, data from artifact where flow_run_id = ?", [run_id]
+            ).fetchall()
+        }
+    assert state == "COMPLETED", flows
+    assert "capacity" in arts and "| deployment | workload |" in arts["capacity"], arts.keys()
+    assert "file://" in arts.get("report", "") and "index.html" in arts["report"]
+    report = re.search(r"file://(\S+?index\.html)", arts["report"])
+    assert report is not None and Path(report[1]).exists(), arts["report"]
+    assert "No baseline to compare with yet." in arts.get("changes", ""), arts.keys()
