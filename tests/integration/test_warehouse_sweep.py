@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -146,7 +148,45 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     return cli_in_process(*args, env={**os.environ, **(env or {})})
 
 
-def test_cli_sweep_then_sql(sim: SimServer, db_path: Path) -> None:
+@dataclass(frozen=True)
+class SweptTwice:
+    """One warehouse, one whole build (issue 35: each test built a night of its own)."""
+
+    db: Path
+    metrics_run: str  # staged by run_sweeps: a key-protected /metrics and a dead metrics URL
+    cli: subprocess.CompletedProcess[str]  # then `sparkcap sweep`, whose build takes both
+
+    @property
+    def cli_run(self) -> str:
+        found = re.search(r"run id: (\S+)", self.cli.stdout)
+        assert found is not None, self.cli.stdout + self.cli.stderr
+        return found[1]
+
+
+@pytest.fixture(scope="module")
+def swept_twice(sim: SimServer, tmp_path_factory: pytest.TempPathFactory) -> SweptTwice:
+    import os
+
+    db = tmp_path_factory.mktemp("swept") / "w.duckdb"
+    os.environ["SPARKCAP_METRICS_KEY"] = "sk-metrics-test"
+    try:
+        with SimServer([fast_profile("m")], required_api_key="sk-metrics-test") as guarded:
+            plan = SweepPlan(levels=(1, 2), trials=1, max_tokens=8, max_remeasures=0)
+            good = dep(guarded.endpoint, "m", api_key_env="SPARKCAP_METRICS_KEY")
+            blind = Deployment(
+                name="blind",
+                endpoint=guarded.endpoint,  # type: ignore[arg-type]
+                model="m",
+                api_key_env="SPARKCAP_METRICS_KEY",
+                metrics_url="http://127.0.0.1:9/metrics",  # type: ignore[arg-type]
+            )
+            reqs = [SweepRequest(deployment=d, workload="code", plan=plan) for d in (good, blind)]
+            with pytest.MonkeyPatch.context() as relaxed:  # 8-token streams: about metrics
+                for k, v in RELAXED_TIMING.items():
+                    relaxed.setenv(k, v)
+                metrics_run = asyncio.run(run_sweeps(reqs, db)).run_id
+    finally:
+        del os.environ["SPARKCAP_METRICS_KEY"]
     p = _cli(
         "sweep",
         "--endpoint",
@@ -164,15 +204,21 @@ def test_cli_sweep_then_sql(sim: SimServer, db_path: Path) -> None:
         "--max-remeasures",
         "0",
         "--db",
-        str(db_path),
+        str(db),
         env=RELAXED_TIMING,  # 12-token streams: about the CLI, not the client's timing
     )
+    return SweptTwice(db=db, metrics_run=metrics_run, cli=p)
+
+
+def test_cli_sweep_then_sql(swept_twice: SweptTwice) -> None:
+    p, db_path = swept_twice.cli, swept_twice.db
     assert p.returncode == 0, p.stderr
     assert "run id:" in p.stdout and "capacity at 20 tok/s" in p.stdout
+    run_id = swept_twice.cli_run
     q = _cli(
         "sql",
         "select concurrency, count(*) n from raw.requests join raw.waves "
-        "using (wave_id) where trial > 0 group by 1 order by 1",
+        f"using (wave_id) where trial > 0 and waves.run_id = '{run_id}' group by 1 order by 1",
         "--db",
         str(db_path),
         "--format",
@@ -180,7 +226,14 @@ def test_cli_sweep_then_sql(sim: SimServer, db_path: Path) -> None:
     )
     assert q.returncode == 0, q.stderr
     assert json.loads(q.stdout) == [{"concurrency": 1, "n": 1}, {"concurrency": 2, "n": 2}]
-    c = _cli("sql", "select count(*) as n from raw.waves", "--db", str(db_path), "--format", "csv")
+    c = _cli(
+        "sql",
+        f"select count(*) as n from raw.waves where run_id = '{run_id}'",
+        "--db",
+        str(db_path),
+        "--format",
+        "csv",
+    )
     assert c.stdout.splitlines() == ["n", "4"]
 
 
@@ -311,32 +364,14 @@ def test_a_warehouse_from_before_0_2_is_upgraded_in_place(sim: SimServer, db_pat
 
 @pytest.mark.reliability
 def test_metrics_scrape_uses_the_deployments_auth_and_records_every_failure(
-    db_path: Path, tmp_path: Path
+    swept_twice: SweptTwice, tmp_path: Path
 ) -> None:
     """A server whose /metrics sits behind the same key as its API is scraped with that key;
     a metrics URL nobody answers is recorded on every wave (never silently switched off) and
     the report says whose server metrics are missing."""
-    import os
-
     from sparkcap.publish.report import render_report
-    from sparkcap.transform.dbt_build import build
 
-    os.environ["SPARKCAP_METRICS_KEY"] = "sk-metrics-test"
-    try:
-        with SimServer([fast_profile("m")], required_api_key="sk-metrics-test") as sim:
-            plan = SweepPlan(levels=(1, 2), trials=1, max_tokens=8, max_remeasures=0)
-            good = dep(sim.endpoint, "m", api_key_env="SPARKCAP_METRICS_KEY")
-            blind = Deployment(
-                name="blind",
-                endpoint=sim.endpoint,  # type: ignore[arg-type]
-                model="m",
-                api_key_env="SPARKCAP_METRICS_KEY",
-                metrics_url="http://127.0.0.1:9/metrics",  # type: ignore[arg-type]
-            )
-            reqs = [SweepRequest(deployment=d, workload="code", plan=plan) for d in (good, blind)]
-            run_id = asyncio.run(run_sweeps(reqs, db_path)).run_id
-    finally:
-        del os.environ["SPARKCAP_METRICS_KEY"]
+    db_path, run_id = swept_twice.db, swept_twice.metrics_run
     with open_warehouse(db_path, read_only=True) as con:
         rows = dict(
             con.execute(
@@ -350,13 +385,15 @@ def test_metrics_scrape_uses_the_deployments_auth_and_records_every_failure(
             [run_id],
         ).fetchall()
         labels = con.execute(
-            "select element_at(label_map, 'model_name')[1] from raw.server_metrics limit 1"
+            "select element_at(m.label_map, 'model_name')[1] from raw.server_metrics m "
+            "join raw.waves w using (wave_id) where w.run_id = ? limit 1",
+            [run_id],
         ).fetchone()
     assert rows["m"] > 0 and rows["blind"] == 0
     assert labels == ("m",)  # labels are stored structured
     assert all(e is None for d, e in errors if d == "m")
     blind_errors = [e for d, e in errors if d == "blind"]
     assert len(blind_errors) == 4 and all("ConnectError" in (e or "") for e in blind_errors)
-    build(db_path)
+    assert swept_twice.cli.returncode == 0, swept_twice.cli.stderr  # its build took this run
     html = render_report(db_path, run_id, tmp_path / "r", export_images=False).index.read_text()
     assert "Server metrics missing" in html and "blind" in html
