@@ -1,23 +1,19 @@
-"""What a person sees in a terminal: tables that fit 80 columns, hand-made sweeps read as one
-report, link checks worded as dbt judges them. (The first line at once and live progress while
-a night runs: ``test_threshold.py``, on the night it runs in a terminal.)"""
+"""What a person sees in a terminal: tables that fit 80 columns, link checks worded as dbt
+judges them. Elsewhere, on nights they share: the first line at once and live progress while a
+night runs (``test_threshold.py``); hand-made sweeps read as one report
+(``test_combined_report.py``)."""
 
 from __future__ import annotations
 
 import io
 import os
-import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from sparkcap.servers.sim.server import SimServer
 from tests.integration.helpers import (
-    RELAXED_TIMING,
     cli_in_process,
-    fast_profile,
 )
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -70,64 +66,6 @@ def test_machine_readable_levels(twin_night: dict[str, object]) -> None:
     caps = {(c["deployment"], c["workload"]): c["capacity_streams"] for c in doc["capacity"]}
     assert caps[("glm", "code")] == 4
     assert {r["capacity_streams"] for r in rows if r["deployment"] == "glm"} == {"4", "1"}
-
-
-def test_hand_made_sweeps_of_two_deployments_read_as_one_report(tmp_path: Path) -> None:
-    """`sparkcap sweep --run latest` adds a second deployment to the first sweep's run: one
-    run, both deployments in its marts and its report; sweeping a pair twice is refused."""
-    import json
-
-    import duckdb
-
-    db, reports = tmp_path / "h.duckdb", tmp_path / "r"
-    # 12-token streams: about the runs read as one report, not the client's timing of
-    # 0.1 s waves (2.7 % timing error on a fully loaded machine spoiled every b/code trial)
-    env = {**os.environ, "SPARKCAP_HOME": str(tmp_path / "home"), **RELAXED_TIMING}
-
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return cli_in_process(*args, env=env)
-
-    with SimServer([fast_profile("a"), fast_profile("b")]) as sim:
-        common = [
-            "--endpoint",
-            sim.endpoint,
-            "--workload",
-            "code",
-            "--levels",
-            "1,2",
-            "--trials",
-            "1",
-            "--max-tokens",
-            "12",
-            "--db",
-            str(db),
-        ]
-        first = cli("sweep", "--model", "a", *common)
-        assert first.returncode == 0, first.stderr
-        run_id = re.search(r"run id: (\S+)", first.stdout).group(1)  # type: ignore[union-attr]
-        second = cli("sweep", "--model", "b", "--run", "latest", *common)
-        assert second.returncode == 0, second.stderr
-        assert f"run id: {run_id}" in second.stdout
-        again = cli("sweep", "--model", "a", "--run", run_id, *common)
-    assert again.returncode == 1
-    assert again.stderr.strip() == (
-        f"error: run {run_id} already holds a/code: sweep it under another deployment name "
-        "or into a new run"
-    )
-    with duckdb.connect(str(db), read_only=True) as con:
-        deps = con.execute(
-            "select deployment from marts.fct_capacity where run_id = ? order by 1", [run_id]
-        ).fetchall()
-        (cfg,) = con.execute("select config_json from raw.runs").fetchone()  # type: ignore[misc]
-        n_runs = con.execute("select count(*) from raw.runs").fetchone()
-        dims = con.execute("select count(*) from raw.deployments where run_id = ?", [run_id])
-        n_dims = dims.fetchone()
-    assert deps == [("a",), ("b",)] and n_runs == (1,) and n_dims == (2,)
-    assert [s["deployment"]["name"] for s in json.loads(cfg)["sweeps"]] == ["a", "b"]
-    rep = cli("report", "--db", str(db), "--run", run_id, "--out", str(reports))
-    assert rep.returncode == 0, rep.stderr
-    html = (reports / run_id / "index.html").read_text()
-    assert ">a<" in html and ">b<" in html
 
 
 def test_link_check_prints_dbts_verdict_for_each_link(tmp_path: Path) -> None:
