@@ -1,4 +1,5 @@
-"""Link health with a real iperf3 on loopback, and the before/after comparison."""
+"""Link health with a real iperf3 on loopback, and the before/after comparison. (A report's
+comparison with the previous run: ``test_probes.py``, on the runs its reports read.)"""
 
 from __future__ import annotations
 
@@ -140,36 +141,3 @@ def test_compare_two_runs(db_path: Path) -> None:
     doc = json.loads(p.stdout)  # machine-readable: the same figures as the frames
     assert doc["before"] == runs[0] and doc["after"] == runs[1]
     assert [r["concurrency"] for r in doc["levels"]] == [1, 2]
-
-
-def test_report_compares_with_the_previous_run(db_path: Path, tmp_path: Path) -> None:
-    from sparkcap.publish.report import render_report
-
-    runs = []
-    for step in (0.02, 0.03):
-        with SimServer([fast_profile("m", step_s1=step)]) as sim:
-            req = SweepRequest(
-                deployment=dep(sim.endpoint, "m"),
-                workload="code",
-                plan=SweepPlan(levels=(1, 2), trials=1, max_tokens=20, max_remeasures=0),
-            )
-            runs.append(asyncio.run(run_sweeps([req], db_path)).run_id)
-    # a later night that measured another deployment (its report, below, says what it did not
-    # measure): swept before the one build the three reports read (a report reads every mart,
-    # so a whole build); the previous run is the one that started before, so the later night
-    # changes neither earlier report
-    with SimServer([fast_profile("n")]) as sim:
-        req = SweepRequest(
-            deployment=dep(sim.endpoint, "n"),
-            workload="code",
-            plan=SweepPlan(levels=(1,), trials=1, max_tokens=20, max_remeasures=0),
-        )
-        third = asyncio.run(run_sweeps([req], db_path)).run_id
-    build(db_path, dbt_vars=SHORT_STREAM_VARS)
-    page = render_report(db_path, runs[1], tmp_path / "r", export_images=False).index.read_text()
-    assert f"Compared with the previous run ({runs[0]})" in page
-    first = render_report(db_path, runs[0], tmp_path / "r", export_images=False).index.read_text()
-    assert "Compared with the previous run" not in first
-    # the night that measured another deployment: the comparison says what it did not measure
-    page = render_report(db_path, third, tmp_path / "r", export_images=False).index.read_text()
-    assert "not measured in this run" in page and "<td>—</td>" not in page.split("Compared")[1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -16,7 +17,7 @@ from sparkcap.publish.report import ReportError, render_report
 from sparkcap.servers.sim.engine import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
-from tests.integration.helpers import RELAXED_TIMING
+from tests.integration.helpers import RELAXED_TIMING, SHORT_STREAM_VARS, fast_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -35,7 +36,24 @@ def q(db: Path, sql: str) -> list[tuple[object, ...]]:
         return con.execute(sql).fetchall()
 
 
-def test_probes_against_the_simulator(db_path: Path) -> None:
+@dataclass(frozen=True)
+class ProbedNights:
+    """Four runs of one deployment and one of another, in one warehouse built once (issue 35:
+    the probes' report test and the previous-run report test each built one of their own)."""
+
+    db: Path
+    before_probes: str  # a one-wave sweep
+    between: str  # the same sweep after a prefill-interference probe
+    cache_run: str  # a prompt-cache probe only
+    later: str  # another deployment, swept after all of them
+
+    def report(self, run_id: str, out: Path) -> str:
+        return render_report(self.db, run_id, out, export_images=False).index.read_text()
+
+
+@pytest.fixture(scope="module")
+def probed_nights(tmp_path_factory: pytest.TempPathFactory) -> ProbedNights:
+    db = tmp_path_factory.mktemp("probed") / "w.duckdb"
     prof = SimProfile(
         model="m",
         step_s1=0.03,
@@ -44,39 +62,48 @@ def test_probes_against_the_simulator(db_path: Path) -> None:
         prefill_chunk=2048,
         acceptance_noise="low",
     )
-    with SimServer([prof]) as sim:
+    plan = SweepPlan(levels=(1,), trials=1, max_tokens=8, max_remeasures=0)
+    with pytest.MonkeyPatch.context() as relaxed, SimServer([prof, fast_profile("n")]) as sim:
+        for k, v in RELAXED_TIMING.items():  # 8-token streams: about probes and reports
+            relaxed.setenv(k, v)
         dep = _sim_deployment(sim)
-        night = SweepRequest(
-            deployment=dep,
-            workload="code",
-            plan=SweepPlan(levels=(1,), trials=1, max_tokens=8, max_remeasures=0),
-        )
-        before_probes = asyncio.run(run_sweeps([night], db_path)).run_id
+        night = SweepRequest(deployment=dep, workload="code", plan=plan)
+        before_probes = asyncio.run(run_sweeps([night], db)).run_id
         asyncio.run(
             run_probe(
                 dep,
                 "prefill-interference",
-                db_path,
+                db,
                 background_streams=3,
                 background_tokens=200,
                 long_prompt_tokens=8000,
                 settle_s=1.0,
             )
         )
-        between = asyncio.run(run_sweeps([night], db_path)).run_id
-        cache_run = asyncio.run(
-            run_probe(dep, "prompt-cache", db_path, document_tokens=8000)
-        ).run_id
-    build(db_path)
+        between = asyncio.run(run_sweeps([night], db)).run_id
+        cache_run = asyncio.run(run_probe(dep, "prompt-cache", db, document_tokens=8000)).run_id
+        other = SweepRequest(
+            deployment=Deployment(name="n", endpoint=sim.endpoint, model="n"),  # type: ignore[arg-type]
+            workload="code",
+            plan=plan,
+        )
+        later = asyncio.run(run_sweeps([other], db)).run_id
+    # a report reads every mart: one whole build for the runs every report below reads
+    build(db, dbt_vars=SHORT_STREAM_VARS)
+    return ProbedNights(db, before_probes, between, cache_run, later)
+
+
+def test_probes_against_the_simulator(probed_nights: ProbedNights, tmp_path: Path) -> None:
+    db_path, nights = probed_nights.db, probed_nights
     # a report shows the newest probes measured no later than its run, never a later night's
-    reports = db_path.parent / "r"
-    first = render_report(db_path, before_probes, reports, export_images=False).index.read_text()
-    second = render_report(db_path, between, reports, export_images=False).index.read_text()
+    reports = tmp_path / "r"
+    first = nights.report(nights.before_probes, reports)
+    second = nights.report(nights.between, reports)
     assert "Long prefills" not in first and "Prompt reuse" not in first
     assert "Long prefills" in second and "Prompt reuse" not in second
     assert re.search(r"In 1 s windows the rate bottomed at [\d.]+ tok/s", second)
     with pytest.raises(ReportError, match="only holds probes"):
-        render_report(db_path, cache_run, reports, export_images=False)
+        nights.report(nights.cache_run, reports)
     (tokens, ttft, prefill, dip, lost, base, during) = q(
         db_path,
         """
@@ -110,11 +137,31 @@ def test_probes_against_the_simulator(db_path: Path) -> None:
     )[0]
     assert warm < cold / 5 and control > cold / 2 and cached > 7000
     # probe waves never become sweep trials: only the two one-wave sweeps (warm-up + trial) did
-    assert q(db_path, "select count(*) from marts.fct_trials")[0][0] == 4
+    sweeps = f"'{nights.before_probes}', '{nights.between}', '{nights.cache_run}'"
     assert (
-        q(db_path, "select count(*) from marts.fct_trials where run_id = '" + cache_run + "'")[0][0]
+        q(db_path, f"select count(*) from marts.fct_trials where run_id in ({sweeps})")[0][0] == 4
+    )
+    assert (
+        q(
+            db_path,
+            "select count(*) from marts.fct_trials where run_id = '" + nights.cache_run + "'",
+        )[0][0]
         == 0
     )
+
+
+def test_report_compares_with_the_previous_run(probed_nights: ProbedNights, tmp_path: Path) -> None:
+    """The previous run is the one with capacities that started before (a probes-only run has
+    none); a later night that measured another deployment says what it did not measure, and
+    changes neither earlier report."""
+    nights = probed_nights
+    page = nights.report(nights.between, tmp_path / "r")
+    assert f"Compared with the previous run ({nights.before_probes})" in page
+    first = nights.report(nights.before_probes, tmp_path / "r")
+    assert "Compared with the previous run" not in first
+    page = nights.report(nights.later, tmp_path / "r")
+    assert f"Compared with the previous run ({nights.between})" in page
+    assert "not measured in this run" in page and "<td>—</td>" not in page.split("Compared")[1]
 
 
 def test_output_length_and_mixed_probes(db_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
