@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from _pytest.nodeid import coerce_node_id
 
+from tests.integration.cli_sweeps import CliSweeps, run_cli_sweeps
 from tests.integration.helpers import RELAXED_TIMING
 from tests.integration.reliability.imperfect_nights import ImperfectNight, run_imperfect_night
 from tests.twin import PREBUILT_ENV, twin_night_for_session
@@ -105,6 +106,14 @@ def imperfect_cli_night(tmp_path_factory: pytest.TempPathFactory) -> ImperfectNi
     in one CLI night (``tests/integration/reliability/imperfect_nights.py``): built once,
     read by the tests of each."""
     return run_imperfect_night(tmp_path_factory.mktemp("imperfect"))
+
+
+@pytest.fixture(scope="session")
+def cli_sweeps(tmp_path_factory: pytest.TempPathFactory) -> CliSweeps:
+    """Hand-made sweeps into one warehouse, built by the CLI's own two sweeps
+    (``tests/integration/cli_sweeps.py``): read by the combined-report, SQL, metrics and
+    custom-header tests."""
+    return run_cli_sweeps(tmp_path_factory.mktemp("cli-sweeps"))
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
 import pytest
 
-from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.night.sweeps import PreflightError, run_sweeps
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.store.warehouse import open_warehouse, stage_wave
-from tests.integration.helpers import RELAXED_TIMING, cli_in_process, dep, fast_profile, faulty
+from tests.integration.cli_sweeps import CliSweeps
+from tests.integration.helpers import cli_in_process, dep, fast_profile, faulty
 
 pytestmark = pytest.mark.integration
 
@@ -148,77 +147,17 @@ def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedP
     return cli_in_process(*args, env={**os.environ, **(env or {})})
 
 
-@dataclass(frozen=True)
-class SweptTwice:
-    """One warehouse, one whole build (issue 35: each test built a night of its own)."""
-
-    db: Path
-    metrics_run: str  # staged by run_sweeps: a key-protected /metrics and a dead metrics URL
-    cli: subprocess.CompletedProcess[str]  # then `sparkcap sweep`, whose build takes both
-
-    @property
-    def cli_run(self) -> str:
-        found = re.search(r"run id: (\S+)", self.cli.stdout)
-        assert found is not None, self.cli.stdout + self.cli.stderr
-        return found[1]
-
-
-@pytest.fixture(scope="module")
-def swept_twice(sim: SimServer, tmp_path_factory: pytest.TempPathFactory) -> SweptTwice:
-    import os
-
-    db = tmp_path_factory.mktemp("swept") / "w.duckdb"
-    os.environ["SPARKCAP_METRICS_KEY"] = "sk-metrics-test"
-    try:
-        with SimServer([fast_profile("m")], required_api_key="sk-metrics-test") as guarded:
-            plan = SweepPlan(levels=(1, 2), trials=1, max_tokens=8, max_remeasures=0)
-            good = dep(guarded.endpoint, "m", api_key_env="SPARKCAP_METRICS_KEY")
-            blind = Deployment(
-                name="blind",
-                endpoint=guarded.endpoint,  # type: ignore[arg-type]
-                model="m",
-                api_key_env="SPARKCAP_METRICS_KEY",
-                metrics_url="http://127.0.0.1:9/metrics",  # type: ignore[arg-type]
-            )
-            reqs = [SweepRequest(deployment=d, workload="code", plan=plan) for d in (good, blind)]
-            with pytest.MonkeyPatch.context() as relaxed:  # 8-token streams: about metrics
-                for k, v in RELAXED_TIMING.items():
-                    relaxed.setenv(k, v)
-                metrics_run = asyncio.run(run_sweeps(reqs, db)).run_id
-    finally:
-        del os.environ["SPARKCAP_METRICS_KEY"]
-    p = _cli(
-        "sweep",
-        "--endpoint",
-        sim.endpoint,
-        "--model",
-        "m",
-        "--workload",
-        "code",
-        "--levels",
-        "1,2",
-        "--trials",
-        "1",
-        "--max-tokens",
-        "12",
-        "--max-remeasures",
-        "0",
-        "--db",
-        str(db),
-        env=RELAXED_TIMING,  # 12-token streams: about the CLI, not the client's timing
-    )
-    return SweptTwice(db=db, metrics_run=metrics_run, cli=p)
-
-
-def test_cli_sweep_then_sql(swept_twice: SweptTwice) -> None:
-    p, db_path = swept_twice.cli, swept_twice.db
+def test_cli_sweep_then_sql(cli_sweeps: CliSweeps) -> None:
+    """`sparkcap sweep` (the session's first hand-made CLI sweep, in a child process), then
+    `sparkcap sql` on what it recorded (its run, whose second deployment joined later)."""
+    p, db_path = cli_sweeps.first, cli_sweeps.db
     assert p.returncode == 0, p.stderr
     assert "run id:" in p.stdout and "capacity at 20 tok/s" in p.stdout
-    run_id = swept_twice.cli_run
+    mine = f"waves.run_id = '{cli_sweeps.joined_run}' and waves.deployment = 'a'"
     q = _cli(
         "sql",
         "select concurrency, count(*) n from raw.requests join raw.waves "
-        f"using (wave_id) where trial > 0 and waves.run_id = '{run_id}' group by 1 order by 1",
+        f"using (wave_id) where trial > 0 and {mine} group by 1 order by 1",
         "--db",
         str(db_path),
         "--format",
@@ -228,7 +167,7 @@ def test_cli_sweep_then_sql(swept_twice: SweptTwice) -> None:
     assert json.loads(q.stdout) == [{"concurrency": 1, "n": 1}, {"concurrency": 2, "n": 2}]
     c = _cli(
         "sql",
-        f"select count(*) as n from raw.waves where run_id = '{run_id}'",
+        f"select count(*) as n from raw.waves where {mine}",
         "--db",
         str(db_path),
         "--format",
@@ -364,14 +303,14 @@ def test_a_warehouse_from_before_0_2_is_upgraded_in_place(sim: SimServer, db_pat
 
 @pytest.mark.reliability
 def test_metrics_scrape_uses_the_deployments_auth_and_records_every_failure(
-    swept_twice: SweptTwice, tmp_path: Path
+    cli_sweeps: CliSweeps, tmp_path: Path
 ) -> None:
     """A server whose /metrics sits behind the same key as its API is scraped with that key;
     a metrics URL nobody answers is recorded on every wave (never silently switched off) and
     the report says whose server metrics are missing."""
     from sparkcap.publish.report import render_report
 
-    db_path, run_id = swept_twice.db, swept_twice.metrics_run
+    db_path, run_id = cli_sweeps.db, cli_sweeps.metrics_run
     with open_warehouse(db_path, read_only=True) as con:
         rows = dict(
             con.execute(
@@ -394,6 +333,7 @@ def test_metrics_scrape_uses_the_deployments_auth_and_records_every_failure(
     assert all(e is None for d, e in errors if d == "m")
     blind_errors = [e for d, e in errors if d == "blind"]
     assert len(blind_errors) == 4 and all("ConnectError" in (e or "") for e in blind_errors)
-    assert swept_twice.cli.returncode == 0, swept_twice.cli.stderr  # its build took this run
+    # staged in the session's hand-made CLI warehouse: the CLI's sweeps built it
+    assert cli_sweeps.first.returncode == 0, cli_sweeps.first.stderr
     html = render_report(db_path, run_id, tmp_path / "r", export_images=False).index.read_text()
     assert "Server metrics missing" in html and "blind" in html

@@ -20,8 +20,8 @@ from sparkcap.night.sweeps import PreflightError, run_sweeps
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.store import spool
 from sparkcap.store.warehouse import run_start_to, warehouse_key
+from tests.integration.cli_sweeps import FROM_ENV, LITERAL, CliSweeps
 from tests.integration.helpers import (
-    RELAXED_TIMING,
     SHORT_STREAM_VARS,
     cli_in_process,
     dep,
@@ -340,39 +340,25 @@ def test_canary_api_key_appears_nowhere(
             assert NIGHT_CANARY_HEADER.encode() not in data, place
 
 
-def test_custom_header_values_are_secrets(db_path: Path, tmp_path: Path) -> None:
+def test_custom_header_values_are_secrets(cli_sweeps: CliSweeps, tmp_path: Path) -> None:
     """`--header "x-api-key: …"` (Azure, Cloudflare Access) and `NAME:env:VAR` reach the server
     and nothing else: not raw.runs.config_json, the spool, the report or the CLI's output.
-    Both forms in one sweep (the simulator refuses a request missing either), and a sweep
-    without the second is refused: each really travelled."""
-    literal, from_env = "hdr-literal-6a1f0c93e2b7", "hdr-env-2c8d5e71b4f0"
-    home = tmp_path / "home"
-    env = {"SPARKCAP_HOME": str(home), "SPARKCAP_CANARY_HDR": from_env, **RELAXED_TIMING}
-    required = {"x-api-key": literal, "api-key": from_env}
-    with SimServer([fast_profile("m")], required_headers=required) as sim:
-        args = ["sweep", "--endpoint", sim.endpoint, "--model", "m", "--workload", "code"]
-        args += ["--levels", "1", "--trials", "1", "--max-tokens", "8", "--no-warmup"]
-        args += ["--max-remeasures", "0", "--db", str(db_path)]
-        args += [
-            "--header",
-            f"x-api-key: {literal}",
-            "--header",
-            "api-key: env:SPARKCAP_CANARY_HDR",
-        ]
-        # a child process: its whole stdout and stderr, the load-generating process's
-        # included, are what must not hold the value
-        p = cli_child(*args, env=env)
-        assert p.returncode == 0, p.stderr  # the simulator answers 401 without either header
-        outputs = [p.stdout, p.stderr]
-        without = cli(*args[:-2], env=env)
-        assert without.returncode == 1 and "refused the credentials" in without.stderr
-        outputs += [without.stdout, without.stderr]
+    The session's hand-made CLI sweeps send both forms (the simulator refuses a request missing
+    either), and a sweep without the second is refused: each really travelled."""
+    literal, from_env = LITERAL, FROM_ENV
+    first, without = cli_sweeps.first, cli_sweeps.without
+    assert first.returncode == 0, first.stderr  # the simulator answers 401 without either header
+    assert cli_sweeps.second.returncode == 0, cli_sweeps.second.stderr
+    assert without.returncode == 1 and "refused the credentials" in without.stderr
+    outputs = [p.stdout + p.stderr for p in (first, cli_sweeps.second, cli_sweeps.again, without)]
     from sparkcap.publish.report import render_report
 
+    db_path = cli_sweeps.db
     report = render_report(db_path, None, tmp_path / "reports", export_images=False)
     with duckdb.connect(str(db_path), read_only=True) as con:
         configs = [r[0] for r in con.execute("select config_json from raw.runs").fetchall()]
     assert any("x-api-key" in c for c in configs)  # the header's name is kept ...
+    home = cli_sweeps.home
     for place in [db_path, report.index, *home.rglob("*"), *(tmp_path / "reports").rglob("*")]:
         if place.is_file():
             data = place.read_bytes()
