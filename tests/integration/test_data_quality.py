@@ -4,9 +4,7 @@ evidence, and keep the affected trials out of capacity numbers."""
 from __future__ import annotations
 
 import asyncio
-import json
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import CompletedProcess
@@ -16,9 +14,7 @@ import pytest
 
 from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.dq.offline import remote_resources
-from sparkcap.dq.validate import run_validation
 from sparkcap.night.sweeps import run_sweeps
-from sparkcap.resources import expectations_dir
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
 from tests.integration.helpers import (
@@ -163,23 +159,36 @@ class BadNight:
     run_id: str
     out: Path
     validate: CompletedProcess[str]  # `sparkcap validate --db DB --run RUN --out OUT`
+    reasons_before: dict[str, str | None]  # fct_trials' invalid_reasons built before it
 
 
 @pytest.fixture(scope="module")
 def bad_night(sim: SimServer, tmp_path_factory: pytest.TempPathFactory) -> BadNight:
     """One run of both faulty deployments (one ends every third reply early, the other omits
-    every third usage), validated and built once (issue 35: each case validated a night of
-    its own); each case reads its own deployment's waves."""
+    every third usage), built, validated and built again, as a night that is validated after
+    its build (issue 35: each case, and the rebuild test, validated a night of its own); each
+    case reads its own deployment's waves."""
     root = tmp_path_factory.mktemp("bad")
     db = root / "bad.duckdb"
     with pytest.MonkeyPatch.context() as relaxed:  # as the clean night: 16-token streams
         for k, v in RELAXED_TIMING.items():
             relaxed.setenv(k, v)
         run_id = sweep_into(sim, db, "short", "nousage")
+        marts = "+fct_trials +fct_levels +fct_capacity"
+        build(db, select=marts, dbt_vars=SHORT_STREAM_VARS)
+        before = q(
+            db, "select wave_id, invalid_reasons from marts.fct_trials where run_id = ?", [run_id]
+        )
         out = root / "dq"
         p = cli_in_process("validate", "--db", str(db), "--run", run_id, "--out", str(out))
-        build(db, select="+fct_trials +fct_levels +fct_capacity", dbt_vars=SHORT_STREAM_VARS)
-    return BadNight(db=db, run_id=run_id, out=out, validate=p)
+        build(db, select=marts, dbt_vars=SHORT_STREAM_VARS)  # incremental: this run again
+    return BadNight(
+        db=db,
+        run_id=run_id,
+        out=out,
+        validate=p,
+        reasons_before={str(w): None if r is None else str(r) for w, r in before},
+    )
 
 
 @pytest.mark.parametrize(
@@ -241,49 +250,29 @@ def test_bad_outputs_fail_validation_and_leave_capacity(
     assert cap_inputs == n_valid
 
 
-def test_validation_after_build_triggers_rebuild_of_that_run(
-    sim: SimServer, db_path: Path, tmp_path: Path
-) -> None:
-    # a stricter suite that the clean streams (16 tokens) fail: only the validation can
-    # invalidate these trials, so the rebuild must have picked it up
-    exp_dir = tmp_path / "expectations"
-    shutil.copytree(expectations_dir(), exp_dir)
-    spec = json.loads((exp_dir / "requests.json").read_text())
-    spec["expectations"].append(
-        {
-            "id": "at_most_ten_tokens",
-            "type": "ExpectColumnValuesToBeBetween",
-            "kwargs": {"column": "completion_tokens", "max_value": 10},
-            "blocking": True,
-            "why": "test-only",
-        }
-    )
-    (exp_dir / "requests.json").write_text(json.dumps(spec))
-    run_id = sweep_into(sim, db_path, "clean")
-    build(db_path, select="+fct_trials", dbt_vars=SHORT_STREAM_VARS)
-    before = q(
+def test_validation_after_build_triggers_rebuild_of_that_run(bad_night: BadNight) -> None:
+    """The bad night's trials were built before its validation, and only a validation says
+    "data-quality": its failures moved the run's watermark, so the next (incremental) build
+    judged the run again and every wave a blocking expectation flagged now carries it."""
+    db_path, run_id = bad_night.db, bad_night.run_id
+    flagged = q(
         db_path,
-        "select count(*) filter (where is_valid) from marts.fct_trials where run_id = ?",
-        [run_id],
-    )[0][0]
-    assert before > 0
-    result = run_validation(db_path, run_id, docs_dir=tmp_path / "dq", expectations_dir=exp_dir)
-    assert not result.success
-    # incremental: the validation moved the run's watermark
-    build(db_path, select="+fct_trials", dbt_vars=SHORT_STREAM_VARS)
-    after = q(
-        db_path,
-        "select count(*) filter (where is_valid) from marts.fct_trials where run_id = ?",
-        [run_id],
-    )[0][0]
-    assert after == 0
-    reasons = q(
-        db_path,
-        "select invalid_reasons from marts.fct_trials where run_id = ? and trial > 0",
+        "select wave_id, list(distinct expectation) from raw.dq_results where run_id = ? "
+        "and wave_id is not null and blocking and not success group by 1",
         [run_id],
     )
-    # every trial, each for the validation's reason (a loaded machine may add its own)
-    assert reasons and all("data-quality: at_most_ten_tokens" in str(r) for (r,) in reasons)
+    after = dict(
+        q(
+            db_path,
+            "select wave_id, invalid_reasons from marts.fct_trials where run_id = ?",
+            [run_id],
+        )
+    )
+    assert flagged and bad_night.reasons_before.keys() == after.keys()
+    assert not any("data-quality" in (r or "") for r in bad_night.reasons_before.values())
+    for wave_id, expectations in flagged:
+        reasons = str(after[wave_id])
+        assert "data-quality" in reasons and all(e in reasons for e in expectations), reasons
 
 
 @pytest.mark.reliability
