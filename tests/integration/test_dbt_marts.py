@@ -6,7 +6,9 @@ import asyncio
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from subprocess import CompletedProcess
 from typing import Any
 
 import duckdb
@@ -21,7 +23,13 @@ from sparkcap.servers.sim.server import SimServer
 from sparkcap.store.warehouse import run_end_to, run_start_to, stage_wave_to
 from sparkcap.transform.dbt_build import build
 from sparkcap.transform.live_judge import SearchJudge
-from tests.integration.helpers import TWIN_TRIALS, cli_in_process, dep, fast_profile
+from tests.integration.helpers import (
+    RELAXED_TIMING,
+    TWIN_TRIALS,
+    cli_in_process,
+    dep,
+    fast_profile,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -185,24 +193,54 @@ def test_incremental_build_processes_only_the_new_night(
     )
 
 
-@pytest.mark.reliability
-def test_a_changed_threshold_reaches_every_night_already_built(
-    night: tuple[Path, str], tmp_path: Path
-) -> None:
-    """`sparkcap build --threshold 35` rebuilds the nights built at 20; building at 20 again
-    restores them. The settings each capacity was computed with are on its row. (That the
-    formulas' unit tests pass at 35 too is the unit-test build's, below.)"""
+CAPACITY_ROWS = (
+    "select deployment, workload, capacity_streams, threshold_tok_s, judgement_settings "
+    "from marts.fct_capacity where run_id = ? order by deployment, workload"
+)
+
+
+@dataclass(frozen=True)
+class At35:
+    db: Path  # a copy of the twin night
+    run_id: str
+    at20: list[tuple[object, ...]]  # its capacities as the night built them
+    build: CompletedProcess[str]  # `sparkcap build --threshold 35 --unit-tests` on the copy
+    n_unit_tests: list[int]  # of each dbt build that command ran
+
+
+@pytest.fixture(scope="module")
+def at_35(night: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> At35:
+    """One whole build, two promises (issue 35: each was a whole build of its own): the nights
+    built at 20 rebuilt at another threshold, and the formulas' dbt unit tests at a threshold
+    other than the project's, asked for as a person does."""
+    from sparkcap.transform import dbt_build
+
     src, run_id = night
-    db = tmp_path / "copy.duckdb"
+    db = tmp_path_factory.mktemp("at35") / "copy.duckdb"
     shutil.copy(src, db)
-    sql = (
-        "select deployment, workload, capacity_streams, threshold_tok_s, judgement_settings "
-        "from marts.fct_capacity where run_id = ? order by deployment, workload"
-    )
-    at20 = q(db, sql, [run_id])
-    p = cli_in_process("build", "--db", str(db), "--threshold", "35")
+    at20 = q(db, CAPACITY_ROWS, [run_id])
+    results: list[dbt_build.BuildResult] = []
+    real = dbt_build.build
+
+    def kept(*args: Any, **kwargs: Any) -> dbt_build.BuildResult:
+        results.append(real(*args, **kwargs))
+        return results[-1]
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(dbt_build, "build", kept)
+        for k, v in RELAXED_TIMING.items():  # as the twin night was built
+            mp.setenv(k, v)
+        p = cli_in_process("build", "--db", str(db), "--threshold", "35", "--unit-tests")
+    return At35(db, run_id, at20, p, [r.n_unit_tests for r in results])
+
+
+@pytest.mark.reliability
+def test_a_changed_threshold_reaches_every_night_already_built(at_35: At35) -> None:
+    """`sparkcap build --threshold 35` rebuilds the nights built at 20; building at 20 again
+    restores them. The settings each capacity was computed with are on its row."""
+    db, run_id, p = at_35.db, at_35.run_id, at_35.build
     assert p.returncode == 0, p.stderr
-    at35 = q(db, sql, [run_id])
+    at35 = q(db, CAPACITY_ROWS, [run_id])
     assert all(r[3] == 35 and "threshold_tok_s=35.0;" in r[4] for r in at35)
     assert q(db, "select count(*) from intermediate.int_levels where threshold_tok_s <> 35") == [
         (0,)
@@ -214,30 +252,16 @@ def test_a_changed_threshold_reaches_every_night_already_built(
     # unless asked (`unit_tests`)
     nightly = build(db, select=CAPACITY)
     assert nightly.n_unit_tests == 0  # a nightly build leaves the unit tests out
-    assert q(db, sql, [run_id]) == at20
+    assert q(db, CAPACITY_ROWS, [run_id]) == at_35.at20
 
 
-def test_dbt_unit_tests_of_every_formula_pass(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_dbt_unit_tests_of_every_formula_pass(at_35: At35) -> None:
     """The formulas' dbt unit tests, once per suite (nightly builds leave them out), asked for
     as a person does (`sparkcap build --unit-tests`) and at a threshold other than the
-    project's: each pins the vars it needs, so none may depend on the night's. dbt needs their
-    models built to know the input columns, so this builds an empty warehouse."""
-    from sparkcap.transform import dbt_build
-
-    results: list[dbt_build.BuildResult] = []
-    real = dbt_build.build
-
-    def kept(*args: Any, **kwargs: Any) -> dbt_build.BuildResult:
-        results.append(real(*args, **kwargs))
-        return results[-1]
-
-    monkeypatch.setattr(dbt_build, "build", kept)
-    db = tmp_path / "empty.duckdb"
-    p = cli_in_process("build", "--db", str(db), "--threshold", "35", "--unit-tests")
-    assert p.returncode == 0, p.stderr
-    assert [r.n_unit_tests >= 70 for r in results] == [True]  # every unit test ran (71 today)
+    project's: each pins the vars it needs, so none may depend on the night's. (dbt needs
+    their models built to know the input columns: the twin night's copy has them.)"""
+    assert at_35.build.returncode == 0, at_35.build.stderr
+    assert [n >= 70 for n in at_35.n_unit_tests] == [True]  # every unit test ran (71 today)
 
 
 def test_the_cli_prints_what_the_marts_say(
