@@ -11,8 +11,10 @@
   macros/level_bootstrap.sql, the one fct_levels' interval comes from) and the verdict at the
   threshold:
   'pass' (interval above it), 'fail' (below), 'straddles' (neither, or fewer than
-  var('search_min_samples') stream rates: one stream's rate is no interval), and
-  passes_median, the direction a straddling level sends the search (the grid's rule).
+  var('search_min_samples') stream rates: one stream's rate is no interval),
+  too_few_stream_rates (that last case, so that neither reader words it as an interval that
+  straddles) and passes_median, the direction a straddling level sends the search (the grid's
+  rule).
 #}
 {% macro search_level_interval(streams) -%}
 with s_boot as (
@@ -46,6 +48,7 @@ s_interval as (
 select
     *,
     coalesce(median_decode_tok_s >= {{ var('threshold_tok_s') }}, false) as passes_median,
+    n_samples < {{ var('search_min_samples') }} as too_few_stream_rates,
     case
         when n_samples < {{ var('search_min_samples') }} then 'straddles'
         when ci_low_tok_s >= {{ var('threshold_tok_s') }} then 'pass'

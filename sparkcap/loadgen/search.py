@@ -48,6 +48,9 @@ class LevelJudgement:
     verdict: str  # pass | fail | straddles
     passes_median: bool  # the grid's rule on the median: the search's direction
     why: str | None = None  # a verdict the interval did not give (e.g. queued streams)
+    # fewer stream rates than an interval needs (dbt's search_level_interval says): the
+    # verdict is "straddles", but there is no interval to straddle
+    too_few_stream_rates: bool = False
 
 
 # (level key, counted waves of the level, confidence) -> judgement
@@ -123,6 +126,8 @@ class _LevelDecider:
             why = f"interval cleared the threshold at {search.confidence:.0%}"
         elif j.n_valid_trials == 0:
             why = f"no valid trial in {trial}"
+        elif j.too_few_stream_rates:
+            why = f"trials-max ({search.trials_max}) reached; too few stream rates for an interval"
         else:
             why = f"trials-max ({search.trials_max}) reached; the interval straddles"
         self.decision = wave.search_decision = SearchDecision(

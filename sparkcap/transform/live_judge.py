@@ -291,6 +291,7 @@ class SearchJudge:
             ci_high_tok_s=float(row["ci_high_tok_s"]),
             verdict=str(row["verdict"]),
             passes_median=bool(row["passes_median"]),
+            too_few_stream_rates=bool(row["too_few_stream_rates"]),
         )
 
     async def __call__(

@@ -98,7 +98,7 @@ final as (
             when p.n_valid_trials = 0 then 'no valid trial'
             when i.verdict = 'pass' then 'interval above the threshold'
             when i.verdict = 'fail' then 'interval below the threshold'
-            when i.n_samples < {{ var('search_min_samples') }} then 'too few stream rates'
+            when i.too_few_stream_rates then 'too few stream rates'
             else 'interval straddles the threshold'
         end as verdict_reason,
         {{ level_passes(

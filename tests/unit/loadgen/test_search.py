@@ -116,6 +116,28 @@ def test_a_level_takes_trials_until_its_interval_clears() -> None:
     assert "trials-max" in d16.stop_reason and d16.next_action == "go down"
 
 
+def test_a_level_with_too_few_stream_rates_is_not_said_to_straddle_an_interval() -> None:
+    """One stream in one trial is no interval (dbt's ``search_level_interval`` says so): the
+    level's record says that, not that an interval straddles the threshold."""
+    runner = FakeRunner(SweepPlan(warmup=False))
+
+    async def judge(key: str, waves: Sequence[WaveRecord], confidence: float) -> LevelJudgement:
+        few = waves[-1].concurrency < 3  # 1 and 2 streams: fewer rates than an interval needs
+        return LevelJudgement(
+            1, 90.0, 90.0, 90.0, "straddles" if few else "pass", True, too_few_stream_rates=few
+        )
+
+    search = SearchPlan(max_level=4, trials_max=1, sustain_factor=0)
+    assert asyncio.run(run_search(runner, search, judge)) == 4  # type: ignore[arg-type]
+    said = {w.concurrency: w.search_decision for w in runner.waves if w.search_decision}
+    for level in (1, 2):
+        d = said[level]
+        assert d is not None and d.verdict == "straddles"
+        assert d.stop_reason == "trials-max (1) reached; too few stream rates for an interval"
+    d4 = said[4]
+    assert d4 is not None and "interval cleared" in d4.stop_reason
+
+
 def test_a_fallen_sustain_wave_moves_the_answer_down() -> None:
     runner = FakeRunner(SweepPlan(warmup=False))
     search = SearchPlan(max_level=16, sustain_factor=3, sustain_retries=2)
