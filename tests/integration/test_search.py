@@ -79,6 +79,10 @@ def _searched_night(
     return result.run_id
 
 
+# its rates at 4 and 5 streams sit 12 % and 6 % from the threshold (56 and 47 against 50): in
+# the parallel phase beside a CPU burner, level 5 read above 50 and passed (a fresh clone,
+# burn37), so it runs with the timing tests, alone
+@pytest.mark.client_timing
 def test_search_path_live_equals_record_and_a_fallen_sustain(db_path: Path) -> None:
     # no drafts: each stream's rate is set by the batch and the context alone. 20-token trials:
     # 4 streams ~56 tok/s (passes 50), 5 streams ~47 (fails); a 300-token sustain wave decodes
@@ -104,6 +108,11 @@ def test_search_path_live_equals_record_and_a_fallen_sustain(db_path: Path) -> N
         "from marts.fct_search_path order by search_step",
     )
     levels = [(r[0], r[1]) for r in path]
+    # the simulated rates the path rests on, first (a level that reads on the wrong side of
+    # the threshold changes every step after it)
+    medians = {r[1]: r[6] for r in path if r[0] == "level"}
+    within("search: median decode tok/s at 4 streams", medians.get(4), low=50, context=path)
+    within("search: median decode tok/s at 5 streams", medians.get(5), high=50, context=path)
     assert levels == [
         ("level", 1),
         ("level", 2),
