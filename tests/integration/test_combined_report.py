@@ -40,12 +40,12 @@ def test_runs_of_hand_made_sweeps_read_as_one_report(cli_sweeps: CliSweeps, tmp_
                 [run_c, run_b],
             ).fetchall()
         )
-        # the day's newest of each: a and b in the run the CLI's sweeps made last, m and
-        # blind in the metrics run
-        newest = con.execute(
-            "select sum(capacity_streams) from marts.fct_capacity where run_id in (?, ?)",
-            [cli_sweeps.joined_run, cli_sweeps.metrics_run],
-        ).fetchall()[0][0]
+        # the night's page: the fleet formula over the day's runs, as the marts give it
+        day_runs = [r for (r,) in con.execute("select run_id from raw.runs").fetchall()]
+        night_fleet = con.execute(
+            "select capacity_streams from marts.fleet_capacity_of(?) where workload = 'code'",
+            [day_runs],
+        ).fetchall()
         fleet = con.execute(
             "select capacity_streams, n_deployments, is_complete "
             "from marts.fleet_capacity_of(?) where workload = 'code'",
@@ -72,6 +72,7 @@ def test_runs_of_hand_made_sweeps_read_as_one_report(cli_sweeps: CliSweeps, tmp_
         done = cli_sweeps.cli(*args, "--night", day.isoformat())
         assert done.returncode == 0, done.stderr[-2000:]
         night_page = (out / f"night-{day.isoformat()}" / "index.html").read_text()
+        ((newest,),) = night_fleet
         assert f"<b>≈ {newest} code streams</b>" in night_page
 
     bad = cli_sweeps.cli(*args, "--run", run_a, "--run", "no-such-run")

@@ -62,9 +62,11 @@ def probed_nights(tmp_path_factory: pytest.TempPathFactory) -> ProbedNights:
         prefill_chunk=2048,
         acceptance_noise="low",
     )
-    plan = SweepPlan(levels=(1,), trials=1, max_tokens=8, max_remeasures=0)
+    # 48-token streams (~1.4 s at one stream; n's ~0.5 s): the previous-run comparison reads
+    # the sweeps' capacities, which a trial spoiled by a loaded machine's timing would blank
+    plan = SweepPlan(levels=(1,), trials=1, max_tokens=48, max_remeasures=0)
     with pytest.MonkeyPatch.context() as relaxed, SimServer([prof, fast_profile("n")]) as sim:
-        for k, v in RELAXED_TIMING.items():  # 8-token streams: about probes and reports
+        for k, v in RELAXED_TIMING.items():  # about probes and reports, not the client's timing
             relaxed.setenv(k, v)
         dep = _sim_deployment(sim)
         night = SweepRequest(deployment=dep, workload="code", plan=plan)
