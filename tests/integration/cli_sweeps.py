@@ -96,17 +96,14 @@ def _metrics_run(db: Path) -> str:
 
 def run_cli_sweeps(root: Path) -> CliSweeps:
     db, home = root / "h.duckdb", root / "home"
-    env = {**os.environ, "SPARKCAP_HOME": str(home), HEADER_VAR: FROM_ENV, **RELAXED_TIMING}
     required = {"x-api-key": LITERAL, "api-key": FROM_ENV}
     with pytest.MonkeyPatch.context() as staging:
-        # the staged runs spool into the same home as the CLI's: one place to search for secrets
-        staged_env = {
-            HEADER_VAR: FROM_ENV,
-            METRICS_KEY_VAR: METRICS_KEY,
-            "SPARKCAP_HOME": str(home),
-        }
-        for k, v in {**RELAXED_TIMING, **staged_env}.items():
+        # one environment for the staged runs and the CLI's: one home (spool, logs) to search
+        # for secrets
+        night = {HEADER_VAR: FROM_ENV, METRICS_KEY_VAR: METRICS_KEY, "SPARKCAP_HOME": str(home)}
+        for k, v in {**RELAXED_TIMING, **night}.items():
             staging.setenv(k, v)
+        env = dict(os.environ)
         metrics_run = _metrics_run(db)
         with SimServer([fast_profile("a"), fast_profile("b")], required_headers=required) as sim:
             separate = [

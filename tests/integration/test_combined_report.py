@@ -51,9 +51,12 @@ def test_runs_of_hand_made_sweeps_read_as_one_report(cli_sweeps: CliSweeps, tmp_
             "from marts.fleet_capacity_of(?) where workload = 'code'",
             [runs],
         ).fetchall()
-        days = con.execute(
-            "select distinct cast(timezone('UTC', started_at) as date) from raw.runs"
-        ).fetchall()
+        days = [
+            d
+            for (d,) in con.execute(
+                "select distinct cast(timezone('UTC', started_at) as date) from raw.runs"
+            ).fetchall()
+        ]
     assert [(d, r) for d, r, _ in picked] == [("a", run_c), ("b", run_b)]
     assert fleet == [(own["a"] + own["b"], 2, True)]
 
@@ -67,8 +70,7 @@ def test_runs_of_hand_made_sweeps_read_as_one_report(cli_sweeps: CliSweeps, tmp_
     assert all(r in page for r in runs)
     assert f"<b>≈ {own['a'] + own['b']} code streams</b>" in page
 
-    ((day,),) = days if len(days) == 1 else ((None,),)
-    if day == datetime.now(UTC).date():  # the runs did not straddle midnight UTC
+    if days == [day := datetime.now(UTC).date()]:  # the runs did not straddle midnight UTC
         done = cli_sweeps.cli(*args, "--night", day.isoformat())
         assert done.returncode == 0, done.stderr[-2000:]
         night_page = (out / f"night-{day.isoformat()}" / "index.html").read_text()
