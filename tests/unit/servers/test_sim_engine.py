@@ -55,6 +55,10 @@ def _rate(arrivals: list[int]) -> float:
     return (len(arrivals) - 1) / ((arrivals[-1] - arrivals[0]) / 1e9)
 
 
+# its rate is the event loop's wall-clock pace, held 2 % from its bound (49 tok/s against
+# 47.5): in the parallel phase beside a CPU burner it read 47.42 (fresh clone burn40), so it
+# runs with the timing tests, alone
+@pytest.mark.client_timing
 def test_short_stalls_are_caught_up() -> None:
     # The loop is blocked for 40 ms (two steps) every 40 ms: forgetting each lag loses about a
     # third of the time (~35 tok/s); catching up keeps 50 within the last stall's 40 ms.
