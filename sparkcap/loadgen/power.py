@@ -30,6 +30,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import httpx
+
 from sparkcap.config import Deployment
 from sparkcap.config.power import PowerSource
 from sparkcap.loadgen.connections import (
@@ -211,17 +213,23 @@ def sample_power_into(dep: Deployment, power: PowerSource) -> tuple[WaveHook, Wa
     missed = 0
     running: dict[str, asyncio.Task[None]] = {}
     rounds: dict[str, int] = {}
+    # one client per wave, made before its streams start and closed after they end: making
+    # one loads the TLS trust store (~24 ms of a blocked event loop), which a client per read
+    # cost every interval_s while the wave's chunks were being stamped on that loop
+    clients: dict[str, httpx.AsyncClient] = {}
 
-    async def read_page() -> list[Reading]:
+    async def read_page(wave: WaveRecord) -> list[Reading]:
         nonlocal absent, missed
         assert url is not None
         if absent is not None:
             return [(None, None, None, None, absent)]
+        client = clients.get(wave.wave_id)
+        if client is None:
+            client = clients[wave.wave_id] = make_client(dep, 1)
         try:
-            async with make_client(dep, 1) as c:
-                status, body = await fetch_bounded(
-                    c, url, dict(IDENTITY_ENCODING), SCRAPE_TIMEOUT_S, MAX_METRICS_BYTES
-                )
+            status, body = await fetch_bounded(
+                client, url, dict(IDENTITY_ENCODING), SCRAPE_TIMEOUT_S, MAX_METRICS_BYTES
+            )
         except FetchTimedOut as exc:
             missed += 1
             if missed >= TIMEOUTS_BEFORE_GIVING_UP:
@@ -241,10 +249,10 @@ def sample_power_into(dep: Deployment, power: PowerSource) -> tuple[WaveHook, Wa
             return [(None, None, None, None, f"HTTP {status} from {url}")]
         return page_readings(power, body.decode("utf-8", errors="replace"))
 
-    read: Callable[[], Any]
+    read: Callable[[WaveRecord], Any]
     if power.kind == "nvml":
 
-        async def read_nvml() -> list[Reading]:
+        async def read_nvml(_: WaveRecord) -> list[Reading]:
             return await asyncio.to_thread(nvml_readings, power, pynvml)
 
         read = read_nvml
@@ -256,7 +264,7 @@ def sample_power_into(dep: Deployment, power: PowerSource) -> tuple[WaveHook, Wa
         rounds[wave.wave_id] = seq + 1
         t0 = time.perf_counter_ns()
         try:
-            readings: list[Reading] = await read()
+            readings: list[Reading] = await read(wave)
         except Exception as exc:  # a sampler fault costs the wave its energy, never itself
             readings = [(None, None, None, None, f"power sampler failed: {type(exc).__name__}")]
         # a reading stands for the middle of the request that fetched it, known to within half
@@ -296,8 +304,14 @@ def sample_power_into(dep: Deployment, power: PowerSource) -> tuple[WaveHook, Wa
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        await one_round(wave)
-        rounds.pop(wave.wave_id, None)
+        try:
+            await one_round(wave)
+        finally:
+            rounds.pop(wave.wave_id, None)
+            client = clients.pop(wave.wave_id, None)
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    await client.aclose()
 
     return before, after
 

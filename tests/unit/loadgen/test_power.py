@@ -211,6 +211,62 @@ def test_the_hooks_read_before_during_and_after_a_wave(monkeypatch: pytest.Monke
     )
 
 
+def test_a_pages_reads_share_one_client_per_wave_made_before_it_and_closed_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Making a client loads the TLS trust store (~24 ms of a blocked loop): a client per
+    read cost that every interval while the wave's chunks were stamped on the same loop."""
+    made: list[FakeClient] = []
+
+    class FakeClient:
+        closed = False
+
+        async def aclose(self) -> None:
+            self.closed = True
+
+    def make_client(*_: Any) -> FakeClient:
+        made.append(FakeClient())
+        return made[-1]
+
+    used: list[object] = []
+
+    async def fetch_bounded(client: object, *_: Any) -> tuple[int, bytes]:
+        used.append(client)
+        return 200, dcgm_page('DCGM_FI_DEV_POWER_USAGE{gpu="0"} 100.0').encode()
+
+    monkeypatch.setattr(power_mod, "make_client", make_client)
+    monkeypatch.setattr(power_mod, "fetch_bounded", fetch_bounded)
+    dep = Deployment(
+        name="d",
+        model="m",
+        endpoint="http://x/v1",
+        power={"kind": "dcgm", "url": "http://dcgm:9400/metrics", "interval_s": 0.05},
+    )
+
+    async def noop(_: WaveRecord) -> None:
+        pass
+
+    before, after = with_power(dep, (noop, noop))
+
+    async def one_wave() -> WaveRecord:
+        w = wave()
+        await before(w)
+        assert len(made) == len(waves) + 1 and not made[-1].closed  # made before the streams
+        await asyncio.sleep(0.18)
+        await after(w)
+        return w
+
+    waves: list[WaveRecord] = []
+    for _ in range(2):
+        waves.append(asyncio.run(one_wave()))
+    assert len(made) == 2 and all(c.closed for c in made)
+    assert len(used) >= 2 * 2, len(used)  # before and after each wave, and any during it
+    first_wave_reads = len(waves[0].power_samples)
+    assert used[:first_wave_reads] == [made[0]] * first_wave_reads
+    assert set(map(id, used[first_wave_reads:])) == {id(made[1])}
+    assert all(s.status == "ok" and s.value == 100.0 for w in waves for s in w.power_samples)
+
+
 @pytest.mark.parametrize(
     "given",
     [
