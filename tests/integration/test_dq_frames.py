@@ -3,12 +3,15 @@ ones the marts hold, and nothing that depends on data-quality results feeds them
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
 from pathlib import Path
 
 import duckdb
 import pytest
 
+from sparkcap import resources
 from sparkcap.dq.validate import DQ_MODELS, build_frames, run_validation
 from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
 from sparkcap.store.warehouse import run_end_to, run_start_to, stage_wave_to
@@ -72,7 +75,24 @@ def test_validation_judges_the_ttft_the_stream_rates_model_holds(
             "update intermediate.int_stream_rates set status = 'rejected' where request_id = ?",
             [ids[2]],
         )
-    result = run_validation(db_path, RUN_ID, docs_dir=tmp_path / "dq")
+    # the shipped suites, read from a folder of the caller's with one expectation added: a
+    # night can be held to a suite of its own (expectations_dir)
+    suites = tmp_path / "suites"
+    shutil.copytree(resources.expectations_dir(), suites)
+    requests = json.loads((suites / "requests.json").read_text())
+    requests["expectations"].append(
+        {
+            "id": "read_from_the_given_folder",
+            "type": "ExpectColumnValuesToNotBeNull",
+            "kwargs": {"column": "request_id"},
+            "blocking": True,
+            "why": "only in this test's copy of the suites",
+        }
+    )
+    (suites / "requests.json").write_text(json.dumps(requests))
+    result = run_validation(db_path, RUN_ID, docs_dir=tmp_path / "dq", expectations_dir=suites)
+    (added,) = [o for o in result.outcomes if o.expectation == "read_from_the_given_folder"]
+    assert added.success and added.suite == "requests"
     (ttft,) = [o for o in result.outcomes if o.expectation == "ttft_within_timeout"]
     assert not ttft.success and ttft.sample_ids == [ids[3]]
     (rate,) = [o for o in result.outcomes if o.expectation == "failure_rate_under_ceiling"]
