@@ -113,6 +113,11 @@ def test_missing_usage_is_null_not_guessed(sim: SimServer) -> None:
         assert live_decode_tok_s(r) is None
 
 
+# The two deadline tests hold the client's own wall time to its deadline plus a second, so
+# they run with the timing tests (client_timing): beside two processes at niceness -15 taking
+# the cores 4 s at a time (make test's timing phase is as bursty), the idle one took 6.2 s
+# against its 6 s bound (2026-12-06).
+@pytest.mark.client_timing
 def test_idle_stream_times_out_within_bound(sim: SimServer) -> None:
     t0 = time.monotonic()
     (w,) = sweep(sim.endpoint, "stall", timeouts=Timeouts(read_idle_s=1.0, total_s=30))
@@ -123,6 +128,7 @@ def test_idle_stream_times_out_within_bound(sim: SimServer) -> None:
         assert (r.end_ns - r.last_token_ns) / 1e9 < 1.0 + 1.0
 
 
+@pytest.mark.client_timing
 def test_trickle_hits_total_deadline(sim: SimServer) -> None:
     t0 = time.monotonic()
     (w,) = sweep(sim.endpoint, "trickle", timeouts=Timeouts(read_idle_s=5, total_s=1.5))

@@ -82,7 +82,9 @@ def test_stepping_the_wall_clock_changes_no_duration(db_path: Path, monkeypatch)
         for r in w.requests:
             assert 0 <= r.sent_ns < r.first_token_ns <= r.last_token_ns < r.end_ns
             assert r.end_ns < 30 * 10**9  # offsets are monotonic, never an hour
-            assert 0 < (live_ttft_s(r) or 0) < 5 and 10 < (live_decode_tok_s(r) or 0) < 1000
+            # an hour's step would read a TTFT of ~3600 s and a rate of ~0.003 tok/s (or a
+            # negative span); bounds this wide hold on a machine that starves the test seconds
+            assert 0 < (live_ttft_s(r) or 0) < 60 and 0.1 < (live_decode_tok_s(r) or 0) < 1e5
 
 
 def test_second_writer_gets_database_is_busy_and_nothing_is_lost(

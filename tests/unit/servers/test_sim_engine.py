@@ -67,6 +67,9 @@ def test_short_stalls_are_caught_up() -> None:
     assert _rate(arrivals) >= 0.95 / STEP_S
 
 
+# the simulator's wall-clock pace after a pause: with the timing tests, alone (a stall of the
+# process in the 20 steps after the pause reads as the pause)
+@pytest.mark.client_timing
 def test_a_long_pause_is_not_replayed_as_a_burst() -> None:
     # One pause longer than MAX_CATCH_UP_S: the engine forgets it and goes on at its own pace
     # instead of sending the missed tokens back to back.
