@@ -144,6 +144,9 @@ def test_a_cut_stream_keeps_exactly_its_n_chunk_timestamps(n: int, tmp_path) -> 
     assert (status, n_chunks, saw_done) == ("truncated", n, False)
     assert [c[0] for c in chunks] == list(range(n))
     times = [c[1] for c in chunks]
-    assert times == sorted(times) and len(set(times)) == n  # n separate arrivals
+    # in order; sent 20 ms apart they are separate reads, except where a starved client read
+    # two at once (parallel tests beside processes at niceness -15, 2026-12-06): one read,
+    # one arrival stamp for both, as a night records it
+    assert times == sorted(times)
     assert (first, last) == (times[0], times[-1])
     assert [c[2] for c in chunks] == [len(t) for t in TOKENS[:n]]
