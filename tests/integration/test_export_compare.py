@@ -3,14 +3,14 @@ compare --fail-on regression`` through the in-process CLI: the textfile parses b
 prometheus-client to the marts' capacities (the latest built run by default, ``--run`` another),
 and the gate passes two equal nights and fails (exit 3) a night whose engine is slower.
 
-The engine's rates are built so the capacity at the default 20 tok/s moves well clear of noise:
-one token per 20 ms step at one stream, each extra stream 40 % slower (2: 36, 4: 23, 8: 13
-tok/s, capacity 4); the slow night's 30 ms step (2: 24, 4: 15 tok/s) sustains 2.
+The nights are staged in model time (tests/change_nights.py): 2 streams 36 tok/s, 4 streams 23,
+8 streams 13 (capacity 4 at the default 20 tok/s), and the slow night 35 % slower (2: 23.4,
+4: 15.0, capacity 2). Three live sweeps of 24-token streams did this once, and one stall of a
+starved test process in one wave could move a capacity: what these commands read is the marts.
 """
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import duckdb
@@ -18,11 +18,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkcap import cli
-from sparkcap.config import SweepPlan, SweepRequest
-from sparkcap.night.sweeps import run_sweeps
-from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
-from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile
+from tests.change_nights import History, Night, stage_history
 
 pytestmark = pytest.mark.integration
 
@@ -34,15 +31,21 @@ READ = (
 )
 
 
-def night(db: Path, step_s: float) -> str:
-    profile = fast_profile("m", step_s1=step_s, batch_slowdown=0.4, draft_tokens=0)
-    with SimServer([profile]) as sim:
-        req = SweepRequest(
-            deployment=dep(sim.endpoint, "m"),
-            workload="code",
-            plan=SweepPlan(levels=(2, 4, 8), trials=1, max_tokens=24, warmup=False),
-        )
-        return asyncio.run(run_sweeps([req], db)).run_id
+def nights(db: Path) -> list[str]:
+    """Three nights of one deployment, a day apart: two equal, then one 35 % slower."""
+    history = History(
+        "m",
+        [Night(), Night(), Night(speed=0.65)],
+        rates_tok_s=RATES_TOK_S,
+        trials=1,
+        levels=(2, 4, 8),
+        trial_noise=0.0,
+        stream_spread=0.0,
+    )
+    return stage_history(db, history, seed=35)
+
+
+RATES_TOK_S = {2: 36.0, 4: 23.0, 8: 13.0}
 
 
 def exported(path: Path) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
@@ -63,8 +66,8 @@ def exit_code(argv: list[str]) -> int:
 def test_export_parses_back_and_compare_gates_a_slower_night(
     db_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    first, equal, slower = night(db_path, 0.02), night(db_path, 0.02), night(db_path, 0.03)
-    build(db_path, select=READ, dbt_vars=SHORT_STREAM_VARS)
+    first, equal, slower = nights(db_path)
+    build(db_path, select=READ)
     with duckdb.connect(str(db_path), read_only=True) as con:
         caps = dict(
             con.execute(

@@ -3,7 +3,6 @@ comparison with the previous run: ``test_probes.py``, on the runs its reports re
 
 from __future__ import annotations
 
-import asyncio
 import shutil
 import socket
 import subprocess
@@ -14,13 +13,12 @@ import duckdb
 import pytest
 import yaml
 
-from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.config.fleet import load_fleet
-from sparkcap.night.sweeps import run_link_check, run_sweeps
+from sparkcap.night.sweeps import run_link_check
 from sparkcap.publish.compare import compare
-from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
-from tests.integration.helpers import SHORT_STREAM_VARS, cli_in_process, dep, fast_profile
+from tests.change_nights import History, Night, stage_history
+from tests.integration.helpers import cli_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -115,22 +113,27 @@ def test_link_check_with_real_iperf3(tmp_path: Path, db_path: Path) -> None:
 
 
 def test_compare_two_runs(db_path: Path) -> None:
-    runs = []
-    for step in (0.02, 0.05):  # the second night is much slower (−60 % by the model)
-        with SimServer([fast_profile("m", step_s1=step)]) as sim:
-            req = SweepRequest(
-                deployment=dep(sim.endpoint, "m"),
-                workload="code",
-                plan=SweepPlan(levels=(1, 2), trials=1, max_tokens=30, max_remeasures=0),
-            )
-            runs.append(asyncio.run(run_sweeps([req], db_path)).run_id)
+    """Two nights staged in model time, the second 60 % slower at every level and both with
+    capacity 2: compare says so. (Two live sweeps of 30-token streams once read the fast
+    night's level 2 at -4.6 % of the slow one's: one stall of a starved test process in one
+    wave, fresh clone idle42.)"""
+    slower = History(
+        "m",
+        [Night(), Night(speed=0.4)],
+        rates_tok_s={1: 120.0, 2: 100.0},
+        trials=1,
+        levels=(1, 2),
+        trial_noise=0.0,
+        stream_spread=0.0,
+    )
+    runs = stage_history(db_path, slower, seed=35)
     # the marts compare reads (sparkcap/publish/compare.py), not a night's whole build
     reads = "+fct_levels +fct_capacity +fct_prefill_interference +fct_link_health +fct_changes"
-    build(db_path, select=reads, dbt_vars=SHORT_STREAM_VARS)
+    build(db_path, select=reads)
     out = compare(db_path, runs[0], runs[1])
     levels = out["levels"]
     assert list(levels["concurrency"]) == [1, 2]
-    assert (levels["median_change_pct"] < -25).all(), levels
+    assert list(levels["median_change_pct"]) == pytest.approx([-60.0, -60.0], abs=0.1), levels
     assert list(out["capacity"]["capacity_change"]) == [0]
     with pytest.raises(LookupError, match="no such run"):
         compare(db_path, runs[0], "nope")
