@@ -1,7 +1,7 @@
-"""Three simulated nights built with dbt, then ``sparkcap export --prometheus`` and ``sparkcap
+"""Three nights staged and built with dbt, then ``sparkcap export --prometheus`` and ``sparkcap
 compare --fail-on regression`` through the in-process CLI: the textfile parses back with
 prometheus-client to the marts' capacities (the latest built run by default, ``--run`` another),
-and the gate passes two equal nights and fails (exit 3) a night whose engine is slower.
+and the gate passes two equal nights and fails (exit 3) a slower night.
 
 The nights are staged in model time (tests/change_nights.py): 2 streams 36 tok/s, 4 streams 23,
 8 streams 13 (capacity 4 at the default 20 tok/s), and the slow night 35 % slower (2: 23.4,
@@ -31,6 +31,9 @@ READ = (
 )
 
 
+RATES_TOK_S = {2: 36.0, 4: 23.0, 8: 13.0}
+
+
 def nights(db: Path) -> list[str]:
     """Three nights of one deployment, a day apart: two equal, then one 35 % slower."""
     history = History(
@@ -43,9 +46,6 @@ def nights(db: Path) -> list[str]:
         stream_spread=0.0,
     )
     return stage_history(db, history, seed=35)
-
-
-RATES_TOK_S = {2: 36.0, 4: 23.0, 8: 13.0}
 
 
 def exported(path: Path) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
