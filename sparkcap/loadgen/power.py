@@ -223,12 +223,13 @@ def sample_power_into(dep: Deployment, power: PowerSource) -> tuple[WaveHook, Wa
         assert url is not None
         if absent is not None:
             return [(None, None, None, None, absent)]
-        client = clients.get(wave.wave_id)
-        if client is None:
-            client = clients[wave.wave_id] = make_client(dep, 1)
         try:
             status, body = await fetch_bounded(
-                client, url, dict(IDENTITY_ENCODING), SCRAPE_TIMEOUT_S, MAX_METRICS_BYTES
+                clients[wave.wave_id],
+                url,
+                dict(IDENTITY_ENCODING),
+                SCRAPE_TIMEOUT_S,
+                MAX_METRICS_BYTES,
             )
         except FetchTimedOut as exc:
             missed += 1
@@ -295,6 +296,8 @@ def sample_power_into(dep: Deployment, power: PowerSource) -> tuple[WaveHook, Wa
             await one_round(wave)
 
     async def before(wave: WaveRecord) -> None:
+        if url is not None and absent is None:  # outside the first round's timed read
+            clients[wave.wave_id] = make_client(dep, 1)
         await one_round(wave)
         running[wave.wave_id] = asyncio.create_task(sample_during(wave))
 
