@@ -56,7 +56,8 @@ def main() -> int:
     args = ap.parse_args()
     if not 1 <= args.procs <= 64 or not 0 < args.seconds <= 7200:
         ap.error("--procs must be 1..64 and --seconds 0..7200")
-    if (args.busy_s > 0) != (args.idle_s > 0) or not 0 <= min(args.busy_s, args.idle_s) <= 600:
+    bursts_ok = all(0 <= s <= 600 for s in (args.busy_s, args.idle_s))  # NaN and inf too
+    if not bursts_ok or (args.busy_s > 0) != (args.idle_s > 0):
         ap.error("--busy-s and --idle-s go together, each 0..600 s")
     signal.signal(signal.SIGTERM, _stop)
     procs = [
