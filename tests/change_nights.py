@@ -54,6 +54,8 @@ class History:
     levels: Sequence[int] = LEVELS
     trial_noise: float = 0.01  # sd of a trial's rate, relative
     stream_spread: float = 0.02  # a stream's rate within its trial: ± this, uniform
+    # each level's time to first token (s), every stream of it alike; unset: 0.1 s everywhere
+    ttft_s: dict[int, float] = field(default_factory=dict)
 
 
 def run_id_for(deployment: str, night: int) -> str:
@@ -61,7 +63,13 @@ def run_id_for(deployment: str, night: int) -> str:
 
 
 def _wave(
-    run_id: str, deployment: str, concurrency: int, trial: int, rates: Sequence[float], at_ns: int
+    run_id: str,
+    deployment: str,
+    concurrency: int,
+    trial: int,
+    rates: Sequence[float],
+    at_ns: int,
+    ttft_s: float = 0.1,
 ) -> WaveRecord:
     wave = WaveRecord(
         wave_id=f"{run_id}/{deployment}/code/c{concurrency}/t{trial}",
@@ -86,7 +94,7 @@ def _wave(
             sent_ns=0,
         )
         req.status, req.completion_tokens, req.saw_done = Status.OK, TOKENS, True
-        req.first_token_ns = 100_000_000
+        req.first_token_ns = round(ttft_s * 1e9)
         req.last_token_ns = req.first_token_ns + int((TOKENS - 1) / rate * 1e9)
         req.end_ns = req.last_token_ns
         wave.requests.append(req)
@@ -117,7 +125,10 @@ def stage_history(db_path: Path, history: History, seed: int) -> list[str]:
                         trial_rate * (1 + rng.uniform(-spread, spread)) for _ in range(concurrency)
                     ]
                     at_ns = start_ns + (concurrency * 10 + trial) * 10**10
-                    wave = _wave(run_id, history.deployment, concurrency, trial, rates, at_ns)
+                    ttft_s = history.ttft_s.get(concurrency, 0.1)
+                    wave = _wave(
+                        run_id, history.deployment, concurrency, trial, rates, at_ns, ttft_s
+                    )
                     if night.starved:
                         wave.timing_error_bound, wave.loop_lag_max_ms = 0.04, 250.0
                     stage_wave(con, wave)
