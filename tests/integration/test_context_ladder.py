@@ -17,6 +17,7 @@ from sparkcap.publish.text import context_ladder_line
 from sparkcap.servers.sim.engine import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build, parse_var_overrides
+from tests.spread import within
 
 # serial (the timing phase): each rung's cold TTFT is held within TTFT_SLACK_S of the model's
 # (issue 35, item 3: a simulated server's pace held to a tolerance is a timing test)
@@ -119,11 +120,8 @@ def test_context_ladder_against_the_simulator(db_path: Path) -> None:
         truth = predicted_cold_ttft_s(tokens)
         # below the model by up to one decode step: a background stream restarting just then
         # leaves a chunk's iteration with one stream, or none, decoding beside it
-        assert isinstance(cold, float) and truth - 0.04 <= cold <= truth + TTFT_SLACK_S, (
-            rung,
-            cold,
-            truth,
-        )
+        assert isinstance(cold, float)
+        within("cold TTFT - model's, s", cold - truth, -0.04, TTFT_SLACK_S, (rung, cold, truth))
         # the same document again: only the blocks past the cache's last full one prefill.
         # The model's worst warm TTFT: the uncached tail (under two 64-token blocks) at the
         # prefill rate, an iteration in progress to wait out and its own (0.032 + 2 x 0.033 s),
@@ -131,7 +129,8 @@ def test_context_ladder_against_the_simulator(db_path: Path) -> None:
         # model's own truth at the 1024 rung (cold 0.277 s): a fresh clone read warm 0.104 s
         # (idle34) and failed
         warm_max_s = 128 / PREFILL_TOK_S + 2 * STEP_S1 * (1 + BATCH_SLOWDOWN) + 0.05
-        assert isinstance(warm, float) and warm < warm_max_s and warm < cold, (rung, warm, cold)
+        assert isinstance(warm, float) and warm < cold, (rung, warm, cold)
+        within("warm TTFT / its model's worst", warm / warm_max_s, high=1.0, context=(rung, warm))
         # all of the document's full 64-token blocks, but the question after it differs: the
         # block it begins in is the first not cached
         assert isinstance(cached, int) and tokens - 128 <= cached < tokens
