@@ -480,7 +480,8 @@ def test_server_dying_mid_sweep_leaves_an_incomplete_but_usable_run(
     req = SweepRequest(
         deployment=dep(sim.endpoint, "m"),
         workload="code",
-        plan=SweepPlan(levels=(1, 2, 4), trials=1, max_tokens=8, max_remeasures=0),
+        # 32-token streams (~0.3 s of decoding): a starved worker seldom spoils them (below)
+        plan=SweepPlan(levels=(1, 2, 4), trials=1, max_tokens=32, max_remeasures=0),
     )
     result = asyncio.run(run_sweeps([req], db_path, progress=progress))
     assert result.status == "incomplete" and "stopped answering" in (result.reason or "")
@@ -499,8 +500,20 @@ def test_server_dying_mid_sweep_leaves_an_incomplete_but_usable_run(
     # the selection this test reads, not a whole build)
     build(db_path, select="+fct_trials", dbt_vars=SHORT_STREAM_VARS)
     with duckdb.connect(str(db_path), read_only=True) as con:
-        ok = con.execute("select count(*) from marts.fct_trials where is_valid").fetchall()[0][0]
-    assert ok == 1  # level 1's trial (the warm-ups never count)
+        trials = con.execute(
+            "select concurrency, is_valid, invalid_reasons from marts.fct_trials "
+            "where trial > 0 order by concurrency"
+        ).fetchall()
+    # level 1's trial alone (the warm-up never counts; level 2's wave found the server gone),
+    # and nothing of the server's death in its verdict: valid, or spoiled only on the client's
+    # side. A parallel worker starved for longer than a wave's decoding reads its timing bound
+    # past even the relaxed 95 %, or reads a stream's buffered chunks at once under one stamp
+    # (no measurable rate) — verdicts on the client, which this test is not about (a
+    # bursty-load run, session 10, with 8-token streams: "assert 0 == 1" on the valid count)
+    assert [c for c, _, _ in trials] == [1], trials
+    ((_, valid, reasons),) = trials
+    client_side = ("client timing:", "client release:", "no measurable stream rate")
+    assert valid or all(r.startswith(client_side) for r in str(reasons).split("; ")), trials
     # the next night runs normally
     with SimServer([fast_profile("m")]) as sim2:
         req2 = req.model_copy(update={"deployment": dep(sim2.endpoint, "m")})
