@@ -31,7 +31,7 @@ from sparkcap.transform.dbt_build import run_models
 from tests.integration.helpers import RELAXED_TIMING, fast_profile
 from tests.spread import within
 
-# serial (the timing phase): every test here holds a live turn's TTFT, ~0.04 s at one session
+# serial (the timing phase): every test here holds a live turn's TTFT, ~0.01 s at one session
 # on a slot, under a 0.15 s ceiling that a turn waiting behind another's answer (~0.3 s)
 # exceeds; a stall of a tenth of a second in a starved parallel worker crosses it (issue 35,
 # item 3: a simulated server's pace held to a tolerance is a timing test)
