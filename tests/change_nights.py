@@ -32,6 +32,7 @@ BASE_RATES_TOK_S = {1: 60.0, 2: 42.0, 4: 21.0, 8: 12.0}
 DAY_NS = 86_400 * 10**9
 FIRST_NIGHT_NS = 1_767_225_600 * 10**9  # 2026-01-01T00:00:00Z
 TOKENS = 101
+DEFAULT_TTFT_S = 0.1
 
 
 @dataclass
@@ -54,8 +55,29 @@ class History:
     levels: Sequence[int] = LEVELS
     trial_noise: float = 0.01  # sd of a trial's rate, relative
     stream_spread: float = 0.02  # a stream's rate within its trial: ± this, uniform
-    # each level's time to first token (s), every stream of it alike; unset: 0.1 s everywhere
+    # each level's time to first token (s), every stream of it alike; unset: DEFAULT_TTFT_S
     ttft_s: dict[int, float] = field(default_factory=dict)
+
+    @classmethod
+    def exact(
+        cls,
+        deployment: str,
+        nights: Sequence[Night],
+        rates_tok_s: dict[int, float],
+        ttft_s: dict[int, float] | None = None,
+    ) -> History:
+        """One trial a level, no trial noise, no spread between streams: the marts' figures are
+        the staged ones, for tests that assert them exactly."""
+        return cls(
+            deployment,
+            nights,
+            rates_tok_s=rates_tok_s,
+            trials=1,
+            levels=tuple(sorted(rates_tok_s)),
+            trial_noise=0.0,
+            stream_spread=0.0,
+            ttft_s=ttft_s or {},
+        )
 
 
 def run_id_for(deployment: str, night: int) -> str:
@@ -69,7 +91,7 @@ def _wave(
     trial: int,
     rates: Sequence[float],
     at_ns: int,
-    ttft_s: float = 0.1,
+    ttft_s: float,
 ) -> WaveRecord:
     wave = WaveRecord(
         wave_id=f"{run_id}/{deployment}/code/c{concurrency}/t{trial}",
@@ -125,7 +147,7 @@ def stage_history(db_path: Path, history: History, seed: int) -> list[str]:
                         trial_rate * (1 + rng.uniform(-spread, spread)) for _ in range(concurrency)
                     ]
                     at_ns = start_ns + (concurrency * 10 + trial) * 10**10
-                    ttft_s = history.ttft_s.get(concurrency, 0.1)
+                    ttft_s = history.ttft_s.get(concurrency, DEFAULT_TTFT_S)
                     wave = _wave(
                         run_id, history.deployment, concurrency, trial, rates, at_ns, ttft_s
                     )

@@ -45,16 +45,7 @@ def _capacity(con: duckdb.DuckDBPyConnection) -> tuple[float, int, bool]:
 
 
 def test_tiers_are_the_capacity_a_build_at_each_threshold_reports(db_path: Path) -> None:
-    history = History(
-        "m",
-        [Night()],
-        rates_tok_s=RATES_TOK_S,
-        trials=1,
-        trial_noise=0.0,
-        stream_spread=0.0,
-        ttft_s=TTFT_S,
-    )
-    stage_history(db_path, history, seed=0)
+    stage_history(db_path, History.exact("m", [Night()], RATES_TOK_S, TTFT_S), seed=0)
 
     night_vars = {
         "bootstrap_samples": 20,  # intervals are not what this test reads: a quicker build

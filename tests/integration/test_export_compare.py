@@ -36,15 +36,7 @@ RATES_TOK_S = {2: 36.0, 4: 23.0, 8: 13.0}
 
 def nights(db: Path) -> list[str]:
     """Three nights of one deployment, a day apart: two equal, then one 35 % slower."""
-    history = History(
-        "m",
-        [Night(), Night(), Night(speed=0.65)],
-        rates_tok_s=RATES_TOK_S,
-        trials=1,
-        levels=(2, 4, 8),
-        trial_noise=0.0,
-        stream_spread=0.0,
-    )
+    history = History.exact("m", [Night(), Night(), Night(speed=0.65)], RATES_TOK_S)
     return stage_history(db, history, seed=35)
 
 

@@ -117,15 +117,7 @@ def test_compare_two_runs(db_path: Path) -> None:
     capacity 2: compare says so. (Two live sweeps of 30-token streams once read the fast
     night's level 2 at -4.6 % of the slow one's: one stall of a starved test process in one
     wave, fresh clone idle42.)"""
-    slower = History(
-        "m",
-        [Night(), Night(speed=0.4)],
-        rates_tok_s={1: 120.0, 2: 100.0},
-        trials=1,
-        levels=(1, 2),
-        trial_noise=0.0,
-        stream_spread=0.0,
-    )
+    slower = History.exact("m", [Night(), Night(speed=0.4)], {1: 120.0, 2: 100.0})
     runs = stage_history(db_path, slower, seed=35)
     # the marts compare reads (sparkcap/publish/compare.py), not a night's whole build
     reads = "+fct_levels +fct_capacity +fct_prefill_interference +fct_link_health +fct_changes"
