@@ -203,6 +203,9 @@ class _Probe:
         w = self.wave
         w.duration_s = (time.perf_counter_ns() - w.anchor_perf_ns) / 1e9
         w.loop_lag_p99_ms = monitor.lag_p99_ms
+        # as a sweep's wave has it: the longest the client was held back, which a probe's
+        # TTFT and dip windows carry as if the server had taken it
+        w.loop_lag_max_ms = monitor.lag_max_ms
         w.client_cpu_pct = monitor.cpu_pct
         return w
 

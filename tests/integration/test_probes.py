@@ -113,8 +113,20 @@ def test_probes_against_the_simulator(probed_nights: ProbedNights, tmp_path: Pat
                baseline_probe_ttft_s, during_probe_ttft_s from marts.fct_prefill_interference
     """,
     )[0]
+    # the longest stall the client measured in its own loop during the probe's wave: the
+    # simulator runs in this process, so a starved worker holds back both, and the wait reads as
+    # prefill time and as dip (about probes, not the client's timing: the bounds allow for it)
+    (lag_s,) = q(
+        db_path,
+        """
+        select max(w.loop_lag_max_ms) / 1000 from raw.waves w
+        join marts.fct_prefill_interference p using (wave_id)
+    """,
+    )[0]
+    assert lag_s is not None  # a probe's wave records it as a sweep's does
     assert abs(tokens - 8000) <= 80  # built to the target with the server's tokenizer
-    assert 1.5 < ttft < 4.0 and 2000 < prefill < 5000  # 8000 tokens at ~4000 tok/s
+    assert 1.5 < ttft < 4.0 + lag_s, (ttft, lag_s)  # 8000 tokens at ~4000 tok/s
+    assert 2000 * 4.0 / (4.0 + lag_s) < prefill < 5000, (prefill, lag_s)
     assert dip < 0.5 and lost > 0.5  # the other streams slowed down a lot
     assert during > 5 * base  # new short requests waited behind the prefill
     (depth, below_s, truncated, before, n_windows) = q(
@@ -128,7 +140,7 @@ def test_probes_against_the_simulator(probed_nights: ProbedNights, tmp_path: Pat
     )[0]
     # the sliding windows see the stall: a deep minimum, lasting about as long as the prefill
     assert depth < 0.3 and not truncated and before > 5
-    assert 0.5 * ttft < below_s < ttft + 1.5, (below_s, ttft)
+    assert 0.5 * ttft < below_s < ttft + 1.5 + lag_s, (below_s, ttft, lag_s)
     assert n_windows > 10
     (cold, warm, control, cached) = q(
         db_path,
