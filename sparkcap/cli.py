@@ -283,17 +283,23 @@ def plan(
     mix: opt.MixOption = "code=0.7,prose=0.3",
     long_prompts: opt.LongPromptsOption = "2/min@32k",
     max_below_share: opt.MaxBelowShareOption = 0.05,
+    think: opt.ThinkOption = None,
     run: opt.ExportRunOption = None,
     db: opt.DbOption = None,
 ) -> None:
-    """The routing that carries the most streams of a mix, and each prefill budget (dbt)."""
+    """Requests a minute per deployment by open-loop capacity, beside the burst plan (dbt)."""
     from sparkcap.publish import marts
     from sparkcap.transform.plan_vars import build_plan, plan_vars
 
-    build_plan(_db(db), plan_vars(mix, long_prompts, max_below_share))
+    build_plan(_db(db), plan_vars(mix, long_prompts, max_below_share, think))
     run_id = run or marts.latest_built_run(_db(db))
     if (found := marts.plan(_db(db), run_id)) is None:
         raise typer.BadParameter(f"no capacities of run {run_id} to plan", param_hint="--run")
+    rates = marts.plan_rates(_db(db), run_id)
+    for line in text.rate_plan_lines(run_id, found.threshold_tok_s, rates):
+        out.print(line, highlight=False)
+    out.print(text.rate_plan_table(run_id, rates))
+    out.print("the burst plan (the study's figure: synchronized streams)", highlight=False)
     for line in text.plan_lines(found):
         out.print(line, highlight=False)
     out.print(text.plan_table(run_id, marts.plan_routing(_db(db), run_id)))

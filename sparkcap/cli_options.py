@@ -215,6 +215,15 @@ MaxBelowShareOption = Annotated[
     float,
     typer.Option(help="share of time a deployment's decode may be below the threshold"),
 ]
+ThinkOption = Annotated[
+    float | None,
+    typer.Option(
+        help="seconds a user thinks between requests, for the users figure (default: the "
+        "dbt var think_time_s, 30)",
+        min=0.0,
+        max=86_400.0,
+    ),
+]
 
 # run
 NightFleetOption = Annotated[Path, typer.Option(help="fleet file (YAML)")]

@@ -26,6 +26,14 @@ RateFactorOption = Annotated[
     typer.Option(help="times the plan's arrival rates (1.3: 30 % more users)", min=0.01, max=100),
 ]
 SeedOption = Annotated[int, typer.Option(help="the schedule's seed", min=0, max=2**31 - 1)]
+PlanKindOption = Annotated[
+    str,
+    typer.Option(
+        "--plan",
+        help="which plan to replay: rate (requests a minute by open-loop capacity) or burst "
+        "(the study's streams, at Little's rate)",
+    ),
+]
 StallOption = Annotated[
     str | None,
     typer.Option(help="block the client's loop SECONDS@AT (e.g. 1.5@10): a self-check"),
@@ -46,6 +54,7 @@ def replay(
     duration: DurationOption = 60.0,
     rate_factor: RateFactorOption = 1.0,
     seed: SeedOption = 1,
+    plan: PlanKindOption = "rate",
     mix: opt.MixOption = "code=0.7,prose=0.3",
     long_prompts: opt.LongPromptsOption = "2/min@32k",
     max_below_share: opt.MaxBelowShareOption = 0.05,
@@ -62,11 +71,14 @@ def replay(
     out = text.text_console(soft_wrap=True)
     db_path: Path = db if db is not None else get_settings().db_path
     client_stall = parse_stall(stall)
+    if plan not in ("rate", "burst"):
+        raise typer.BadParameter("rate or burst", param_hint="--plan")
     the_fleet = load_fleet(fleet)
     build_plan(db_path, plan_vars(mix, long_prompts, max_below_share))
     run_id = run or marts.latest_built_run(db_path)
     offers = replay_options(
         marts.replay_plan(db_path, run_id),
+        plan_kind=plan,
         duration_s=duration,
         rate_factor=rate_factor,
         seed=seed,

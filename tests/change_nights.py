@@ -57,6 +57,9 @@ class History:
     stream_spread: float = 0.02  # a stream's rate within its trial: ± this, uniform
     # each level's time to first token (s), every stream of it alike; unset: DEFAULT_TTFT_S
     ttft_s: dict[int, float] = field(default_factory=dict)
+    # each level's server gauges read during its waves: (name, value), e.g. vLLM's
+    # ("vllm:num_requests_waiting", 4.0); unset: no /metrics
+    gauges: dict[int, list[tuple[str, float]]] = field(default_factory=dict)
 
     @classmethod
     def exact(
@@ -153,6 +156,10 @@ def stage_history(db_path: Path, history: History, seed: int) -> list[str]:
                     )
                     if night.starved:
                         wave.timing_error_bound, wave.loop_lag_max_ms = 0.04, 250.0
+                    wave.server_metrics = [
+                        ("during", name, {}, value)
+                        for name, value in history.gauges.get(concurrency, [])
+                    ]
                     stage_wave(con, wave)
             record_run_end(con, run_id, "complete")
             if night.engine_version is not None:

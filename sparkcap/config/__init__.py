@@ -583,8 +583,9 @@ class ReplayOptions(Strict):
     requests (and long prompts), each timed from its *scheduled* start, so a client that
     sends late records a late request (coordinated omission), never a shorter wait.
 
-    The rates come from the plan (``marts.fct_replay_plan``: Little's law at the planned
-    concurrency and the measured stream durations) times ``rate_factor``; the seed fixes the
+    The rates come from the plan (``marts.fct_replay_plan``: the rate plan's requests a
+    second by open-loop capacity, or the burst plan's streams by Little's law at the measured
+    stream durations) times ``rate_factor``; the seed fixes the
     schedule, so two replays of one plan at one factor send the same requests at the same
     instants. ``client_stall_s`` blocks the client's own event loop that long at
     ``client_stall_at_s``: the self-check that shows what a stalled client does to a
@@ -608,6 +609,8 @@ class ReplayOptions(Strict):
     # one `sparkcap replay` across the fleet: its deployments' replays are judged together
     # (fct_replay_fleet), never with another replay at the same factor and seed
     replay_id: str | None = Field(None, pattern=r"^[0-9a-f]{6,32}$")
+    # the plan the rates came from: the rate plan (open-loop capacity) or the burst plan
+    plan_kind: Literal["rate", "burst"] | None = None
 
 
 ProbeName = Literal[

@@ -142,6 +142,9 @@ class ReplayOffer:
     max_below_threshold_share: float | None = None
     # the one `sparkcap replay` this deployment's replay was part of (None: a replay alone)
     replay_id: str | None = None
+    # which plan the rates came from: 'rate' (open-loop capacity, fct_plan_rates) or 'burst'
+    # (the burst plan's streams by Little's law); None: stored before plans had kinds
+    plan_kind: str | None = None
 
 
 @dataclass(slots=True)

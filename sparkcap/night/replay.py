@@ -38,9 +38,13 @@ class ReplayOutcome:
     failed: dict[str, str] = field(default_factory=dict)  # deployment -> why
 
 
+PLAN_KINDS = ("rate", "burst")
+
+
 def replay_options(
     rows: list[ReplayPlanRow],
     *,
+    plan_kind: str = "rate",
     duration_s: float,
     rate_factor: float,
     seed: int,
@@ -48,10 +52,14 @@ def replay_options(
     replay_id: str | None = None,
 ) -> dict[str, ReplayOptions]:
     """The plan's rows as each deployment's replay; a deployment the plan gives nothing (or no
-    measured duration) is left out. The rates are dbt's; only the factor is applied (by the
-    replay itself, so the offer stored is the plan's and the factor beside it). Each stream
-    asks for the max_tokens of the streams its rate's W was measured on, never the fleet
-    file's: Little's law holds only for the streams it measured."""
+    measured duration) is left out. ``plan_kind`` picks the rates: the rate plan's requests a
+    second by open-loop capacity (``rate``), or the burst plan's streams by Little's law
+    (``burst``). The rates are dbt's; only the factor is applied (by the replay itself, so
+    the offer stored is the plan's and the factor beside it). Each stream asks for the
+    max_tokens of the streams the curve and W were measured on, never the fleet file's: both
+    hold only for the streams they measured."""
+    if plan_kind not in PLAN_KINDS:
+        raise ReplayError(f"--plan {plan_kind!r}: choose rate or burst")
     by_dep: dict[str, dict[str, ReplayPlanRow]] = {}
     for r in rows:
         by_dep.setdefault(r.deployment, {})[r.workload] = r
@@ -60,15 +68,14 @@ def replay_options(
     replay_id = replay_id or secrets.token_hex(4)  # one verdict for this replay's deployments
     for dep, w in by_dep.items():
         code, prose = w.get("code"), w.get("prose")
-        code_rate = (code.arrivals_per_s or 0.0) if code else 0.0
-        prose_rate = (prose.arrivals_per_s or 0.0) if prose else 0.0
+        code_rate, prose_rate = (_rate(r, plan_kind) for r in (code, prose))
         if code_rate <= 0 and prose_rate <= 0:
             continue
         out[dep] = ReplayOptions(
             duration_s=duration_s,
             seed=seed,
             rate_factor=rate_factor,
-            planned_streams=sum(r.planned_streams for r in (code, prose) if r is not None),
+            planned_streams=sum(_planned(r, plan_kind) for r in (code, prose) if r is not None),
             code_per_s=code_rate,
             prose_per_s=prose_rate,
             long_per_min=(code.long_prompts_per_min or 0.0) if code else 0.0,
@@ -78,6 +85,7 @@ def replay_options(
             client_stall_s=stall_s,
             client_stall_at_s=stall_at_s,
             replay_id=replay_id,
+            plan_kind=plan_kind,
             max_below_threshold_share=next(
                 (r.max_below_threshold_share for r in (code, prose) if r is not None), None
             ),
@@ -85,6 +93,17 @@ def replay_options(
     if not out:
         raise ReplayError("the plan sends no streams anywhere with a measured stream duration")
     return out
+
+
+def _rate(row: ReplayPlanRow | None, plan_kind: str) -> float:
+    if row is None:
+        return 0.0
+    rate = row.rate_arrivals_per_s if plan_kind == "rate" else row.arrivals_per_s
+    return rate or 0.0
+
+
+def _planned(row: ReplayPlanRow, plan_kind: str) -> float:
+    return (row.rate_planned_streams or 0.0) if plan_kind == "rate" else row.planned_streams
 
 
 def _measured_tokens(row: ReplayPlanRow | None) -> int | None:

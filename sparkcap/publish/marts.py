@@ -568,6 +568,67 @@ def plan_routing(db_path: Path, run_id: str) -> list[PlanRoutingRow]:
     return [PlanRoutingRow(*r) for r in rows]
 
 
+class OpenLoopRow(NamedTuple):
+    """``marts.fct_open_loop_capacity``: one deployment's workload under independent arrivals."""
+
+    deployment: str
+    workload: str
+    burst_capacity_streams: int | None
+    little_arrivals_per_s: float | None
+    open_loop_arrivals_per_s: float | None
+    open_loop_requests_per_min: float | None
+    ratio_to_little: float | None
+    mean_in_flight: float | None
+    p95_in_flight: int | None
+    predicted_median_tok_s: float | None
+    predicted_ttft_p90_s: float | None
+    mean_time_in_system_s: float | None
+    users: float | None
+    think_time_s: float
+    limited_by: str | None
+    is_extrapolated: bool | None
+    not_predicted_reason: str | None
+
+
+class PlanRatesRow(NamedTuple):
+    """``marts.fct_plan_rates``: one deployment's share of the plan in requests a minute."""
+
+    deployment: str
+    replicas: int
+    code_share: float
+    code_capacity_per_min: float | None
+    prose_capacity_per_min: float | None
+    code_per_min: float
+    prose_per_min: float
+    line_share_used: float
+    users: float
+    think_time_s: float
+    mixes_workloads: bool
+    mixed_basis: str | None
+    long_prompts_per_min: float | None
+    not_routed_reason: str | None
+
+
+def open_loop(db_path: Path, run_id: str) -> list[OpenLoopRow]:
+    cols = ", ".join(OpenLoopRow._fields)
+    rows = _mart_rows(
+        db_path,
+        "fct_open_loop_capacity",
+        cols,
+        "where run_id = ? order by deployment, workload",
+        [run_id],
+    )
+    return [OpenLoopRow(*r) for r in rows]
+
+
+def plan_rates(db_path: Path, run_id: str) -> list[PlanRatesRow]:
+    cols = ", ".join(PlanRatesRow._fields)
+    rows = _mart_rows(
+        db_path, "fct_plan_rates", cols, "where run_id = ? order by deployment", [run_id]
+    )
+    return [PlanRatesRow(*r) for r in rows]
+
+
 class ReplayPlanRow(NamedTuple):
     """``marts.fct_replay_plan``: the open-loop arrival rate of one deployment's workload."""
 
@@ -581,6 +642,8 @@ class ReplayPlanRow(NamedTuple):
     long_prompt_tokens: int | None
     max_below_threshold_share: float | None
     not_replayable_reason: str | None
+    rate_arrivals_per_s: float | None = None
+    rate_planned_streams: float | None = None
 
 
 class ReplayRow(NamedTuple):
@@ -608,6 +671,14 @@ class ReplayRow(NamedTuple):
     prefill_below_threshold_share: float | None
     verdict: str
     verdict_text: str
+    # measured beside what the open-loop model predicted for the offer (NULL: no prediction)
+    code_median_decode_tok_s: float | None = None
+    prose_median_decode_tok_s: float | None = None
+    predicted_code_median_tok_s: float | None = None
+    predicted_prose_median_tok_s: float | None = None
+    predicted_mean_in_flight: float | None = None
+    model_note: str | None = None
+    plan_kind: str | None = None
 
 
 class ReplayFleetRow(NamedTuple):

@@ -36,3 +36,6 @@ def print_fleet(console: Console, db: Path, run_id: str) -> None:
 
     for f in marts.fleet_capacities(db, run_id):
         console.print(text.fleet_line(f), highlight=False)
+    headline = text.rate_plan_headline(marts.plan_rates(db, run_id))
+    if headline:
+        console.print(headline, highlight=False)

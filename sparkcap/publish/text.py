@@ -35,6 +35,8 @@ if TYPE_CHECKING:
         FleetRow,
         LevelRow,
         LinkRow,
+        OpenLoopRow,
+        PlanRatesRow,
         PlanRoutingRow,
         PlanRow,
         QueryResult,
@@ -644,6 +646,106 @@ def plan_lines(plan: PlanRow) -> list[str]:
     return lines
 
 
+def rate_plan_lines(run_id: str, threshold_tok_s: float, rows: Sequence[PlanRatesRow]) -> list[str]:
+    """The plan in the unit a gateway enforces: requests a minute by open-loop capacity
+    (fct_plan_rates), the fleet's total and the users it serves at the stated think time."""
+    if not rows:
+        return [f"rate plan for run {run_id}: not planned (no open-loop capacity)"]
+    code = sum(r.code_per_min for r in rows)
+    prose = sum(r.prose_per_min for r in rows)
+    users = sum(r.users for r in rows)
+    share = rows[0].code_share
+    lines = [
+        f"plan for run {run_id} at {threshold_tok_s:g} tok/s per stream, {share:.0%} code / "
+        f"{1 - share:.0%} prose requests, users arriving independently:",
+        f"  {code + prose:.0f} requests a minute ({code:.0f} code, {prose:.0f} prose): "
+        f"{users:.0f} users at a {rows[0].think_time_s:g} s think time",
+    ]
+    unrouted = [f"{r.deployment} ({r.not_routed_reason})" for r in rows if r.not_routed_reason]
+    if unrouted:
+        lines.append("  not routed: " + ", ".join(unrouted))
+    if any(r.mixes_workloads and (r.mixed_basis or "").startswith("assumed") for r in rows):
+        lines.append("  mixing: assumed additive where the mixed probe did not measure it")
+    return lines
+
+
+def rate_plan_headline(rows: Sequence[PlanRatesRow]) -> str | None:
+    """The fleet's answer for users who arrive independently, beside the burst figures: the
+    rate plan at the night's mix in requests a minute and users (None: no rate plan)."""
+    if not rows:
+        return None
+    code = sum(r.code_per_min for r in rows)
+    prose = sum(r.prose_per_min for r in rows)
+    share = rows[0].code_share
+    return (
+        f"fleet under independent arrivals — {share:.0%} code / {1 - share:.0%} prose: "
+        f"{code + prose:.0f} requests a minute ({code:.0f} code, {prose:.0f} prose), "
+        f"{sum(r.users for r in rows):.0f} users at a {rows[0].think_time_s:g} s think time "
+        "(sparkcap plan)"
+    )
+
+
+def rate_plan_table(run_id: str, rows: Sequence[PlanRatesRow]) -> Table:
+    """Per deployment: requests a minute routed, its open-loop capacity per replica alone
+    (code/prose), the share of its line used, the users, the long prompts; 80 columns."""
+    table = Table(
+        title=f"rate plan (requests a minute), run {run_id}",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
+    )
+    for col, justify in [
+        ("deployment", "left"),
+        ("code", "right"),
+        ("prose", "right"),
+        ("cap c/p", "right"),
+        ("line", "right"),
+        ("users", "right"),
+        ("long", "right"),
+        ("mixing", "left"),
+    ]:
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for r in rows:
+        replicas = f" ×{r.replicas}" if r.replicas > 1 else ""
+        table.add_row(
+            r.deployment + replicas,
+            f"{r.code_per_min:.1f}",
+            f"{r.prose_per_min:.1f}",
+            f"{_per_min(r.code_capacity_per_min)}/{_per_min(r.prose_capacity_per_min)}",
+            f"{r.line_share_used:.0%}",
+            f"{r.users:.0f}",
+            f"{r.long_prompts_per_min or 0:.2f}",
+            (r.mixed_basis or "—").split(":")[0] if r.mixes_workloads else "—",
+        )
+    return table
+
+
+def _per_min(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f}"
+
+
+def open_loop_lines(rows: Sequence[OpenLoopRow]) -> list[str]:
+    """Each workload's open-loop capacity beside its burst figure, in words."""
+    lines = []
+    for r in rows:
+        name = f"{r.deployment}/{r.workload}"
+        if r.open_loop_arrivals_per_s is None:
+            lines.append(f"open-loop capacity — {name}: {r.not_predicted_reason}")
+            continue
+        little = (
+            f", {r.ratio_to_little:.2f}× the burst capacity's Little rate"
+            if r.ratio_to_little is not None
+            else ""
+        )
+        lines.append(
+            f"open-loop capacity — {name}: {r.open_loop_requests_per_min:.1f} requests/min"
+            f"{little}; {r.mean_in_flight:.1f} in flight (p95 {r.p95_in_flight}), median "
+            f"{r.predicted_median_tok_s:.1f} tok/s, then limited by {r.limited_by}"
+            + (" (past the tested levels)" if r.is_extrapolated else "")
+        )
+    return lines
+
+
 def plan_table(run_id: str, rows: Sequence[PlanRoutingRow]) -> Table:
     table = Table(
         title=f"routing, run {run_id}", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0)
@@ -694,13 +796,19 @@ def replay_lines(
     if fleet is None:
         lines = [f"open-loop replay of run {run_id}: nothing recorded"]
     else:
+        kind = next((r.plan_kind for r in rows if r.plan_kind), None)
+        plan = {"rate": "the rate plan's", "burst": "the burst plan's"}.get(
+            kind or "", "the plan's"
+        )
         lines = [
-            f"open-loop replay of run {run_id} at {fleet.rate_factor:g}× the plan's arrivals "
+            f"open-loop replay of run {run_id} at {fleet.rate_factor:g}× {plan} arrivals "
             f"(seed {fleet.seed}): the plan {fleet.plan_verdict}"
             f" ({fleet.n_holding} of {fleet.n_deployments} deployments hold)"
         ]
     for r in rows:
         lines.append(f"  {r.deployment}: {r.verdict_text}")
+        if r.model_note:
+            lines.append(f"    {r.model_note}")
     for name, why in sorted(failed.items()):
         lines.append(f"  {name}: not replayed: {why}")
     return lines
@@ -715,47 +823,52 @@ def _prefill_below(r: ReplayRow) -> str:
 
 
 def replay_table(run_id: str, rows: Sequence[ReplayRow]) -> Table:
-    """TTFT from the scheduled start beside the send-time one: a client that fell behind shows
-    in the first and hides in the second. A p90 over too few samples is no figure."""
+    """Measured beside predicted (the open-loop model's figure for the offer, after the
+    slash), the TTFT p90 from the scheduled start (a client that fell behind shows there), the
+    requests sent late and the prefill budget's share; readable at 80 columns (a cell wraps,
+    never cut). A p90 over too few samples is no figure."""
     table = Table(
-        title=f"replay, run {run_id}", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0)
+        title=f"replay, run {run_id}: streams in flight and median tok/s, measured/predicted",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 1, 0, 0),
     )
     for col, justify in [
         ("deployment", "left"),
-        ("planned", "right"),
-        ("in flight", "right"),
-        ("peak", "right"),
-        ("requests", "right"),
-        ("failed", "right"),
-        ("med tok/s", "right"),
-        ("below", "right"),
-        ("TTFT p50 s", "right"),
-        ("TTFT p90 s", "right"),
-        ("send p90 s", "right"),
-        ("late n · s", "right"),
-        ("prefill below", "right"),
+        ("flight", "right"),
+        ("code", "right"),
+        ("prose", "right"),
+        ("TTFT90", "right"),
+        ("late", "right"),
+        ("prefill", "right"),
         ("verdict", "left"),
     ]:
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        table.add_column(
+            col,
+            justify=justify,  # type: ignore[arg-type]
+            overflow="fold",
+            no_wrap=col == "deployment",
+        )
     for r in rows:
-        if r.ttft_p90_is_supported:
-            p90, send_p90 = _figure(r.ttft_scheduled_p90_s, 2), _figure(r.ttft_send_p90_s, 2)
-        else:
-            p90 = send_p90 = f"few ({r.ttft_samples})"
+        p90 = (
+            _figure(r.ttft_scheduled_p90_s, 2)
+            if r.ttft_p90_is_supported
+            else (f"few ({r.ttft_samples})")
+        )
         table.add_row(
             r.deployment,
-            f"{r.planned_streams * r.rate_factor:.1f}",
-            _figure(r.mean_streams_in_flight),
-            "—" if r.peak_streams_in_flight is None else str(r.peak_streams_in_flight),
-            str(r.n_requests),
-            str(r.n_failed),
-            _figure(r.median_decode_tok_s),
-            "—" if r.share_below_threshold is None else f"{r.share_below_threshold:.0%}",
-            _figure(r.ttft_scheduled_median_s, 2),
+            _pair(r.mean_streams_in_flight, r.predicted_mean_in_flight),
+            _pair(r.code_median_decode_tok_s, r.predicted_code_median_tok_s),
+            _pair(r.prose_median_decode_tok_s, r.predicted_prose_median_tok_s),
             p90,
-            send_p90,
             f"{r.n_sent_late} · {_figure(r.max_send_lag_s, 2)}",
             _prefill_below(r),
             r.verdict,
         )
     return table
+
+
+def _pair(measured: float | None, predicted: float | None) -> str:
+    if measured is None and predicted is None:
+        return "—"
+    return f"{_figure(measured)}/{_figure(predicted)}"

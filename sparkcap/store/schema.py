@@ -251,6 +251,12 @@ RAW_TABLES: dict[str, pa.Schema] = {
             doc="the one `sparkcap replay` across the fleet this wave was part of: its "
             "deployments are judged together (NULL: a replay alone, judged alone)",
         ),
+        _c(
+            "plan_kind",
+            STR,
+            doc="the plan its rates came from: rate (open-loop capacity, fct_plan_rates) or "
+            "burst (the burst plan's streams by Little's law); NULL: stored before kinds",
+        ),
     ),
     "power_samples": _table(
         "A deployment's power source (its fleet file's `power:`: a DCGM exporter, a node "

@@ -296,6 +296,9 @@ _POSITIVE_VARS = {
     "queued_ttft_factor",
     "timing_error_tolerance",
     "start_skew_tolerance",
+    "open_loop_rate_step",
+    "open_loop_grid_points",
+    "open_loop_max_in_flight",
 }
 
 
@@ -311,6 +314,8 @@ WHOLE_NUMBER_VARS = {
     "drift_window_runs",
     "plan_long_prompt_tokens",
     "plan_max_servers",
+    "open_loop_grid_points",
+    "open_loop_max_in_flight",
 }
 
 

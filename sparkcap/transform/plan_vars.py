@@ -18,6 +18,13 @@ PLAN_MODELS = (
     "int_plan_chosen",
     "fct_plan_routing",
     "fct_plan",
+    # the open-loop model and the plan in rates (think_time_s moves the users figure)
+    "int_open_loop_inputs",
+    "int_open_loop_engine",
+    "int_open_loop_curve",
+    "fct_open_loop_capacity",
+    "fct_open_loop_curve",
+    "fct_plan_rates",
     # the arrival rates that replay the plan open-loop (sparkcap replay)
     "fct_replay_plan",
 )
@@ -70,15 +77,21 @@ def parse_long_prompts(text: str) -> tuple[float, int]:
     return per_min, int(tokens)
 
 
-def plan_vars(mix: str, long_prompts: str, max_below_share: float) -> dict[str, Any]:
+def plan_vars(
+    mix: str, long_prompts: str, max_below_share: float, think_s: float | None = None
+) -> dict[str, Any]:
     if not math.isfinite(max_below_share) or not 0 < max_below_share <= 1:
         raise BuildError("--max-below-share: a share of time, greater than 0 and at most 1")
+    if think_s is not None and not (math.isfinite(think_s) and 0 <= think_s <= 86_400):
+        raise BuildError("--think: seconds between a user's requests, 0 to 86400")
     per_min, tokens = parse_long_prompts(long_prompts)
     out: dict[str, Any] = {
         "plan_code_share": parse_mix(mix),
         "plan_long_prompts_per_min": per_min,
         "plan_max_below_threshold_share": max_below_share,
     }
+    if think_s is not None:
+        out["think_time_s"] = think_s
     if tokens:  # none planned: the project's default length only words the budget
         out["plan_long_prompt_tokens"] = tokens
     return out

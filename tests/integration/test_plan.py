@@ -134,8 +134,12 @@ def test_plan_prints_the_marts_for_another_mix_and_refuses_a_bad_one(
             [run_id],
         ).fetchone()  # type: ignore[misc]
     assert n == _brute_force(_servers(copy, run_id), 0.5)
-    first = out.getvalue().splitlines()[0]
-    assert f"{n} concurrent streams ({code} code" in first and "50% code" in first, out.getvalue()
+    lines = out.getvalue().splitlines()
+    # the plan in requests a minute first (open-loop capacity), then the study's burst figure
+    assert "50% code / 50% prose requests" in lines[0], lines
+    assert "requests a minute" in lines[1] and "users at a 30 s think time" in lines[1], lines
+    burst = next(x for x in lines if "concurrent streams" in x)
+    assert f"{n} concurrent streams ({code} code" in burst and "50% code" in burst, lines
     assert "1/min of 16000 tokens" in out.getvalue() and verdict in out.getvalue()
     for bad, needle in (
         (["--mix", "code=0.7,prose=0.2"], "add to 0.9"),

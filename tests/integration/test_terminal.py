@@ -42,6 +42,10 @@ def test_levels_table_and_capacities_fit_80_columns(twin_night: dict[str, object
     header = next(line for line in lines if "deployment" in line)
     for name in ("workload", "streams", "valid", "med tok/s", "min tok/s", "TTFT s", "failed"):
         assert name in header
+    # the fleet's answer for independent arrivals follows the burst figures (fct_plan_rates)
+    words = " ".join(buf.getvalue().split())
+    assert "fleet under independent arrivals — 70% code / 30% prose:" in words, words
+    assert "requests a minute" in words and "users at a 30 s think time" in words
 
 
 def test_machine_readable_levels(twin_night: dict[str, object]) -> None:

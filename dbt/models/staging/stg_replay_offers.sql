@@ -18,7 +18,8 @@ final as (
         cast(client_stall_at_s as double) as client_stall_at_s,
         cast(max_below_threshold_share as double) as max_below_threshold_share,
         -- a replay stored alone (before replay ids, or run on its own) is judged alone
-        coalesce(cast(replay_id as varchar), cast(wave_id as varchar)) as replay_id
+        coalesce(cast(replay_id as varchar), cast(wave_id as varchar)) as replay_id,
+        cast(plan_kind as varchar) as plan_kind
     from source
 )
 

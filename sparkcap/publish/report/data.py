@@ -154,6 +154,7 @@ def _plan(con: Any, data: dict[str, Any], run_id: str) -> None:
     or the last ``sparkcap plan``'s): fct_plan's words and fct_plan_routing's table. A
     combined report has no one plan: the plan is of one night's fleet."""
     data["plan"], data["plan_routing"] = None, pd.DataFrame()
+    data["plan_rates"], data["plan_rates_lines"] = pd.DataFrame(), []
     if not (_has_mart(con, "fct_plan") and _has_mart(con, "fct_plan_routing")):
         return
     from sparkcap.publish.marts import PlanRow
@@ -175,6 +176,30 @@ def _plan(con: Any, data: dict[str, Any], run_id: str) -> None:
         "where run_id = $run order by deployment",
         {"run": run_id},
     )
+    if _has_mart(con, "fct_plan_rates"):
+        from sparkcap.publish.marts import PlanRatesRow
+        from sparkcap.publish.text import rate_plan_lines
+
+        rates = [
+            PlanRatesRow(*r)
+            for r in con.execute(
+                f"select {', '.join(PlanRatesRow._fields)} from marts.fct_plan_rates "
+                "where run_id = ? order by deployment",
+                [run_id],
+            ).fetchall()
+        ]
+        data["plan_rates_lines"] = rate_plan_lines(run_id, data["plan"].threshold_tok_s, rates)
+        data["plan_rates"] = _df(
+            con,
+            "select deployment, replicas, round(code_per_min, 1) as code_per_min, "
+            "round(prose_per_min, 1) as prose_per_min, "
+            "round(code_capacity_per_min, 1) as code_capacity_per_min, "
+            "round(prose_capacity_per_min, 1) as prose_capacity_per_min, "
+            "round(line_share_used * 100) as line_pct, round(users) as users, "
+            "coalesce(mixed_basis, '—') as mixed_basis from marts.fct_plan_rates "
+            "where run_id = $run order by deployment",
+            {"run": run_id},
+        )
 
 
 REPLAY_MARTS = ("fct_replay", "fct_replay_fleet", "fct_replay_concurrency")

@@ -243,6 +243,8 @@ def render_report(
         energy=data.get("energy", pd.DataFrame()),
         plan_lines=plan_lines(data["plan"]) if data.get("plan") else [],
         plan_routing=data.get("plan_routing", pd.DataFrame()),
+        plan_rates=data.get("plan_rates", pd.DataFrame()),
+        plan_rates_lines=data.get("plan_rates_lines", []),
         replay_fleet=data.get("replay_fleet", pd.DataFrame()),
         replays=data.get("replays", pd.DataFrame()),
         replay_chart="replay" in charts,

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
-from sparkcap.night.replay import replay_options
+import pytest
+
+from sparkcap.night.replay import ReplayError, replay_options
 from sparkcap.publish.marts import ReplayPlanRow
 
 
-def _row(dep: str, workload: str, rate: float, tokens: int | None) -> ReplayPlanRow:
-    return ReplayPlanRow(dep, workload, 2.0, 3.0, tokens, rate, 1.0, 32_000, 0.05, None)
+def _row(
+    dep: str, workload: str, rate: float, tokens: int | None, rate_plan: float = 0.4
+) -> ReplayPlanRow:
+    """The burst plan's ``rate`` (Little's) for 2 planned streams, and the rate plan's
+    ``rate_plan`` requests a second, which the open-loop model keeps 1.2 streams in flight."""
+    return ReplayPlanRow(
+        dep, workload, 2.0, 3.0, tokens, rate, 1.0, 32_000, 0.05, None, rate_plan, 1.2
+    )
 
 
 def test_each_stream_asks_for_the_length_its_rate_was_measured_on() -> None:
@@ -15,7 +23,7 @@ def test_each_stream_asks_for_the_length_its_rate_was_measured_on() -> None:
     those, whatever the fleet file's workloads say; a length no request can ask for is left
     to the workload's default rather than sent."""
     rows = [_row("a", "code", 0.5, 64), _row("a", "prose", 0.25, 96), _row("b", "code", 0.5, 1)]
-    offers = replay_options(rows, duration_s=10.0, rate_factor=1.3, seed=2)
+    offers = replay_options(rows, plan_kind="burst", duration_s=10.0, rate_factor=1.3, seed=2)
     assert (offers["a"].code_tokens, offers["a"].prose_tokens) == (64, 96)
     assert (offers["b"].code_tokens, offers["b"].prose_tokens) == (None, None)
     assert offers["a"].rate_factor == 1.3 and offers["a"].code_per_s == 0.5  # the plan's own
@@ -27,3 +35,22 @@ def test_one_replay_across_the_fleet_carries_one_id_and_the_next_another() -> No
     second = replay_options(rows, duration_s=10.0, rate_factor=1.0, seed=1)
     assert first["a"].replay_id == first["b"].replay_id is not None
     assert second["a"].replay_id != first["a"].replay_id  # same factor and seed, two verdicts
+
+
+def test_the_rate_plan_is_the_default_and_the_burst_plan_is_asked_for_by_name() -> None:
+    """By default a replay offers the rate plan's requests a second (open-loop capacity) and
+    the streams the model predicts for them; ``burst`` offers Little's rate for the burst
+    plan's streams; each offer says which, and a plan that is neither is refused."""
+    rows = [_row("a", "code", 0.5, 64, rate_plan=0.4), _row("a", "prose", 0.25, 96, 0.0)]
+    rate = replay_options(rows, duration_s=10.0, rate_factor=1.0, seed=1)["a"]
+    assert (rate.plan_kind, rate.code_per_s, rate.prose_per_s) == ("rate", 0.4, 0.0)
+    assert rate.planned_streams == 2.4  # 1.2 predicted in flight for each workload's row
+    burst = replay_options(rows, plan_kind="burst", duration_s=10.0, rate_factor=1.0, seed=1)
+    assert (burst["a"].plan_kind, burst["a"].code_per_s, burst["a"].prose_per_s) == (
+        "burst",
+        0.5,
+        0.25,
+    )
+    assert burst["a"].planned_streams == 4.0
+    with pytest.raises(ReplayError, match="choose rate or burst"):
+        replay_options(rows, plan_kind="steady", duration_s=10.0, rate_factor=1.0, seed=1)

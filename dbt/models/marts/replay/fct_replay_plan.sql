@@ -9,6 +9,9 @@
 -- was measured on: the replay asks for stream_requested_tokens, the median max_tokens of the
 -- same streams (a night measured at 64 tokens replayed at the fleet file's 512 would hold
 -- ~8x the planned streams in flight and judge a load nobody planned).
+-- The rate plan (fct_plan_rates, the default replay): one replica's share of the requests a
+-- second the plan routes to the deployment by open-loop capacity, and the streams in flight
+-- the model predicts for it (the rate x the workload's mean time in the system at lambda*).
 with routing as (
     select * from {{ ref('fct_plan_routing') }}
 ),
@@ -16,6 +19,19 @@ with routing as (
 plan as (
     select run_id, long_prompt_tokens, max_below_threshold_share
     from {{ ref('fct_plan') }}
+),
+
+rate_plan as (
+    select run_id, deployment, 'code' as workload, replica_code_per_s as replica_per_s
+    from {{ ref('fct_plan_rates') }}
+    union all
+    select run_id, deployment, 'prose', replica_prose_per_s
+    from {{ ref('fct_plan_rates') }}
+),
+
+open_loop as (
+    select run_id, deployment, workload, mean_time_in_system_s
+    from {{ ref('fct_open_loop_capacity') }}
 ),
 
 trials as (
@@ -80,6 +96,10 @@ final as (
         cast(c.replica_long_prompts_per_min as double) as long_prompts_per_min,
         pl.long_prompt_tokens,
         pl.max_below_threshold_share,
+        -- the rate plan: requests a second on one replica, and the streams in flight the
+        -- open-loop model predicts for them
+        coalesce(rp.replica_per_s, 0.0) as rate_arrivals_per_s,
+        coalesce(rp.replica_per_s * ol.mean_time_in_system_s, 0.0) as rate_planned_streams,
         case when c.planned_streams = 0 then 'nothing planned'
              when d.stream_duration_s is null then 'no measured stream duration: no replay rate'
         end as not_replayable_reason
@@ -88,6 +108,10 @@ final as (
         on d.run_id = c.run_id and d.deployment = c.deployment and d.workload = c.workload
         and d.concurrency = c.duration_level
     left join plan as pl on pl.run_id = c.run_id
+    left join rate_plan as rp
+        on rp.run_id = c.run_id and rp.deployment = c.deployment and rp.workload = c.workload
+    left join open_loop as ol
+        on ol.run_id = c.run_id and ol.deployment = c.deployment and ol.workload = c.workload
 )
 
 select * from final
