@@ -34,6 +34,15 @@ PlanKindOption = Annotated[
         "(the study's streams, at Little's rate)",
     ),
 ]
+SearchOption = Annotated[
+    bool,
+    typer.Option(
+        "--search",
+        help="find lambda* by replays: bisect each deployment's rate factor (from 1.0, the "
+        "plan), each step a replay of --duration",
+    ),
+]
+StepsOption = Annotated[int, typer.Option(help="replays a --search makes", min=1, max=12)]
 StallOption = Annotated[
     str | None,
     typer.Option(help="block the client's loop SECONDS@AT (e.g. 1.5@10): a self-check"),
@@ -59,11 +68,13 @@ def replay(
     long_prompts: opt.LongPromptsOption = "2/min@32k",
     max_below_share: opt.MaxBelowShareOption = 0.05,
     stall: StallOption = None,
+    search: SearchOption = False,
+    steps: StepsOption = 4,
     run: opt.ExportRunOption = None,
     db: opt.DbOption = None,
 ) -> None:
     """Replay the plan with open-loop (Poisson) arrivals; dbt says if it holds (fct_replay)."""
-    from sparkcap.night.replay import REPLAY_MODELS, replay_options, run_replays
+    from sparkcap.night.replay import REPLAY_MODELS, replay_options, run_replays, search_replays
     from sparkcap.publish import marts
     from sparkcap.transform.dbt_build import build
     from sparkcap.transform.plan_vars import build_plan, plan_vars
@@ -84,6 +95,25 @@ def replay(
         seed=seed,
         client_stall=client_stall,
     )
+    if search:
+
+        def step_lines(step: int, rows: list[marts.ReplayRow], failed: dict[str, str]) -> None:
+            out.print(f"search step {step} of {steps}:", highlight=False)
+            for r in rows:
+                out.print(f"  {r.deployment} at {r.rate_factor:.3g}×: {r.verdict_text}")
+            for name, why in sorted(failed.items()):
+                out.print(f"  {name}: not replayed: {why}", highlight=False)
+
+        search_id, brackets = search_replays(
+            the_fleet, db_path, run_id, offers, steps, on_step=step_lines
+        )
+        out.print(f"lambda* by replay, run {run_id} (search {search_id}):", highlight=False)
+        for found in marts.replay_search(db_path, run_id, search_id):
+            out.print(f"  {found.deployment}: {found.search_text}", highlight=False)
+        for name, bracket in sorted(brackets.items()):
+            if bracket.stopped:
+                out.print(f"  {name}: stopped: {bracket.stopped}", highlight=False)
+        return
     outcome = asyncio.run(run_replays(the_fleet, db_path, run_id, offers))
     build(db_path, select=" ".join(REPLAY_MODELS))
     rows = marts.replays(db_path, run_id, [w.wave_id for w in outcome.waves])

@@ -611,6 +611,8 @@ class ReplayOptions(Strict):
     replay_id: str | None = Field(None, pattern=r"^[0-9a-f]{6,32}$")
     # the plan the rates came from: the rate plan (open-loop capacity) or the burst plan
     plan_kind: Literal["rate", "burst"] | None = None
+    # a step of one `sparkcap replay --search`: its steps are read together (fct_replay_search)
+    search_id: str | None = Field(None, pattern=r"^[0-9a-f]{6,32}$")
 
 
 ProbeName = Literal[

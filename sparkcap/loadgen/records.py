@@ -145,6 +145,8 @@ class ReplayOffer:
     # which plan the rates came from: 'rate' (open-loop capacity, fct_plan_rates) or 'burst'
     # (the burst plan's streams by Little's law); None: stored before plans had kinds
     plan_kind: str | None = None
+    # the `sparkcap replay --search` this replay was a step of (None: not a search)
+    search_id: str | None = None
 
 
 @dataclass(slots=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,12 +21,17 @@ from sparkcap.errors import SparkcapError
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.replay import replay
 from sparkcap.night.sweeps import preflight
-from sparkcap.publish.marts import ReplayPlanRow
+from sparkcap.publish import marts
+from sparkcap.publish.marts import ReplayPlanRow, ReplayRow
 from sparkcap.servers.llama import launched
 from sparkcap.store import spool
 from sparkcap.store.warehouse import record_step_to
+from sparkcap.transform.dbt_build import build
 
 REPLAY_MODELS = ("+fct_replay", "+fct_replay_fleet", "+fct_replay_concurrency")
+SEARCH_MODELS = (*REPLAY_MODELS, "fct_replay_search")
+# a search widens by this factor until a replay brackets lambda*, then halves the bracket
+SEARCH_WIDEN = 1.25
 
 
 class ReplayError(SparkcapError):
@@ -95,6 +101,38 @@ def replay_options(
     return out
 
 
+@dataclass
+class Bracket:
+    """One deployment's search for lambda* by replay: the factors (times the plan's rates)
+    that held and failed so far, the next to try, and why it stopped (None: searching)."""
+
+    factor: float = 1.0
+    holds: float | None = None  # the largest factor that held below every failure
+    fails: float | None = None  # the smallest factor that failed
+    stopped: str | None = None
+
+    def record(self, verdict: str) -> None:
+        """The step's verdict moves the bracket: a holding factor raises its floor, a failing
+        one lowers its ceiling; the next factor is the bracket's midpoint once both ends are
+        known, else SEARCH_WIDEN beyond the known end. A step that decides nothing (too
+        short, no verdict, nothing measured) stops the search here: a longer replay would
+        decide, a repeat of this one would not."""
+        if verdict == "holds":
+            self.holds = self.factor
+        elif verdict == "fails":
+            self.fails = self.factor
+        else:
+            self.stopped = f"{verdict} at {self.factor:g}x"
+            return
+        if self.holds is not None and self.fails is not None:
+            self.factor = (self.holds + self.fails) / 2
+        elif self.holds is not None:
+            self.factor = self.holds * SEARCH_WIDEN
+        else:
+            assert self.fails is not None
+            self.factor = self.fails / SEARCH_WIDEN
+
+
 def _rate(row: ReplayPlanRow | None, plan_kind: str) -> float:
     if row is None:
         return 0.0
@@ -139,3 +177,45 @@ async def run_replays(
         record_step_to(db_path, run_id, name, "replay", "ok", "")
         outcome.waves.append(result)
     return outcome
+
+
+def search_replays(
+    fleet: Fleet,
+    db_path: Path,
+    run_id: str,
+    offers: dict[str, ReplayOptions],
+    steps: int,
+    on_step: Callable[[int, list[ReplayRow], dict[str, str]], None] | None = None,
+) -> tuple[str, dict[str, Bracket]]:
+    """lambda* by replay (``sparkcap replay --search``): each step replays every deployment
+    still searching at its own factor of the plan's rates (one replay, one seed: the same
+    instants, scaled), dbt judges each, and each deployment's bracket moves
+    (:class:`Bracket`). The steps share a search id; ``marts.fct_replay_search`` reads them
+    together. Returns the search id and each deployment's bracket."""
+    search_id = secrets.token_hex(4)
+    brackets = {name: Bracket() for name in offers}
+    for step in range(1, steps + 1):
+        live = {n: b for n, b in brackets.items() if b.stopped is None}
+        if not live:
+            break
+        replay_id = secrets.token_hex(4)
+        step_offers = {
+            n: offers[n].model_copy(
+                update={"rate_factor": b.factor, "search_id": search_id, "replay_id": replay_id}
+            )
+            for n, b in live.items()
+        }
+        outcome = asyncio.run(run_replays(fleet, db_path, run_id, step_offers))
+        build(db_path, select=" ".join(REPLAY_MODELS))
+        rows = marts.replays(db_path, run_id, [w.wave_id for w in outcome.waves])
+        by_name = {r.deployment: r for r in rows}
+        for name, bracket in live.items():
+            if name in outcome.failed:
+                bracket.stopped = f"not replayed: {outcome.failed[name]}"
+            else:
+                found = by_name.get(name)
+                bracket.record(found.verdict if found is not None else "nothing measured")
+        if on_step is not None:
+            on_step(step, rows, outcome.failed)
+    build(db_path, select="fct_replay_search")
+    return search_id, brackets

@@ -693,6 +693,28 @@ class ReplayFleetRow(NamedTuple):
     plan_verdict: str
 
 
+class ReplaySearchRow(NamedTuple):
+    """``marts.fct_replay_search``: one deployment's lambda* bracketed by replays."""
+
+    deployment: str
+    n_steps: int
+    steps: str
+    highest_holding_factor: float | None
+    lowest_failing_factor: float | None
+    search_text: str
+
+
+def replay_search(db_path: Path, run_id: str, search_id: str) -> list[ReplaySearchRow]:
+    rows = _mart_rows(
+        db_path,
+        "fct_replay_search",
+        ", ".join(ReplaySearchRow._fields),
+        "where run_id = ? and search_id = ? order by deployment",
+        [run_id, search_id],
+    )
+    return [ReplaySearchRow(*r) for r in rows]
+
+
 def replay_plan(db_path: Path, run_id: str) -> list[ReplayPlanRow]:
     rows = _mart_rows(
         db_path,

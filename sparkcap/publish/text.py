@@ -692,7 +692,7 @@ def rate_plan_table(run_id: str, rows: Sequence[PlanRatesRow]) -> Table:
         title=f"rate plan (requests a minute), run {run_id}",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
-        padding=(0, 1, 0, 0),
+        padding=(0, 0),
     )
     for col, justify in [
         ("deployment", "left"),
@@ -715,7 +715,7 @@ def rate_plan_table(run_id: str, rows: Sequence[PlanRatesRow]) -> Table:
             f"{r.line_share_used:.0%}",
             f"{r.users:.0f}",
             f"{r.long_prompts_per_min or 0:.2f}",
-            (r.mixed_basis or "—").split(":")[0] if r.mixes_workloads else "—",
+            _mixing_word(r.mixed_basis) if r.mixes_workloads else "—",
         )
     return table
 
@@ -747,8 +747,14 @@ def open_loop_lines(rows: Sequence[OpenLoopRow]) -> list[str]:
 
 
 def plan_table(run_id: str, rows: Sequence[PlanRoutingRow]) -> Table:
+    """The burst plan's routing, readable at 80 columns: what limits a replica without the
+    "at capacity:" preamble, the mixing basis by its first word (the whole of it is in
+    fct_plan_routing and the report)."""
     table = Table(
-        title=f"routing, run {run_id}", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0)
+        title=f"routing (streams), run {run_id}",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        padding=(0, 0),
     )
     for col, justify in [
         ("deployment", "left"),
@@ -756,13 +762,18 @@ def plan_table(run_id: str, rows: Sequence[PlanRoutingRow]) -> Table:
         ("prose", "right"),
         ("cap c/p", "right"),
         ("used", "right"),
-        ("spare c/p", "right"),
-        ("budget/min", "right"),
-        ("long/min", "right"),
+        ("spare", "right"),
+        ("budget", "right"),
+        ("long", "right"),
         ("limited by", "left"),
         ("mixing", "left"),
     ]:
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        table.add_column(
+            col,
+            justify=justify,  # type: ignore[arg-type]
+            overflow="fold",
+            no_wrap=col in ("deployment", "limited by"),
+        )
     for r in rows:
         if r.prefill_budget_is_unbounded:
             budget = "any"
@@ -780,10 +791,18 @@ def plan_table(run_id: str, rows: Sequence[PlanRoutingRow]) -> Table:
             f"{r.spare_code_streams}/{r.spare_prose_streams}",
             budget,
             f"{r.long_prompts_per_min:.2f}",
-            r.limited_by,
-            r.mixed_basis,
+            r.limited_by.removeprefix("at capacity: "),
+            _mixing_word(r.mixed_basis),
         )
     return table
+
+
+def _mixing_word(basis: str | None) -> str:
+    """A mixing basis by its first word ("assumed", "measured", "contradicted"); a replica
+    with one workload does not mix."""
+    if not basis or basis.startswith("one workload"):
+        return "—"
+    return basis.split(":")[0]
 
 
 def replay_lines(
@@ -831,7 +850,7 @@ def replay_table(run_id: str, rows: Sequence[ReplayRow]) -> Table:
         title=f"replay, run {run_id}: streams in flight and median tok/s, measured/predicted",
         box=box.SIMPLE_HEAD,
         pad_edge=False,
-        padding=(0, 1, 0, 0),
+        padding=(0, 0),
     )
     for col, justify in [
         ("deployment", "left"),

@@ -257,6 +257,12 @@ RAW_TABLES: dict[str, pa.Schema] = {
             doc="the plan its rates came from: rate (open-loop capacity, fct_plan_rates) or "
             "burst (the burst plan's streams by Little's law); NULL: stored before kinds",
         ),
+        _c(
+            "search_id",
+            STR,
+            doc="the `sparkcap replay --search` this replay was a step of (NULL: not a search); "
+            "its steps bisect each deployment's rate factor (marts.fct_replay_search)",
+        ),
     ),
     "power_samples": _table(
         "A deployment's power source (its fleet file's `power:`: a DCGM exporter, a node "

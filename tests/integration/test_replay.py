@@ -124,6 +124,9 @@ def test_the_plan_holds_open_loop_at_its_rate_and_fails_at_1_3x_where_the_model_
         common = ["--fleet", str(fleet), "--db", str(db), "--long-prompts", "0", "--duration"]
         at_plan = _cli("replay", *common, "32", "--seed", "3")
         over = _cli("replay", *common, "32", "--seed", "3", "--rate-factor", "1.3")
+        # lambda* by replay: from the plan (1.0x, held above) a hold widens to 1.25x, which
+        # the 1.3x replay says fails; two short steps, each judged by dbt, read together
+        searched = _cli("replay", *common, "12", "--seed", "4", "--search", "--steps", "2")
     # the night's report, rendered again after its replays, shows them
     _cli("report", "--db", str(db), "--out", str(tmp_path / "reports"))
     page = next((tmp_path / "reports").glob("*/index.html")).read_text(encoding="utf-8")
@@ -145,20 +148,37 @@ def test_the_plan_holds_open_loop_at_its_rate_and_fails_at_1_3x_where_the_model_
                 "select deployment, rate_factor, verdict, mean_streams_in_flight, "
                 "median_decode_tok_s, predicted_mean_in_flight, "
                 "coalesce(predicted_code_median_tok_s, predicted_prose_median_tok_s) "
-                "from marts.fct_replay"
+                "from marts.fct_replay where search_id is null"
             ).fetchall()
         }
         kinds = {k for (k,) in con.execute("select plan_kind from marts.fct_replay").fetchall()}
+        search = con.execute(
+            "select deployment, n_steps, steps, search_text from marts.fct_replay_search "
+            "order by deployment"
+        ).fetchall()
         fleet_verdicts = dict(
-            con.execute("select rate_factor, plan_verdict from marts.fct_replay_fleet").fetchall()
+            con.execute(
+                "select f.rate_factor, f.plan_verdict from marts.fct_replay_fleet as f "
+                "where not exists (select 1 from marts.fct_replay as r "
+                "where r.replay_id = f.replay_id and r.search_id is not null)"
+            ).fetchall()
         )
-        late = con.execute("select deployment, rate_factor, late_share from marts.fct_replay")
+        late = con.execute(
+            "select deployment, rate_factor, late_share from marts.fct_replay "
+            "where search_id is null"
+        )
         late_shares = late.fetchall()
 
     assert routed == {"steady": 8, "roomy": 16}, routed
     # Little's rates for what each deployment is routed (a workload routed nothing: 0)
     assert {k.split("/")[0] for k, r in rates.items() if r > 0} == {"steady", "roomy"}, rates
     assert kinds == {"rate"}, kinds  # the rate plan is the default
+    # the search's steps, each deployment at its own factor, read as one bracket per deployment
+    assert [(d, n) for d, n, _, _ in search] == [("roomy", 2), ("steady", 2)], search
+    for _, _, steps, words in search:
+        assert steps.startswith("1.0: "), search
+        assert words in searched, (words, searched)
+    assert "lambda* by replay, run" in searched and "search step 2 of 2:" in searched
     # at lambda* each holds near what the model predicts (measured 9.8 and 32.9 in flight
     # against 10.3 and 30.6 predicted, medians 22.7 and 20.2 against 20.0, 2026-12-06); at
     # 1.3x both fail, piled past the prediction's streams at medians below the threshold

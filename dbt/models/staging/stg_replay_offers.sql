@@ -19,7 +19,8 @@ final as (
         cast(max_below_threshold_share as double) as max_below_threshold_share,
         -- a replay stored alone (before replay ids, or run on its own) is judged alone
         coalesce(cast(replay_id as varchar), cast(wave_id as varchar)) as replay_id,
-        cast(plan_kind as varchar) as plan_kind
+        cast(plan_kind as varchar) as plan_kind,
+        cast(search_id as varchar) as search_id
     from source
 )
 

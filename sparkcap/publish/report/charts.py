@@ -430,6 +430,73 @@ VERDICT_COLORS = {
 }
 
 
+def open_loop_chart(data: dict[str, Any]) -> Any:
+    """Per deployment: the open-loop model's predicted median stream rate against requests a
+    minute for each workload, the threshold (dashed), each lambda* (a rule in the workload's
+    colour) and the replays' measured medians on it (points): a model that holds puts the
+    points on their curve."""
+    curve = data["open_loop_curve"].copy()
+    caps = data["open_loop_capacity"].copy()
+    t = threshold_of(data)
+    colour = alt.Color("workload:N", title="workload")
+    line = (
+        alt.Chart(curve)
+        .mark_line()
+        .encode(
+            x=alt.X("requests_per_min:Q", title="requests a minute (Poisson arrivals)"),
+            y=alt.Y("predicted_median_tok_s:Q", title="median stream tok/s (predicted)"),
+            color=colour,
+            tooltip=["workload", alt.Tooltip("requests_per_min:Q", format=".1f"),
+                     alt.Tooltip("predicted_median_tok_s:Q", format=".1f")],
+        )
+    )  # fmt: skip
+    layers = [line]
+    threshold = pd.DataFrame({"threshold_tok_s": [t]})
+    layers.append(
+        alt.Chart(threshold)
+        .mark_rule(strokeDash=[4, 3], color="#333333")
+        .encode(y="threshold_tok_s:Q")
+    )
+    if not caps.empty:
+        layers.append(
+            alt.Chart(caps)
+            .mark_rule()
+            .encode(
+                x="open_loop_requests_per_min:Q",
+                color=colour,
+                tooltip=["workload", alt.Tooltip("open_loop_requests_per_min:Q", format=".1f"),
+                         "ratio_to_little", "burst_capacity_streams"],
+            )
+        )  # fmt: skip
+    replays = data.get("open_loop_replays", pd.DataFrame())
+    if not replays.empty:
+        layers.append(
+            alt.Chart(replays)
+            .mark_point(filled=True, size=60)
+            .encode(
+                x="requests_per_min:Q",
+                y="measured_median_tok_s:Q",
+                color=colour,
+                shape=alt.Shape("verdict:N", title="replay verdict"),
+                tooltip=["workload", "rate_factor", "verdict",
+                         alt.Tooltip("measured_median_tok_s:Q", format=".1f")],
+            )
+        )  # fmt: skip
+    return (
+        alt.layer(*layers)
+        .properties(width=240, height=180)
+        .facet(column=alt.Column("deployment:N", title=None), data=curve)
+        .resolve_scale(x="independent")
+        .properties(
+            title=alt.TitleParams(
+                "Open-loop capacity: predicted median stream rate against arrival rate",
+                subtitle="rules: each workload's lambda*; dashed: the threshold; points: "
+                "replays, measured",
+            )
+        )
+    )
+
+
 def replay_concurrency_chart(data: dict[str, Any]) -> Any:
     """Streams in flight second by second through each open-loop replay, beside the streams
     the plan offered at that rate (the dashed line, Little's law): a plan that holds stays

@@ -195,7 +195,8 @@ def _plan(con: Any, data: dict[str, Any], run_id: str) -> None:
             "round(prose_per_min, 1) as prose_per_min, "
             "round(code_capacity_per_min, 1) as code_capacity_per_min, "
             "round(prose_capacity_per_min, 1) as prose_capacity_per_min, "
-            "round(line_share_used * 100) as line_pct, round(users) as users, "
+            "cast(round(line_share_used * 100) as integer) as line_pct, "
+            "cast(round(users) as integer) as users, "
             "coalesce(mixed_basis, '—') as mixed_basis from marts.fct_plan_rates "
             "where run_id = $run order by deployment",
             {"run": run_id},
@@ -203,6 +204,50 @@ def _plan(con: Any, data: dict[str, Any], run_id: str) -> None:
 
 
 REPLAY_MARTS = ("fct_replay", "fct_replay_fleet", "fct_replay_concurrency")
+
+
+def _open_loop(con: Any, data: dict[str, Any], run_id: str) -> None:
+    """The open-loop model's curve per deployment and workload (predicted median stream rate
+    against requests a minute, fct_open_loop_curve), each lambda* (fct_open_loop_capacity),
+    and the night's replays measured on it: a workload's measured median at the rate its
+    offer amounts to on that workload's curve (the offer's share of the deployment's open-loop
+    line times lambda*, where the prediction was read, int_replay_predictions)."""
+    for key in ("open_loop_curve", "open_loop_capacity", "open_loop_replays"):
+        data[key] = pd.DataFrame()
+    if not all(_has_mart(con, m) for m in ("fct_open_loop_curve", "fct_open_loop_capacity")):
+        return
+    run = {"run": run_id}
+    data["open_loop_curve"] = _df(
+        con,
+        "select deployment, workload, requests_per_min, predicted_median_tok_s "
+        "from marts.fct_open_loop_curve where run_id = $run and is_stable "
+        "order by deployment, workload, requests_per_min",
+        run,
+    )
+    data["open_loop_capacity"] = _df(
+        con,
+        "select deployment, workload, open_loop_requests_per_min, "
+        "round(ratio_to_little, 2) as ratio_to_little, burst_capacity_streams "
+        "from marts.fct_open_loop_capacity where run_id = $run "
+        "and open_loop_requests_per_min is not null order by deployment, workload",
+        run,
+    )
+    if _has_mart(con, "fct_replay"):
+        data["open_loop_replays"] = _df(
+            con,
+            "select r.deployment, w.workload, r.rate_factor, "
+            "r.predicted_line_share * c.open_loop_requests_per_min as requests_per_min, "
+            "case w.workload when 'code' then r.code_median_decode_tok_s "
+            "else r.prose_median_decode_tok_s end as measured_median_tok_s, r.verdict "
+            "from marts.fct_replay as r "
+            "cross join (values ('code'), ('prose')) as w(workload) "
+            "inner join marts.fct_open_loop_capacity as c on c.run_id = r.run_id "
+            "and c.deployment = r.deployment and c.workload = w.workload "
+            "where r.run_id = $run and r.predicted_line_share is not null "
+            "and (case w.workload when 'code' then r.code_median_decode_tok_s "
+            "else r.prose_median_decode_tok_s end) is not null",
+            run,
+        )
 
 
 def _replay(con: Any, data: dict[str, Any], run_id: str) -> None:
@@ -509,6 +554,7 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
         _why(con, data, "where run_id = $run", {"run": run_id})
         _nightly(con, data, "where run_id = $run", {"run": run_id})
         _plan(con, data, run_id)
+        _open_loop(con, data, run_id)
         _replay(con, data, run_id)
         has_probes = con.execute(
             "select count(*) from information_schema.tables "

@@ -25,6 +25,7 @@ from sparkcap.publish.report.charts import (
     context_ladder_chart,
     headline_chart,
     history_chart,
+    open_loop_chart,
     output_length_chart,
     prefill_chart,
     probe_ttft_chart,
@@ -142,6 +143,8 @@ def render_report(
         charts["ladder"] = context_ladder_chart(data)
     if not data["search_path"].empty:
         charts["search"] = search_path_chart(data)
+    if not data.get("open_loop_curve", pd.DataFrame()).empty:
+        charts["open_loop"] = open_loop_chart(data)
     if not data.get("replay_concurrency", pd.DataFrame()).empty:
         charts["replay"] = replay_concurrency_chart(data)
     bounds = data.get("bounds", pd.DataFrame())
@@ -248,6 +251,7 @@ def render_report(
         replay_fleet=data.get("replay_fleet", pd.DataFrame()),
         replays=data.get("replays", pd.DataFrame()),
         replay_chart="replay" in charts,
+        open_loop_chart="open_loop" in charts,
         bound_chart="bounds" in charts,
         dq_links=dq_links,
         dq=None if dq.empty else dq,

@@ -54,3 +54,22 @@ def test_the_rate_plan_is_the_default_and_the_burst_plan_is_asked_for_by_name() 
     assert burst["a"].planned_streams == 4.0
     with pytest.raises(ReplayError, match="choose rate or burst"):
         replay_options(rows, plan_kind="steady", duration_s=10.0, rate_factor=1.0, seed=1)
+
+
+def test_a_search_widens_until_it_brackets_lambda_star_then_halves_the_bracket() -> None:
+    """From the plan (1.0x): a hold widens by 1.25, the first failure closes the bracket and
+    each step tries its midpoint; a step that decides nothing stops the search there."""
+    from sparkcap.night.replay import Bracket
+
+    b = Bracket()
+    b.record("holds")
+    assert (b.holds, b.fails, b.factor) == (1.0, None, 1.25)
+    b.record("fails")
+    assert (b.holds, b.fails, b.factor) == (1.0, 1.25, 1.125)
+    b.record("holds")
+    assert (b.holds, b.fails, b.factor) == (1.125, 1.25, 1.1875)
+    down = Bracket()
+    down.record("fails")
+    assert (down.fails, down.factor) == (1.0, 0.8)
+    down.record("too short")
+    assert down.stopped == "too short at 0.8x" and down.factor == 0.8

@@ -180,6 +180,7 @@ judged as (
         {{ var('threshold_tok_s') }} as threshold_tok_s,
         {{ var('ttft_ceiling_s') }} as ttft_ceiling_s,
         f.plan_kind,
+        f.search_id,
         ci.code_ci_low_tok_s,
         ci.code_ci_high_tok_s,
         ci.prose_ci_low_tok_s,
