@@ -293,16 +293,8 @@ def plan(
 
     build_plan(_db(db), plan_vars(mix, long_prompts, max_below_share, think))
     run_id = run or marts.latest_built_run(_db(db))
-    if (found := marts.plan(_db(db), run_id)) is None:
+    if not terminal.print_plan(out, _db(db), run_id):
         raise typer.BadParameter(f"no capacities of run {run_id} to plan", param_hint="--run")
-    rates = marts.plan_rates(_db(db), run_id)
-    for line in text.rate_plan_lines(run_id, found.threshold_tok_s, rates):
-        out.print(line, highlight=False)
-    out.print(text.rate_plan_table(run_id, rates))
-    out.print("the burst plan (the study's figure: synchronized streams)", highlight=False)
-    for line in text.plan_lines(found):
-        out.print(line, highlight=False)
-    out.print(text.plan_table(run_id, marts.plan_routing(_db(db), run_id)))
 
 
 @app.command()

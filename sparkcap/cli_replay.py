@@ -85,7 +85,10 @@ def replay(
     if plan not in ("rate", "burst"):
         raise typer.BadParameter("rate or burst", param_hint="--plan")
     the_fleet = load_fleet(fleet)
-    build_plan(db_path, plan_vars(mix, long_prompts, max_below_share))
+    # the plan's vars stay with every build after the replays: the predictions read the open-loop
+    # model of the plan the offers came from (its long prompts reserved)
+    the_vars = plan_vars(mix, long_prompts, max_below_share)
+    build_plan(db_path, the_vars)
     run_id = run or marts.latest_built_run(db_path)
     offers = replay_options(
         marts.replay_plan(db_path, run_id),
@@ -105,7 +108,7 @@ def replay(
                 out.print(f"  {name}: not replayed: {why}", highlight=False)
 
         search_id, brackets = search_replays(
-            the_fleet, db_path, run_id, offers, steps, on_step=step_lines
+            the_fleet, db_path, run_id, offers, steps, on_step=step_lines, dbt_vars=the_vars
         )
         out.print(f"lambda* by replay, run {run_id} (search {search_id}):", highlight=False)
         for found in marts.replay_search(db_path, run_id, search_id):
@@ -115,7 +118,7 @@ def replay(
                 out.print(f"  {name}: stopped: {bracket.stopped}", highlight=False)
         return
     outcome = asyncio.run(run_replays(the_fleet, db_path, run_id, offers))
-    build(db_path, select=" ".join(REPLAY_MODELS))
+    build(db_path, select=" ".join(REPLAY_MODELS), dbt_vars=the_vars)
     rows = marts.replays(db_path, run_id, [w.wave_id for w in outcome.waves])
     replay_id = next(iter(offers.values())).replay_id or ""
     fleet_verdict = marts.replay_fleet(db_path, run_id, replay_id)

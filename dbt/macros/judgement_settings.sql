@@ -18,7 +18,10 @@
         'drift_min_pct_per_run', 'ttft_ceiling_s', 'ttft_quantile', 'tail_confidence',
         'replay_max_send_lag_s', 'replay_max_late_share', 'replay_warmup_share',
         'cache_hit_min_share',
-        'cold_cached_max_share', 'energy_max_sensor_w'
+        'cold_cached_max_share', 'energy_max_sensor_w',
+        'open_loop_rate_step_pct', 'open_loop_grid_points', 'open_loop_max_in_flight',
+        'think_time_s', 'replay_climb_share', 'replay_climb_min_streams',
+        'replay_prediction_tolerance'
     ]) }}
 {%- endmacro %}
 

@@ -14,6 +14,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from sparkcap.config import MAX_TOKENS, ReplayOptions
 from sparkcap.config.fleet import Fleet
@@ -186,12 +187,14 @@ def search_replays(
     offers: dict[str, ReplayOptions],
     steps: int,
     on_step: Callable[[int, list[ReplayRow], dict[str, str]], None] | None = None,
+    dbt_vars: dict[str, Any] | None = None,
 ) -> tuple[str, dict[str, Bracket]]:
     """lambda* by replay (``sparkcap replay --search``): each step replays every deployment
     still searching at its own factor of the plan's rates (one replay, one seed: the same
     instants, scaled), dbt judges each, and each deployment's bracket moves
     (:class:`Bracket`). The steps share a search id; ``marts.fct_replay_search`` reads them
-    together. Returns the search id and each deployment's bracket."""
+    together. ``dbt_vars``: the plan's, so each judgement reads the model the offer came from.
+    Returns the search id and each deployment's bracket."""
     search_id = secrets.token_hex(4)
     brackets = {name: Bracket() for name in offers}
     for step in range(1, steps + 1):
@@ -206,7 +209,7 @@ def search_replays(
             for n, b in live.items()
         }
         outcome = asyncio.run(run_replays(fleet, db_path, run_id, step_offers))
-        build(db_path, select=" ".join(REPLAY_MODELS))
+        build(db_path, select=" ".join(REPLAY_MODELS), dbt_vars=dbt_vars)
         rows = marts.replays(db_path, run_id, [w.wave_id for w in outcome.waves])
         by_name = {r.deployment: r for r in rows}
         for name, bracket in live.items():
@@ -217,5 +220,5 @@ def search_replays(
                 bracket.record(found.verdict if found is not None else "nothing measured")
         if on_step is not None:
             on_step(step, rows, outcome.failed)
-    build(db_path, select="fct_replay_search")
+    build(db_path, select="fct_replay_search", dbt_vars=dbt_vars)
     return search_id, brackets

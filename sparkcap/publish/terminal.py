@@ -39,3 +39,22 @@ def print_fleet(console: Console, db: Path, run_id: str) -> None:
     headline = text.rate_plan_headline(marts.plan_rates(db, run_id))
     if headline:
         console.print(headline, highlight=False)
+
+
+def print_plan(console: Console, db: Path, run_id: str) -> bool:
+    """The plan in requests a minute (fct_plan_rates) first, then the burst plan (fct_plan,
+    fct_plan_routing) as the study's figure; False when the run has no capacities to plan."""
+    from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
+
+    found = marts.plan(db, run_id)
+    if found is None:
+        return False
+    rates = marts.plan_rates(db, run_id)
+    for line in text.rate_plan_lines(run_id, found.threshold_tok_s, rates):
+        console.print(line, highlight=False)
+    console.print(text.rate_plan_table(run_id, rates))
+    console.print("the burst plan (the study's figure: synchronized streams)", highlight=False)
+    for line in text.plan_lines(found):
+        console.print(line, highlight=False)
+    console.print(text.plan_table(run_id, marts.plan_routing(db, run_id)))
+    return True

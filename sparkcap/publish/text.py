@@ -659,7 +659,7 @@ def rate_plan_lines(run_id: str, threshold_tok_s: float, rows: Sequence[PlanRate
         f"plan for run {run_id} at {threshold_tok_s:g} tok/s per stream, {share:.0%} code / "
         f"{1 - share:.0%} prose requests, users arriving independently:",
         f"  {code + prose:.0f} requests a minute ({code:.0f} code, {prose:.0f} prose): "
-        f"{users:.0f} users at a {rows[0].think_time_s:g} s think time",
+        f"{users:.0f} users at a {rows[0].think_time_s:g} s think time{_long_words(rows)}",
     ]
     unrouted = [f"{r.deployment} ({r.not_routed_reason})" for r in rows if r.not_routed_reason]
     if unrouted:
@@ -680,9 +680,18 @@ def rate_plan_headline(rows: Sequence[PlanRatesRow]) -> str | None:
     return (
         f"fleet under independent arrivals — {share:.0%} code / {1 - share:.0%} prose: "
         f"{code + prose:.0f} requests a minute ({code:.0f} code, {prose:.0f} prose), "
-        f"{sum(r.users for r in rows):.0f} users at a {rows[0].think_time_s:g} s think time "
-        "(sparkcap plan)"
+        f"{sum(r.users for r in rows):.0f} users at a {rows[0].think_time_s:g} s think time"
+        f"{_long_words(rows)} (sparkcap plan)"
     )
+
+
+def _long_words(rows: Sequence[PlanRatesRow]) -> str:
+    """The long prompts the plan routes beside the requests: their prefills are reserved out
+    of each deployment's decode (the open-loop capacity is lower by the time they stall)."""
+    long_per_min = sum(r.long_prompts_per_min or 0.0 for r in rows)
+    if long_per_min <= 0:
+        return ""
+    return f", beside {long_per_min:.2g} long prompts a minute (their prefills reserved)"
 
 
 def rate_plan_table(run_id: str, rows: Sequence[PlanRatesRow]) -> Table:

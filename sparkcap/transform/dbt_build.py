@@ -296,7 +296,7 @@ _POSITIVE_VARS = {
     "queued_ttft_factor",
     "timing_error_tolerance",
     "start_skew_tolerance",
-    "open_loop_rate_step",
+    "open_loop_rate_step_pct",
     "open_loop_grid_points",
     "open_loop_max_in_flight",
 }

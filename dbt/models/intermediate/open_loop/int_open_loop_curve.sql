@@ -5,7 +5,8 @@
 -- decoding (the measured slot limit, else all n), each decoding stream advances at the
 -- measured per-stream rate r(d), slowed by the share of time the engine spends prefilling the
 -- arrivals (sigma = lambda x prefill_stall_s, each arrival's uncached prompt at the measured
--- prefill rate: a prefill stalls the batch, as on GB10 and in the twin's engine), and holds the
+-- prefill rate: a prefill stalls the batch, as on GB10 and in the twin's engine; plus the
+-- share the plan's long prompts take, long_prompt_stall_share), and holds the
 -- engine h(d) = prefill_s + (output_tokens - 1) / r_eff(d), prefill_s its time to first
 -- token at the lowest tested level; so
 -- streams complete at mu(n) = d / h(d). The stationary distribution is
@@ -24,7 +25,7 @@
 -- (a KV-full engine), curves measured at another output length, prefills longer than the
 -- lowest level's (long prompts are budgeted apart, fct_plan_routing), and an engine whose
 -- rate depends on more than the count in flight.
-{% set step = var('open_loop_rate_step') %}
+{% set step = 1 + var('open_loop_rate_step_pct') / 100 %}
 {% set points = var('open_loop_grid_points') %}
 with engine as (
     select * from {{ ref('int_open_loop_engine') }}
@@ -32,7 +33,8 @@ with engine as (
 
 combos as (
     select distinct run_id, deployment, workload, output_tokens, prefill_s, prefill_stall_s,
-        measured_slots, hold_cv2, max_in_flight
+        coalesce(long_prompt_stall_share, 0) as long_prompt_stall_share, measured_slots,
+        hold_cv2, max_in_flight
     from engine
 ),
 
@@ -67,10 +69,10 @@ chain as (
     select
         g.run_id, g.deployment, g.workload, g.grid_index, g.arrivals_per_s,
         s.n, s.d, s.prefill_s, s.measured_slots, s.hold_cv2, s.max_in_flight,
-        least(g.arrivals_per_s * s.prefill_stall_s, 0.999) as prefill_stall_share,
-        (1 - least(g.arrivals_per_s * s.prefill_stall_s, 0.999)) / d.s_per_token as rate_tok_s,
-        s.prefill_s + (s.output_tokens - 1) * d.s_per_token
-            / (1 - least(g.arrivals_per_s * s.prefill_stall_s, 0.999)) as hold_s
+        {%- set sigma = 'least(g.arrivals_per_s * s.prefill_stall_s + s.long_prompt_stall_share, 0.999)' %}
+        {{ sigma }} as prefill_stall_share,
+        (1 - {{ sigma }}) / d.s_per_token as rate_tok_s,
+        s.prefill_s + (s.output_tokens - 1) * d.s_per_token / (1 - {{ sigma }}) as hold_s
     from grid as g
     inner join states as s
         on s.run_id = g.run_id and s.deployment = g.deployment and s.workload = g.workload

@@ -2,9 +2,11 @@
 -- per-stream decode curve (every level with a valid median), the measured output length, the
 -- time one request holds the engine before its first token, the decode time each arriving
 -- request's prefill takes from the batch (its uncached prompt at the prefill rate the
--- prefill-interference probe measured; none where no probe measured one, said so), and the
--- request slots the server's own gauges showed full. One row per tested level; the
--- per-workload figures repeat.
+-- prefill-interference probe measured; none where no probe measured one, said so), the share
+-- of time the plan's long prompts routed to the deployment stall it (fct_plan_routing's rate
+-- a replica x fct_plan's prompt length over the same prefill rate: the prefill budget is
+-- reserved out of the decode budget), and the request slots the server's own gauges showed
+-- full. One row per tested level; the per-workload figures repeat.
 with levels as (
     select run_id, deployment, workload, concurrency, median_decode_tok_s, median_ttft_s
     from {{ ref('int_levels') }}
@@ -33,6 +35,15 @@ prefill_rate as (
     where probe = 'prefill-interference' and request_role = 'long'
       and prompt_tokens > 0 and ttft_s > 0
     group by all
+),
+
+long_prompts as (
+    -- the plan's long prompts a second on one replica, and the prefill time each takes
+    select r.run_id, r.deployment,
+        coalesce(r.long_prompts_per_min, 0) / 60.0 / r.replicas as long_prompts_per_s,
+        p.long_prompt_tokens
+    from {{ ref('fct_plan_routing') }} as r
+    inner join {{ ref('fct_plan') }} as p on p.run_id = r.run_id
 ),
 
 spread as (
@@ -92,6 +103,9 @@ final as (
         -- the batch's decode time one arrival's prefill takes (0 where no rate was measured)
         cast(coalesce(s.uncached_prompt_tokens / pr.prefill_tok_s, 0) as double)
             as prefill_stall_s,
+        -- the share of time the plan's long prompts hold the batch's decode (0 without a rate)
+        cast(coalesce(lp.long_prompts_per_s * lp.long_prompt_tokens / pr.prefill_tok_s, 0)
+            as double) as long_prompt_stall_share,
         case when pr.prefill_tok_s is null
             then 'not measured: no prefill-interference probe; no stall counted'
             else 'measured: ' || round(pr.prefill_tok_s)::bigint || ' tok/s (prefill-interference)'
@@ -108,6 +122,7 @@ final as (
         on s.run_id = l.run_id and s.deployment = l.deployment and s.workload = l.workload
     left join slots as sl on sl.run_id = l.run_id and sl.deployment = l.deployment
     left join prefill_rate as pr on pr.run_id = l.run_id and pr.deployment = l.deployment
+    left join long_prompts as lp on lp.run_id = l.run_id and lp.deployment = l.deployment
     left join spread as sp
         on sp.run_id = l.run_id and sp.deployment = l.deployment and sp.workload = l.workload
 )

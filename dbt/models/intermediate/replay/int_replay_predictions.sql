@@ -5,12 +5,18 @@
 -- median stream rate and, by Little's law over both workloads, the streams in flight. And how
 -- long the backlog takes to settle: the M/M/1 relaxation time 1 / (mu (1 - sqrt(rho))^2),
 -- with mu the engine's most completions a second (the curve's top over 1.05) and rho the
--- offered rate over it; rho >= 1 has no steady state.
+-- offered rate over it; rho >= 1 has no steady state. The model reserves the long prompts the
+-- plan routes (int_open_loop_inputs): an offer made under other long prompts than the plan
+-- as built now gets no prediction, never one from another model.
 with offers as (
     select o.wave_id, w.run_id, w.deployment, o.code_per_s * o.rate_factor as code_per_s,
         o.prose_per_s * o.rate_factor as prose_per_s, o.duration_s
     from {{ ref('stg_replay_offers') }} as o
     inner join {{ ref('stg_waves') }} as w on w.wave_id = o.wave_id
+    left join {{ ref('fct_plan_routing') }} as r
+        on r.run_id = w.run_id and r.deployment = w.deployment
+    where abs(coalesce(o.long_per_min, 0)
+        - coalesce(r.long_prompts_per_min / r.replicas, 0)) < 1e-9
 ),
 
 capacity as (

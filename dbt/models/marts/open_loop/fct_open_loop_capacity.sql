@@ -6,7 +6,7 @@
 -- holds the engine at that level, int_open_loop_engine), the mean and p95 streams in flight,
 -- the predictions at lambda*, and the users it serves at var think_time_s between requests
 -- (N = lambda* (W + Z), the interactive response-time law, W the mean time in the system).
--- lambda* is the largest grid point below the lowest failing one (var open_loop_rate_step).
+-- lambda* is the largest grid point below the lowest failing one (var open_loop_rate_step_pct).
 with curve as (
     select
         *,
@@ -17,31 +17,34 @@ with curve as (
 ),
 
 first_failing as (
+    -- the lowest failing rate: the failing grid point with the largest index (the grid's
+    -- index rises as the rate falls)
     select run_id, deployment, workload,
-        min(arrivals_per_s) filter (where not passes) as failing_arrivals_per_s,
-        min(arrivals_per_s) as lowest_grid_arrivals_per_s
+        max(grid_index) filter (where not passes) as failing_grid_index
     from curve
     group by all
 ),
 
 best as (
+    -- lambda*: the highest passing rate below the lowest failing one
     select c.run_id, c.deployment, c.workload,
-        max(c.arrivals_per_s) filter (
-            where c.passes and c.arrivals_per_s < coalesce(f.failing_arrivals_per_s, 'infinity')
-        ) as open_loop_arrivals_per_s,
-        any_value(f.failing_arrivals_per_s) as failing_arrivals_per_s
+        min(c.grid_index) filter (
+            where c.passes and c.grid_index > coalesce(f.failing_grid_index, -1)
+        ) as best_grid_index,
+        any_value(f.failing_grid_index) as failing_grid_index
     from curve as c
     inner join first_failing as f using (run_id, deployment, workload)
     group by all
 ),
 
 at_best as (
-    select b.*, c.mean_in_flight, c.p95_in_flight, c.predicted_median_tok_s,
-        c.predicted_ttft_p90_s, c.mean_time_in_system_s, c.prefill_stall_share
+    select b.*, c.arrivals_per_s as open_loop_arrivals_per_s, c.mean_in_flight,
+        c.p95_in_flight, c.predicted_median_tok_s, c.predicted_ttft_p90_s,
+        c.mean_time_in_system_s, c.prefill_stall_share
     from best as b
     left join curve as c
         on c.run_id = b.run_id and c.deployment = b.deployment and c.workload = b.workload
-        and c.arrivals_per_s = b.open_loop_arrivals_per_s
+        and c.grid_index = b.best_grid_index
 ),
 
 at_failing as (
@@ -54,7 +57,7 @@ at_failing as (
     from best as b
     inner join curve as c
         on c.run_id = b.run_id and c.deployment = b.deployment and c.workload = b.workload
-        and c.arrivals_per_s = b.failing_arrivals_per_s
+        and c.grid_index = b.failing_grid_index
 ),
 
 burst as (

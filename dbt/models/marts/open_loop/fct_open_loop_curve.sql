@@ -15,6 +15,7 @@ final as (
         c.run_id,
         c.deployment,
         c.workload,
+        c.grid_index,
         c.arrivals_per_s,
         c.requests_per_min,
         c.mean_in_flight,

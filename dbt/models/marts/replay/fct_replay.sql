@@ -15,10 +15,11 @@
 --
 -- A median is judged with its uncertainty: a workload fails on its rate only when the 90 %
 -- interval of its median (order statistics: ranks n/2 -+ 1.645 sqrt(n)/2) lies wholly below
--- the threshold. A backlog that keeps building is judged too: where the streams in flight in
--- the counted time's second half exceed the first half's by more than var replay_climb_share
--- (and by at least var replay_climb_min_streams) while the median TTFT rises too, the replay
--- did not reach a steady state. It fails when its warm-up lasted the settling time the
+-- the threshold. A backlog that keeps building is judged too: where the streams in flight
+-- rise through each quarter of the counted time, the last quarter's exceeding the first's by
+-- more than var replay_climb_share (and by at least var replay_climb_min_streams), while the
+-- median TTFT rises too, the replay did not reach a steady state (four quarters rising in
+-- turn by chance is 1 in 24 for a steady load, before the size of the rise). It fails when its warm-up lasted the settling time the
 -- open-loop model gives (int_replay_predictions, settle_s) or the model has no steady state
 -- there; otherwise it is too short to decide, named with the duration whose warm-up would
 -- cover that time, never "holds". Beside the verdict: what the model predicted for the offer
@@ -61,23 +62,37 @@ intervals as (
     group by wave_id
 ),
 
-halves as (
-    -- the counted time cut in two: streams in flight (time-average) and the median TTFT from
-    -- the scheduled start of the requests due in each half
+quarter_figures as (
+    -- the counted time cut in four: streams in flight (time-average) and the median TTFT from
+    -- the scheduled start of the requests due in each quarter
+    select
+        s.wave_id,
+        q.k,
+        sum(greatest(0, least(s.ended_s, s.warmup_s + q.k * (s.duration_s - s.warmup_s) / 4)
+                - greatest(s.due_s, s.warmup_s + (q.k - 1) * (s.duration_s - s.warmup_s) / 4)))
+            / nullif(any_value((s.duration_s - s.warmup_s) / 4), 0) as in_flight,
+        median(s.ttft_from_scheduled_s) filter (
+            where s.is_counted and s.workload in ('code', 'prose')
+                and s.due_s >= s.warmup_s + (q.k - 1) * (s.duration_s - s.warmup_s) / 4
+                and s.due_s < s.warmup_s + q.k * (s.duration_s - s.warmup_s) / 4) as ttft_s
+    from streams as s
+    cross join (select unnest([1, 2, 3, 4]) as k) as q
+    group by s.wave_id, q.k
+),
+
+quarters as (
     select
         wave_id,
-        sum(greatest(0, least(ended_s, (warmup_s + duration_s) / 2) - greatest(due_s, warmup_s)))
-            / nullif(any_value((duration_s - warmup_s) / 2), 0) as first_half_in_flight,
-        sum(greatest(0, least(ended_s, duration_s)
-                - greatest(due_s, (warmup_s + duration_s) / 2)))
-            / nullif(any_value((duration_s - warmup_s) / 2), 0) as second_half_in_flight,
-        median(ttft_from_scheduled_s) filter (
-            where is_counted and due_s < (warmup_s + duration_s) / 2
-                and workload in ('code', 'prose')) as first_half_ttft_s,
-        median(ttft_from_scheduled_s) filter (
-            where due_s >= (warmup_s + duration_s) / 2 and workload in ('code', 'prose'))
-            as second_half_ttft_s
-    from streams
+        max(in_flight) filter (where k = 1) as first_quarter_in_flight,
+        max(in_flight) filter (where k = 4) as last_quarter_in_flight,
+        max(ttft_s) filter (where k = 1) as first_quarter_ttft_s,
+        max(ttft_s) filter (where k = 4) as last_quarter_ttft_s,
+        -- each quarter holds more streams than the one before
+        bool_and(in_flight > prev_in_flight) filter (where k > 1) as quarters_rising
+    from (
+        select *, lag(in_flight) over (partition by wave_id order by k) as prev_in_flight
+        from quarter_figures
+    )
     group by wave_id
 ),
 
@@ -185,14 +200,16 @@ judged as (
         ci.code_ci_high_tok_s,
         ci.prose_ci_low_tok_s,
         ci.prose_ci_high_tok_s,
-        h.first_half_in_flight,
-        h.second_half_in_flight,
-        h.first_half_ttft_s,
-        h.second_half_ttft_s,
-        h.second_half_in_flight > h.first_half_in_flight * (1 + {{ var('replay_climb_share') }})
-            and h.second_half_in_flight - h.first_half_in_flight
+        h.first_quarter_in_flight,
+        h.last_quarter_in_flight,
+        h.first_quarter_ttft_s,
+        h.last_quarter_ttft_s,
+        coalesce(h.quarters_rising, false)
+            and h.last_quarter_in_flight
+                > h.first_quarter_in_flight * (1 + {{ var('replay_climb_share') }})
+            and h.last_quarter_in_flight - h.first_quarter_in_flight
                 >= {{ var('replay_climb_min_streams') }}
-            and h.second_half_ttft_s > h.first_half_ttft_s as is_climbing,
+            and h.last_quarter_ttft_s > h.first_quarter_ttft_s as is_climbing,
         pr.line_share as predicted_line_share,
         pr.predicted_code_median_tok_s,
         pr.predicted_prose_median_tok_s,
@@ -214,7 +231,7 @@ judged as (
     left join in_flight as i on i.wave_id = o.wave_id
     left join prefills as p on p.wave_id = o.wave_id
     left join intervals as ci on ci.wave_id = o.wave_id
-    left join halves as h on h.wave_id = o.wave_id
+    left join quarters as h on h.wave_id = o.wave_id
     left join predictions as pr on pr.wave_id = o.wave_id
 ),
 
@@ -252,9 +269,9 @@ final as (
                     || threshold_tok_s || ' (90 % interval ' || round(prose_ci_low_tok_s, 1)
                     || '-' || round(prose_ci_high_tok_s, 1) || ')' end,
             case when backlog_fails
-                then 'a backlog still building: ' || round(first_half_in_flight, 1) || ' -> '
-                    || round(second_half_in_flight, 1) || ' streams in flight, TTFT '
-                    || round(first_half_ttft_s, 2) || ' -> ' || round(second_half_ttft_s, 2)
+                then 'a backlog still building: ' || round(first_quarter_in_flight, 1) || ' -> '
+                    || round(last_quarter_in_flight, 1) || ' streams in flight, TTFT '
+                    || round(first_quarter_ttft_s, 2) || ' -> ' || round(last_quarter_ttft_s, 2)
                     || ' s over the counted time' end,
             case when ttft_p90_is_supported and ttft_scheduled_p90_s > ttft_ceiling_s
                 then 'TTFT p90 from the scheduled start ' || round(ttft_scheduled_p90_s, 2)
@@ -326,7 +343,7 @@ select
                 else '' end
         when 'fails' then 'fails: ' || array_to_string(failures, '; ')
         when 'too short' then 'too short to decide: the streams in flight rose from '
-            || round(first_half_in_flight, 1) || ' to ' || round(second_half_in_flight, 1)
+            || round(first_quarter_in_flight, 1) || ' to ' || round(last_quarter_in_flight, 1)
             || ' over the counted time (a backlog still building); a replay of '
             || deciding_duration_s::bigint || ' s or more would decide'
         when 'no verdict' then 'no verdict: the client sent ' || n_sent_late || ' of '
