@@ -36,7 +36,8 @@ combos as (
         any_value(measured_slots) as measured_slots,
         any_value(hold_cv2) as hold_cv2,
         any_value(highest_level) as highest_level,
-        cast(least({{ max_in_flight }}, 8 * any_value(highest_level)) as integer) as max_in_flight
+        cast(least({{ max_in_flight }}, greatest(64, 4 * any_value(highest_level))) as integer)
+            as max_in_flight
     from inputs
     where output_tokens >= 2
     group by all

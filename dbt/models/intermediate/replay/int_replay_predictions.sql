@@ -1,3 +1,4 @@
+{{ config(materialized='view') }}
 -- What the open-loop model predicts for each replay wave's offer: the deployment's load as a
 -- share u of its open-loop line (offered code / lambda*_code + offered prose / lambda*_prose,
 -- fct_open_loop_capacity; the offer's rates x its factor), each workload read on its own curve

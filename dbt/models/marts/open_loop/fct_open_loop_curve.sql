@@ -1,3 +1,4 @@
+{{ config(materialized='view') }}
 -- The open-loop model's curve for the report's chart: predicted median stream rate, TTFT p90
 -- and streams in flight against the arrival rate, up to twice lambda* (fct_open_loop_capacity;
 -- the whole grid's lower half where none holds).
