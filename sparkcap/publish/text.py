@@ -669,6 +669,22 @@ def rate_plan_lines(run_id: str, threshold_tok_s: float, rows: Sequence[PlanRate
     return lines
 
 
+def _narrow_table(
+    title: str, columns: Sequence[tuple[str, str]], no_wrap: Sequence[str] = ("deployment",)
+) -> Table:
+    """A table readable at 80 columns: light borders, no padding beyond the box's own
+    separators, a cell folded onto a second line rather than cut with an ellipsis."""
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 0))
+    for col, justify in columns:
+        table.add_column(
+            col,
+            justify=justify,  # type: ignore[arg-type]
+            overflow="fold",
+            no_wrap=col in no_wrap,
+        )
+    return table
+
+
 def rate_plan_headline(rows: Sequence[PlanRatesRow]) -> str | None:
     """The fleet's answer for users who arrive independently, beside the burst figures: the
     rate plan at the night's mix in requests a minute and users (None: no rate plan)."""
@@ -697,23 +713,19 @@ def _long_words(rows: Sequence[PlanRatesRow]) -> str:
 def rate_plan_table(run_id: str, rows: Sequence[PlanRatesRow]) -> Table:
     """Per deployment: requests a minute routed, its open-loop capacity per replica alone
     (code/prose), the share of its line used, the users, the long prompts; 80 columns."""
-    table = Table(
-        title=f"rate plan (requests a minute), run {run_id}",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        padding=(0, 0),
+    table = _narrow_table(
+        f"rate plan (requests a minute), run {run_id}",
+        [
+            ("deployment", "left"),
+            ("code", "right"),
+            ("prose", "right"),
+            ("cap c/p", "right"),
+            ("line", "right"),
+            ("users", "right"),
+            ("long", "right"),
+            ("mixing", "left"),
+        ],
     )
-    for col, justify in [
-        ("deployment", "left"),
-        ("code", "right"),
-        ("prose", "right"),
-        ("cap c/p", "right"),
-        ("line", "right"),
-        ("users", "right"),
-        ("long", "right"),
-        ("mixing", "left"),
-    ]:
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
     for r in rows:
         replicas = f" ×{r.replicas}" if r.replicas > 1 else ""
         table.add_row(
@@ -759,30 +771,22 @@ def plan_table(run_id: str, rows: Sequence[PlanRoutingRow]) -> Table:
     """The burst plan's routing, readable at 80 columns: what limits a replica without the
     "at capacity:" preamble, the mixing basis by its first word (the whole of it is in
     fct_plan_routing and the report)."""
-    table = Table(
-        title=f"routing (streams), run {run_id}",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        padding=(0, 0),
+    table = _narrow_table(
+        f"routing (streams), run {run_id}",
+        [
+            ("deployment", "left"),
+            ("code", "right"),
+            ("prose", "right"),
+            ("cap c/p", "right"),
+            ("used", "right"),
+            ("spare", "right"),
+            ("budget", "right"),
+            ("long", "right"),
+            ("limited by", "left"),
+            ("mixing", "left"),
+        ],
+        no_wrap=("deployment", "limited by"),
     )
-    for col, justify in [
-        ("deployment", "left"),
-        ("code", "right"),
-        ("prose", "right"),
-        ("cap c/p", "right"),
-        ("used", "right"),
-        ("spare", "right"),
-        ("budget", "right"),
-        ("long", "right"),
-        ("limited by", "left"),
-        ("mixing", "left"),
-    ]:
-        table.add_column(
-            col,
-            justify=justify,  # type: ignore[arg-type]
-            overflow="fold",
-            no_wrap=col in ("deployment", "limited by"),
-        )
     for r in rows:
         if r.prefill_budget_is_unbounded:
             budget = "any"
@@ -855,28 +859,19 @@ def replay_table(run_id: str, rows: Sequence[ReplayRow]) -> Table:
     slash), the TTFT p90 from the scheduled start (a client that fell behind shows there), the
     requests sent late and the prefill budget's share; readable at 80 columns (a cell wraps,
     never cut). A p90 over too few samples is no figure."""
-    table = Table(
-        title=f"replay, run {run_id}: streams in flight and median tok/s, measured/predicted",
-        box=box.SIMPLE_HEAD,
-        pad_edge=False,
-        padding=(0, 0),
+    table = _narrow_table(
+        f"replay, run {run_id}: streams in flight and median tok/s, measured/predicted",
+        [
+            ("deployment", "left"),
+            ("flight", "right"),
+            ("code", "right"),
+            ("prose", "right"),
+            ("TTFT90", "right"),
+            ("late", "right"),
+            ("prefill", "right"),
+            ("verdict", "left"),
+        ],
     )
-    for col, justify in [
-        ("deployment", "left"),
-        ("flight", "right"),
-        ("code", "right"),
-        ("prose", "right"),
-        ("TTFT90", "right"),
-        ("late", "right"),
-        ("prefill", "right"),
-        ("verdict", "left"),
-    ]:
-        table.add_column(
-            col,
-            justify=justify,  # type: ignore[arg-type]
-            overflow="fold",
-            no_wrap=col == "deployment",
-        )
     for r in rows:
         p90 = (
             _figure(r.ttft_scheduled_p90_s, 2)
