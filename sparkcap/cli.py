@@ -246,9 +246,10 @@ def compare_cmd(
     """Before/after: change in median rate, aggregate throughput, prefill, capacity, links."""
     from sparkcap.publish.compare import compare, regressions  # +0.40 s (pandas, DuckDB)
 
+    # the gate's own checks (both runs built, something to compare) come before any table
+    found = regressions(_db(db), run_a, run_b) if fail_on == "regression" else []
     text.print_frames(out, sys.stdout, compare(_db(db), run_a, run_b), run_a, run_b, fmt)
     if fail_on == "regression":
-        found = regressions(_db(db), run_a, run_b)
         for r in found:
             err.print(text.regression_line(r), highlight=False)
         if found:

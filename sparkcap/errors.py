@@ -22,3 +22,9 @@ class NotFound(SparkcapError, LookupError):
 class MissingFile(SparkcapError, FileNotFoundError):
     """A file or folder a person named (a warehouse, a CA bundle) or sparkcap ships is not
     there; a bare ``FileNotFoundError`` elsewhere stays a traceback, a defect to fix."""
+
+
+class NotBuilt(NotFound):
+    """The marts a command reads are not built for what it was asked (an empty warehouse, a
+    run whose build stopped, one built by an older sparkcap): said with the build to run,
+    never read as "measured nothing"."""

@@ -9,8 +9,10 @@ from the marts, so both runs must have been built.
 ``--fail-on regression`` (:func:`regressions`) turns it into a gate for CI: the later run
 regressed where a capacity it measured lies wholly below the earlier run's (each capacity with
 its interval, ``fct_capacity``'s bootstrap or search bracket), where it measured nothing that
-the earlier run measured, or where ``fct_changes`` flagged it slower or lower than its
-baseline. Each of those is the marts' judgement (an interval, a flag); nothing is re-tested
+the earlier run measured or has no row for it at all (a deployment down, another fleet's
+night), or where ``fct_changes`` flagged it slower or lower than its baseline. A gate that
+would compare nothing (a run without built capacities, an earlier run that measured none)
+stops with one line instead of passing. Each of those is the marts' judgement (an interval, a flag); nothing is re-tested
 here.
 """
 
@@ -19,8 +21,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import NamedTuple
 
+import duckdb
 import pandas as pd
 
+from sparkcap.errors import NotBuilt
 from sparkcap.publish.marts import has_mart, require_runs
 from sparkcap.store.warehouse import open_warehouse
 
@@ -86,12 +90,20 @@ with c as (
            end as high_streams
     from marts.fct_capacity where run_id in ($a, $b)
 )
-select b.deployment, b.workload, a.capacity_streams, a.low_streams, a.high_streams,
-       b.capacity_streams, b.low_streams, b.high_streams, b.is_measured
-from c as a join c as b using (deployment, workload)
-where a.run_id = $a and b.run_id = $b and a.is_measured
-  and (not b.is_measured or b.high_streams < a.low_streams)
+select a.deployment, a.workload, a.capacity_streams, a.low_streams, a.high_streams,
+       b.capacity_streams, b.low_streams, b.high_streams, b.is_measured,
+       b.deployment is not null as b_has_row
+from c as a
+left join c as b
+    on b.deployment = a.deployment and b.workload = a.workload and b.run_id = $b
+where a.run_id = $a and a.is_measured
+  and (b.deployment is null or not b.is_measured or b.high_streams < a.low_streams)
 order by 1, 2
+"""
+
+BUILT_SQL = """
+select run_id, count(*) as n_rows, count(*) filter (where is_measured) as n_measured
+from marts.fct_capacity where run_id in ($a, $b) group by run_id
 """
 
 FLAGGED_SLOWER_SQL = """
@@ -146,10 +158,15 @@ def regressions(db_path: Path, run_a: str, run_b: str) -> list[Regression]:
     found: list[Regression] = []
     with open_warehouse(db_path, read_only=True) as con:
         require_runs(con, db_path, [run_a, run_b])
-        for dep, wl, a_cap, a_low, a_high, b_cap, b_low, b_high, b_measured in con.execute(
-            REGRESSED_CAPACITY_SQL, params
-        ).fetchall():
-            if not b_measured:
+        _require_compared(con, db_path, run_a, run_b)
+        for row in con.execute(REGRESSED_CAPACITY_SQL, params).fetchall():
+            dep, wl, a_cap, a_low, a_high, b_cap, b_low, b_high, b_measured, b_has_row = row
+            if not b_has_row:
+                words = (
+                    f"not in {run_b}'s night ({_interval(a_cap, a_low, a_high)} streams in "
+                    f"{run_a}): never measured, so never shown to hold"
+                )
+            elif not b_measured:
                 words = f"capacity not measured in {run_b} ({_interval(a_cap, a_low, a_high)} "
                 words += f"streams in {run_a})"
             else:
@@ -166,6 +183,27 @@ def regressions(db_path: Path, run_a: str, run_b: str) -> list[Regression]:
                     Regression(dep, wl, _change_words(subject, conc, pct, p, also, verdict))
                 )
     return found
+
+
+def _require_compared(
+    con: duckdb.DuckDBPyConnection, db_path: Path, run_a: str, run_b: str
+) -> None:
+    """A gate that compared nothing never passes: both runs need built capacities, and the
+    earlier run a measured one (else there is nothing a later run could fall below)."""
+    if not has_mart(con, "fct_capacity"):
+        raise NotBuilt(f"{db_path} has no built capacities: run `sparkcap build --db {db_path}`")
+    built = {r: (n, m) for r, n, m in con.execute(BUILT_SQL, {"a": run_a, "b": run_b}).fetchall()}
+    for run in (run_a, run_b):
+        if run not in built:
+            raise NotBuilt(
+                f"run {run} has no built capacity (never built, or its build stopped): run "
+                f"`sparkcap build --db {db_path}`; the gate compares nothing until it is"
+            )
+    if built[run_a][1] == 0:
+        raise NotBuilt(
+            f"run {run_a} measured no capacity, so the gate has nothing to compare {run_b} "
+            "against: pick an earlier run that measured one"
+        )
 
 
 def compare(db_path: Path, run_a: str, run_b: str) -> dict[str, pd.DataFrame]:

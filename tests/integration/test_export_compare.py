@@ -102,3 +102,23 @@ def test_export_parses_back_and_compare_gates_a_slower_night(
     assert lines[-1].startswith(f"error: run {slower} regressed against {equal}: ")
     # without --fail-on the comparison's exit status is unchanged
     assert exit_code(["compare", equal, slower, *db]) == 0
+    capsys.readouterr()
+
+    # a later night without the pair the earlier one measured (its deployment down, or a night
+    # of another fleet) regressed: never measured, so never shown to hold
+    (other,) = stage_history(db_path, History.exact("other", [Night()], RATES_TOK_S), seed=36)
+    build(db_path, select=READ)
+    assert exit_code(["compare", equal, other, "--fail-on", "regression", *db]) == 3
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert f"regression: m/code not in {other}'s night (4 streams in {equal})" in lines[0], lines
+    assert lines[-1].startswith(f"error: run {other} regressed against {equal}: "), lines
+    # a later night never built (staged after the last build, or its build stopped): one line,
+    # non-zero, and no table of dashes before it
+    (unbuilt,) = stage_history(db_path, History.exact("late", [Night()], RATES_TOK_S), seed=37)
+    assert exit_code(["compare", equal, unbuilt, "--fail-on", "regression", *db]) == 1
+    got = capsys.readouterr()
+    assert got.out == "", got.out
+    assert got.err.strip().splitlines() == [
+        f"error: run {unbuilt} has no built capacity (never built, or its build stopped): run "
+        f"`sparkcap build --db {db_path}`; the gate compares nothing until it is"
+    ]
