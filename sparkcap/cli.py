@@ -434,8 +434,8 @@ def build(
     from sparkcap.transform.dbt_build import parse_var_overrides
 
     dbt_vars: dict[str, Any] = parse_var_overrides(var or [])
-    if threshold is not None:
-        dbt_vars["threshold_tok_s"] = threshold
+    if threshold is not None:  # checked as --var is: finite, above 0, within its range
+        dbt_vars.update(parse_var_overrides([f"threshold_tok_s={threshold!r}"], "--threshold"))
     result = dbt_build(
         _db(db), full_refresh=full_refresh, dbt_vars=dbt_vars or None, unit_tests=unit_tests
     )

@@ -180,6 +180,8 @@ CompareFormatOption = Annotated[
 ]
 # a gate's own exit status, apart from usage errors (2) and failures (1)
 REGRESSION_EXIT_CODE = 3
+# a replayed plan that does not hold (fails, not replayed, no verdict): a gate too, for scripts
+PLAN_NOT_HOLDING_EXIT_CODE = 3
 FailOnOption = Annotated[
     Literal["regression"] | None,
     typer.Option(

@@ -73,7 +73,10 @@ def replay(
     run: opt.ExportRunOption = None,
     db: opt.DbOption = None,
 ) -> None:
-    """Replay the plan with open-loop (Poisson) arrivals; dbt says if it holds (fct_replay)."""
+    """Replay the plan with open-loop (Poisson) arrivals; dbt says if it holds (fct_replay).
+
+    Exits 0 when the plan holds, 3 when it fails, was not replayed somewhere or gives no
+    verdict, 1 when nothing was recorded."""
     from sparkcap.night.replay import REPLAY_MODELS, replay_options, run_replays, search_replays
     from sparkcap.publish import marts
     from sparkcap.transform.dbt_build import build
@@ -119,9 +122,16 @@ def replay(
         return
     outcome = asyncio.run(run_replays(the_fleet, db_path, run_id, offers))
     build(db_path, select=" ".join(REPLAY_MODELS), dbt_vars=the_vars)
-    rows = marts.replays(db_path, run_id, [w.wave_id for w in outcome.waves])
+    rows = marts.replays(db_path, run_id, outcome.wave_ids)
     replay_id = next(iter(offers.values())).replay_id or ""
     fleet_verdict = marts.replay_fleet(db_path, run_id, replay_id)
     for line in text.replay_lines(run_id, fleet_verdict, rows, outcome.failed):
         out.print(line, highlight=False)
-    out.print(text.replay_table(run_id, rows))
+    if rows:
+        out.print(text.replay_table(run_id, rows))
+    # a script gates on the status: the plan held (0), or it did not (3), or nothing was
+    # recorded to judge (1)
+    if fleet_verdict is None:
+        raise typer.Exit(1)
+    if not fleet_verdict.plan_verdict.startswith("holds"):
+        raise typer.Exit(opt.PLAN_NOT_HOLDING_EXIT_CODE)

@@ -147,6 +147,8 @@ class ReplayOffer:
     plan_kind: str | None = None
     # the `sparkcap replay --search` this replay was a step of (None: not a search)
     search_id: str | None = None
+    # why this planned deployment's replay never ran (None: it ran); its wave has no requests
+    not_replayed_reason: str | None = None
 
 
 @dataclass(slots=True)

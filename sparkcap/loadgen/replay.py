@@ -71,6 +71,34 @@ def _offer(options: ReplayOptions) -> ReplayOffer:
     return ReplayOffer(**options.model_dump(include=names))
 
 
+def _tag(options: ReplayOptions) -> str:
+    # two replays of one run never share a wave id (staging replaces by wave)
+    return f"x{options.rate_factor:g}-s{options.seed}-{options.replay_id or secrets.token_hex(3)}"
+
+
+def not_replayed(
+    deployment: str, model: str, run_id: str, options: ReplayOptions, reason: str
+) -> WaveRecord:
+    """A planned deployment's replay that never ran (its server down, its preflight refused):
+    a replay wave with no requests whose offer carries the reason, so the fleet's verdict
+    counts it (never holds) and names it, where leaving it out would let the rest hold."""
+    wave = WaveRecord(
+        wave_id=f"{run_id}/{deployment}/replay-{_tag(options)}/not-replayed",
+        run_id=run_id,
+        deployment=deployment,
+        model=model,
+        endpoint="",
+        workload="mixed",
+        concurrency=max(1, round(options.planned_streams)),
+        trial=1,
+        started_at_ns=time.time_ns(),
+        anchor_perf_ns=time.perf_counter_ns(),
+    )
+    wave.probe = "replay"
+    wave.replay_offer = dataclasses.replace(_offer(options), not_replayed_reason=reason)
+    return wave
+
+
 async def replay(dep: Deployment, run_id: str, options: ReplayOptions) -> WaveRecord:
     """One replay at ``dep``: a wave (probe ``replay``) whose requests carry their scheduled
     starts. Roles: ``code``, ``prose``, ``long``. Every request is sent once, on schedule or
@@ -81,9 +109,9 @@ async def replay(dep: Deployment, run_id: str, options: ReplayOptions) -> WaveRe
         "long": options.long_per_min * options.rate_factor / 60.0,
     }
     arrivals = poisson_arrivals(rates, options.duration_s, options.seed)
-    # two replays of one run never share a wave id (staging replaces by wave)
-    tag = f"x{options.rate_factor:g}-s{options.seed}-{options.replay_id or secrets.token_hex(3)}"
-    p = _Probe(dep, run_id, f"replay-{tag}", "mixed", max(1, round(options.planned_streams)))
+    p = _Probe(
+        dep, run_id, f"replay-{_tag(options)}", "mixed", max(1, round(options.planned_streams))
+    )
     p.wave.probe = "replay"
     p.wave.replay_offer = _offer(options)
     n_role = {r: sum(a.role == r for a in arrivals) for r in ("code", "prose")}

@@ -20,7 +20,7 @@ from sparkcap.config import MAX_TOKENS, ReplayOptions
 from sparkcap.config.fleet import Fleet
 from sparkcap.errors import SparkcapError
 from sparkcap.loadgen.records import WaveRecord
-from sparkcap.loadgen.replay import replay
+from sparkcap.loadgen.replay import not_replayed, replay
 from sparkcap.night.sweeps import preflight
 from sparkcap.publish import marts
 from sparkcap.publish.marts import ReplayPlanRow, ReplayRow
@@ -41,8 +41,14 @@ class ReplayError(SparkcapError):
 
 @dataclass
 class ReplayOutcome:
-    waves: list[WaveRecord] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)  # deployment -> why
+    waves: list[WaveRecord] = field(default_factory=list)  # the replays that ran
+    failed: dict[str, str] = field(default_factory=dict)  # deployment -> why it did not run
+    unreplayed: list[WaveRecord] = field(default_factory=list)  # their waves, no requests
+
+    @property
+    def wave_ids(self) -> list[str]:
+        """Every wave this replay staged: those that ran and those that say why not."""
+        return [w.wave_id for w in (*self.waves, *self.unreplayed)]
 
 
 PLAN_KINDS = ("rate", "burst")
@@ -155,6 +161,12 @@ def _measured_tokens(row: ReplayPlanRow | None) -> int | None:
 async def run_replays(
     fleet: Fleet, db_path: Path, run_id: str, offers: dict[str, ReplayOptions]
 ) -> ReplayOutcome:
+    """Every planned deployment's replay at once. Each wave is spooled as its replay ends, so
+    a later failure, an interrupt or a busy warehouse keeps it (``sparkcap stage`` lands it);
+    a planned deployment whose replay cannot run is spooled as a wave with no requests that
+    says why (its verdict: not replayed), so the fleet's verdict never holds without it. The
+    offers must all be in ``fleet`` (:func:`require_planned`)."""
+    require_planned(fleet, offers)
     outcome = ReplayOutcome()
     deployments = {d.name: d for d in fleet.deployments if d.name in offers}
     with launched(fleet) as endpoints:
@@ -162,7 +174,9 @@ async def run_replays(
         async def one(name: str) -> WaveRecord:
             dep = deployments[name].resolve(endpoints.get(name))
             await preflight(dep)
-            return await replay(dep, run_id, offers[name])
+            wave = await replay(dep, run_id, offers[name])
+            spool.write_wave(wave, db_path)
+            return wave
 
         names = sorted(deployments)
         results = await asyncio.gather(*(one(n) for n in names), return_exceptions=True)
@@ -171,13 +185,35 @@ async def run_replays(
             if not isinstance(result, Exception):
                 raise result
             outcome.failed[name] = f"{type(result).__name__}: {result}".strip()
-            record_step_to(db_path, run_id, name, "replay", "failed", outcome.failed[name])
+            wave = not_replayed(
+                name, deployments[name].model, run_id, offers[name], outcome.failed[name]
+            )
+            spool.write_wave(wave, db_path)
+            outcome.unreplayed.append(wave)
             continue
-        spool.write_wave(result, db_path)
-        spool.stage_spool(db_path, None, run_id)
-        record_step_to(db_path, run_id, name, "replay", "ok", "")
         outcome.waves.append(result)
+    try:
+        spool.stage_spool(db_path, None, run_id)
+    except SparkcapError as exc:
+        raise ReplayError(
+            f"the replay's waves are spooled but not staged ({exc}); run `sparkcap stage "
+            f"--db {db_path}` once the warehouse is free"
+        ) from None
+    for name in names:
+        status = "failed" if name in outcome.failed else "ok"
+        record_step_to(db_path, run_id, name, "replay", status, outcome.failed.get(name, ""))
     return outcome
+
+
+def require_planned(fleet: Fleet, offers: dict[str, ReplayOptions]) -> None:
+    """Every deployment the plan routes load to is in the fleet replayed, or the replay is
+    refused before it sends anything: a plan replayed in part is not the plan."""
+    missing = sorted(set(offers) - {d.name for d in fleet.deployments})
+    if missing:
+        raise ReplayError(
+            f"the plan routes load to {', '.join(missing)}, which the fleet file does not "
+            "name: replay it with a fleet file that has every planned deployment"
+        )
 
 
 def search_replays(
@@ -210,7 +246,7 @@ def search_replays(
         }
         outcome = asyncio.run(run_replays(fleet, db_path, run_id, step_offers))
         build(db_path, select=" ".join(REPLAY_MODELS), dbt_vars=dbt_vars)
-        rows = marts.replays(db_path, run_id, [w.wave_id for w in outcome.waves])
+        rows = marts.replays(db_path, run_id, outcome.wave_ids)
         by_name = {r.deployment: r for r in rows}
         for name, bracket in live.items():
             if name in outcome.failed:

@@ -12,8 +12,8 @@ its interval, ``fct_capacity``'s bootstrap or search bracket), where it measured
 the earlier run measured or has no row for it at all (a deployment down, another fleet's
 night), or where ``fct_changes`` flagged it slower or lower than its baseline. A gate that
 would compare nothing (a run without built capacities, an earlier run that measured none)
-stops with one line instead of passing. Each of those is the marts' judgement (an interval, a flag); nothing is re-tested
-here.
+stops with one line instead of passing. Each of those is the marts' judgement (an interval,
+a flag); nothing is re-tested here.
 """
 
 from __future__ import annotations

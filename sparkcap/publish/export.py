@@ -111,8 +111,12 @@ def _number(x: float) -> str:
 
 def _label_number(x: float | None) -> str:
     """A threshold as a label: ``20`` (never ``20.0``, so a dashboard's selector matches what
-    the CLI prints); ``None`` (no ceiling) is ``+Inf``, as Prometheus' own ``le`` spells it."""
-    return "+Inf" if x is None else f"{x:g}"
+    the CLI prints), any other value by its shortest round-trip digits (two thresholds are two
+    label values, never one rounded twice: a textfile naming one series twice is rejected
+    whole); ``None`` (no ceiling) is ``+Inf``, as Prometheus' own ``le`` spells it."""
+    if x is None:
+        return "+Inf"
+    return _number(x)
 
 
 def render(night: NightMetrics) -> str:

@@ -841,8 +841,10 @@ def replay_lines(
         lines.append(f"  {r.deployment}: {r.verdict_text}")
         if r.model_note:
             lines.append(f"    {r.model_note}")
+    shown = {r.deployment for r in rows}
     for name, why in sorted(failed.items()):
-        lines.append(f"  {name}: not replayed: {why}")
+        if name not in shown:  # its own row says so once staged
+            lines.append(f"  {name}: not replayed: {why}")
     return lines
 
 
@@ -873,6 +875,9 @@ def replay_table(run_id: str, rows: Sequence[ReplayRow]) -> Table:
         ],
     )
     for r in rows:
+        if r.verdict == "not replayed":  # nothing was sent: no figure, its reason above
+            table.add_row(r.deployment, *["—"] * 6, r.verdict)
+            continue
         p90 = (
             _figure(r.ttft_scheduled_p90_s, 2)
             if r.ttft_p90_is_supported

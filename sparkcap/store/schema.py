@@ -263,6 +263,12 @@ RAW_TABLES: dict[str, pa.Schema] = {
             doc="the `sparkcap replay --search` this replay was a step of (NULL: not a search); "
             "its steps bisect each deployment's rate factor (marts.fct_replay_search)",
         ),
+        _c(
+            "not_replayed_reason",
+            STR,
+            doc="why this planned deployment's replay never ran (its server down, its "
+            "preflight refused); its wave has no requests (NULL: it ran)",
+        ),
     ),
     "power_samples": _table(
         "A deployment's power source (its fleet file's `power:`: a DCGM exporter, a node "

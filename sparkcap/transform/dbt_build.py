@@ -12,6 +12,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import sys
 import threading
 import time
@@ -46,6 +47,7 @@ def dbt_args(
     work = get_settings().work_dir
     project = str(dbt_project_dir())
     dbt_vars = {**environment_vars(), **(dbt_vars or {})}
+    check_vars(dbt_vars)
     args = [
         command,
         "--project-dir",
@@ -57,6 +59,10 @@ def dbt_args(
         "--log-path",
         str((work / "dbt-logs").resolve()),
         "--quiet",
+        # nothing of dbt's on the console: a failure reaches the person as one line of ours
+        # (BuildError, from the results), the whole story in the log file
+        "--log-level",
+        "none",
         # manifest.json and run_results.json: nothing reads them (the manifest is kept in
         # SPARKCAP_CACHE, the results come back from the invocation), and writing the
         # manifest's JSON took ~0.9 s of each invocation's ~2.5 s (a validation's dbt run)
@@ -263,12 +269,20 @@ def run_dbt(
         if status in ("error", "fail", "runtime error"):
             node = getattr(r, "node", None)
             name = getattr(node, "name", "?")
-            msg = (getattr(r, "message", "") or "").strip().splitlines()
+            msg = _cause_line(getattr(r, "message", "") or "")
             broken = _broken_column_rules(db_path, node) if status == "fail" else None
-            failures.append(f"{name}: {broken or (msg[0] if msg else status)}")
+            failures.append(f"{name}: {broken or msg or status}")
     if res.exception is not None and not failures:
-        failures.append(str(res.exception).strip().splitlines()[0])
+        failures.append(_cause_line(str(res.exception)) or type(res.exception).__name__)
     return BuildResult(success=bool(res.success), failures=failures, n_nodes=n, n_unit_tests=n_unit)
+
+
+def _cause_line(message: str) -> str:
+    """The line of a dbt message that says what went wrong ("Catalog Error: Table with name
+    x does not exist!"), past dbt's own heading ("Runtime Error in model x (path)")."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    causes = [line for line in lines if not re.match(r"^\w+ Error in \w+ ", line)]
+    return (causes or lines or [""])[0]
 
 
 def _broken_column_rules(db_path: Path, node: Any) -> str | None:
@@ -290,6 +304,9 @@ def _broken_column_rules(db_path: Path, node: Any) -> str | None:
 
 # 0 would judge every wave spoiled (a tolerance) or divide by nothing
 _POSITIVE_VARS = {
+    "threshold_tok_s",
+    "ttft_ceiling_s",
+    "energy_max_sensor_w",
     "probe_window_s",
     "probe_step_s",
     "bootstrap_samples",
@@ -319,6 +336,103 @@ WHOLE_NUMBER_VARS = {
 }
 
 
+_SHARE = (0.0, 1.0)
+# the range each numeric var has a meaning in (inclusive, besides _POSITIVE_VARS and
+# _BELOW_HIGH_VARS): a share past 1, a threshold that passes every level, a count whose size
+# is the memory and time every night's build takes (each model's rows grow with it) is
+# refused by name before dbt runs. A unit test holds this table to dbt_project.yml's vars.
+VAR_LIMITS: dict[str, tuple[float, float]] = {
+    "threshold_tok_s": (0, 100_000),
+    "bootstrap_samples": (1, 10_000),
+    "bootstrap_seed": (0, 2**31 - 1),
+    "ci_low_pct": _SHARE,
+    "ci_high_pct": _SHARE,
+    "timing_error_tolerance": _SHARE,
+    "start_skew_tolerance": _SHARE,
+    "queued_ttft_factor": (0, 1_000),
+    "queued_ttft_min_s": (0, 3_600),
+    "overlap_stamp_slack_ms": (0, 60_000),
+    "probe_window_s": (0, 3_600),
+    "probe_step_s": (0, 3_600),
+    "dip_share": _SHARE,
+    "search_min_samples": (1, 1_000),
+    "bound_above_tolerance": (1, 100),
+    "bound_far_below_share": _SHARE,
+    "bandwidth_bound_share": _SHARE,
+    "kv_full_usage": _SHARE,
+    "prefill_phase_share": _SHARE,
+    "change_baseline_runs": (1, 365),
+    "change_min_baseline_runs": (1, 365),
+    "change_false_alarm_rate": _SHARE,
+    "change_min_effect_pct": (0, 1_000),
+    "change_permutations": (1, 100_000),
+    "drift_window_runs": (2, 365),
+    "drift_min_pct_per_run": (0, 1_000),
+    "tier_thresholds_tok_s": (0, 100_000),
+    "tier_ttft_p90_ceilings_s": (0, 86_400),
+    "ttft_ceiling_s": (0, 86_400),
+    "ttft_quantile": _SHARE,
+    "tail_confidence": _SHARE,
+    "replay_warmup_share": (0, 0.9),
+    "replay_max_send_lag_s": (0, 3_600),
+    "replay_climb_share": (0, 100),
+    "replay_climb_min_streams": (0, 100_000),
+    "replay_prediction_tolerance": (0, 100),
+    "replay_max_late_share": _SHARE,
+    "cache_hit_min_share": _SHARE,
+    "cold_cached_max_share": _SHARE,
+    "energy_max_sensor_w": (0, 10_000_000),
+    "plan_code_share": _SHARE,
+    "plan_long_prompts_per_min": (0, 10_000),
+    "plan_long_prompt_tokens": (1, 10_000_000),
+    "plan_max_below_threshold_share": _SHARE,
+    "open_loop_rate_step_pct": (0, 100),
+    "open_loop_grid_points": (10, 5_000),
+    "open_loop_max_in_flight": (1, 4_096),
+    "think_time_s": (0, 86_400),
+    "plan_max_servers": (1, 64),
+}
+# a quantile or confidence of 1 asks for infinitely many samples (macro tail_min_samples)
+_BELOW_HIGH_VARS = {"ttft_quantile", "tail_confidence"}
+
+
+def var_refusal(name: str, number: float) -> str | None:
+    """Why ``number`` is no value for var ``name`` (None: it is one): finite, within
+    VAR_LIMITS, above 0 where 0 means nothing, whole where it counts."""
+    if number != number or number in (float("inf"), float("-inf")):
+        return "must be a finite number"
+    low, high = VAR_LIMITS.get(name, (0.0, float("inf")))
+    if number < low or number > high or (name in _BELOW_HIGH_VARS and number >= high):
+        upper = "below" if name in _BELOW_HIGH_VARS else "at most"
+        lower = "greater than" if name in _POSITIVE_VARS and low == 0 else "at least"
+        return f"must be {lower} {low:g} and {upper} {high:g}"
+    if number == 0 and name in _POSITIVE_VARS:
+        return "must be greater than 0"
+    if name in WHOLE_NUMBER_VARS and not float(number).is_integer():
+        return "must be a whole number (a count)"
+    return None
+
+
+def check_vars(dbt_vars: dict[str, Any], source: str = "dbt var") -> None:
+    """Every numeric var a build is about to run with, and the pairs that must be ordered
+    (with the project's defaults for those not given): one line naming the first that is no
+    value, before dbt runs."""
+    for name, value in dbt_vars.items():
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, bool) or not isinstance(item, int | float):
+                continue  # a var's type is dbt's to refuse; only numbers have ranges here
+            why = var_refusal(name, float(item))
+            if why:
+                raise BuildError(f"{source} {name}: {item!r} {why}")
+    merged = {**known_vars(), **dbt_vars}
+    for low, high in (("ci_low_pct", "ci_high_pct"), ("change_min_baseline_runs",
+                                                       "change_baseline_runs")):  # fmt: skip
+        if float(merged[low]) > float(merged[high]):
+            raise BuildError(
+                f"{source} {low}: {merged[low]!r} must not exceed {high} ({merged[high]!r})"
+            )
+
+
 def known_vars() -> dict[str, Any]:
     """The dbt vars the project declares, with their defaults (dbt/dbt_project.yml)."""
     import yaml
@@ -332,12 +446,9 @@ def _number(source: str, name: str, value: str) -> float | int:
         number = float(value)
     except ValueError:
         raise BuildError(f"{source} {name}: {value!r} is not a number") from None
-    if number != number or number in (float("inf"), float("-inf")) or number < 0:
-        raise BuildError(f"{source} {name}: {value!r} must be a finite number >= 0")
-    if number == 0 and name in _POSITIVE_VARS:
-        raise BuildError(f"{source} {name}: must be greater than 0")
-    if name in WHOLE_NUMBER_VARS and not number.is_integer():
-        raise BuildError(f"{source} {name}: {value!r} must be a whole number (a count)")
+    why = var_refusal(name, number)
+    if why:
+        raise BuildError(f"{source} {name}: {value!r} {why}")
     # a whole number stays an int, as the project's own defaults are (threshold_tok_s: 20):
     # the models cast what they format (printf's %g refuses an integer)
     return int(number) if number.is_integer() else number

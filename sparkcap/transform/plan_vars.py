@@ -9,7 +9,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sparkcap.transform.dbt_build import BuildError, BuildResult, build
+from sparkcap.errors import MissingFile, NotBuilt
+from sparkcap.store.warehouse import open_warehouse
+from sparkcap.transform.dbt_build import BuildError, BuildResult, build, var_refusal
 
 # the plan's models, built together with their data tests by `sparkcap plan`
 PLAN_MODELS = (
@@ -29,6 +31,14 @@ PLAN_MODELS = (
     "fct_replay_plan",
 )
 PLAN_WORKLOADS = ("code", "prose")
+# the option each plan var comes from, to name it when a value is refused
+_FLAGS = {
+    "plan_code_share": "--mix",
+    "plan_long_prompts_per_min": "--long-prompts",
+    "plan_long_prompt_tokens": "--long-prompts",
+    "plan_max_below_threshold_share": "--max-below-share",
+    "think_time_s": "--think",
+}
 _RATE = re.compile(
     r"^\s*(?P<rate>\d+(?:\.\d+)?)\s*/\s*(?P<per>min|h)\s*@\s*(?P<tokens>\d+(?:\.\d+)?)\s*(?P<k>k?)\s*$"
 )
@@ -94,10 +104,33 @@ def plan_vars(
         out["think_time_s"] = think_s
     if tokens:  # none planned: the project's default length only words the budget
         out["plan_long_prompt_tokens"] = tokens
+    for name, value in out.items():  # each within the range its var has a meaning in
+        why = var_refusal(name, value)
+        if why:
+            raise BuildError(f"{_FLAGS[name]} ({name}): {value!r} {why}")
     return out
 
 
 def build_plan(db_path: Path, dbt_vars: dict[str, Any]) -> BuildResult:
     """The plan's models and their data tests, with ``dbt_vars`` over the environment's; the
-    capacities they read stay as the night's build left them."""
-    return build(db_path, select=" ".join(PLAN_MODELS), dbt_vars=dbt_vars)
+    capacities they read stay as the night's build left them. A warehouse that is not there,
+    holds no built capacity, or was built by an older sparkcap (a model the plan reads is
+    missing) is refused in one line naming the build to run; nothing is created."""
+    if not Path(db_path).is_file():
+        raise MissingFile(f"no warehouse at {db_path}: run a night (or `sparkcap sweep`) first")
+    with open_warehouse(db_path, read_only=True) as con:
+        built = con.execute(
+            "select count(*) from information_schema.tables where table_schema = 'marts' "
+            "and table_name = 'fct_capacity' and table_catalog = current_database()"
+        ).fetchone()
+    if not (built and built[0]):
+        raise NotBuilt(f"no capacity results in {db_path} yet: run `sparkcap build --db {db_path}`")
+    try:
+        return build(db_path, select=" ".join(PLAN_MODELS), dbt_vars=dbt_vars)
+    except BuildError as exc:
+        if "does not exist" not in str(exc):
+            raise
+        raise NotBuilt(
+            f"{db_path} was built by an older sparkcap (a model the plan reads is missing): "
+            f"run `sparkcap build --db {db_path}` once, then plan"
+        ) from None

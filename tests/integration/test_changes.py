@@ -15,7 +15,13 @@ import duckdb
 import pytest
 
 from sparkcap.publish.compare import regressions
-from sparkcap.transform.dbt_build import WHOLE_NUMBER_VARS, build, known_vars, parse_var_overrides
+from sparkcap.transform.dbt_build import (
+    WHOLE_NUMBER_VARS,
+    build,
+    known_vars,
+    parse_var_overrides,
+    var_refusal,
+)
 from tests.change_nights import History, Night, run_id_for, stage_history
 
 NIGHTS = range(1, 13)
@@ -111,7 +117,14 @@ def _overrides(whole: bool) -> list[str]:
         if isinstance(default, list | bool):
             continue
         if whole:
-            value = (0 if name == "ci_low_pct" else 1) if 0 < default < 1 else round(default)
+            # the whole number nearest the default that the var's range admits (a quantile
+            # below 1 admits none: it is left out)
+            first = [0, 1] if name == "ci_low_pct" else [1, 0]
+            tried = first if 0 < default < 1 else [round(default)]
+            fits = [v for v in tried if var_refusal(name, v) is None]
+            if not fits:
+                continue
+            value = fits[0]
         elif isinstance(default, int):
             if name in WHOLE_NUMBER_VARS:
                 continue

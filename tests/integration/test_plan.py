@@ -14,6 +14,7 @@ from pathlib import Path
 
 import duckdb
 import pytest
+import yaml
 
 from sparkcap import cli
 from sparkcap.servers.sim.fleet import TWIN
@@ -152,3 +153,110 @@ def test_plan_prints_the_marts_for_another_mix_and_refuses_a_bad_one(
         assert exit_.value.code == 1
         lines = err.getvalue().strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], lines
+
+
+def _fleet(path: Path, names: list[str]) -> Path:
+    """A fleet file of the twin's deployments by name, each at a port nothing listens on."""
+    workloads = {"levels": [1, 2], "trials": 1}
+    deployments = [{"name": n, "model": n, "endpoint": "http://127.0.0.1:9/v1"} for n in names]
+    path.write_text(
+        yaml.safe_dump(
+            {"name": "down", "workloads": {"code": workloads, "prose": workloads},
+             "deployments": deployments}
+        ),
+        encoding="utf-8",
+    )  # fmt: skip
+    return path
+
+
+def _replay_exit(args: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            cli.main(["replay", "--duration", "5", "--long-prompts", "0", *args])
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_a_replay_never_holds_without_a_planned_deployment(
+    night: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A plan replayed in part is not the plan: a fleet file without a planned deployment is
+    refused before anything is sent (one line, exit 1), and a planned deployment whose server
+    cannot be reached is named "not replayed" and the plan never holds (exit 3)."""
+    db, run_id = night
+    copy = tmp_path / "w.duckdb"
+    shutil.copy(db, copy)
+    names = [n for n, _, _ in _servers(copy, run_id)]
+    names = sorted(set(names))
+    code, out, err = _replay_exit(["--fleet", str(_fleet(tmp_path / "one.yaml", names[:1])),
+                                   "--db", str(copy)])  # fmt: skip
+    lines = err.strip().splitlines()
+    assert code == 1 and len(lines) == 1, (code, out, err)
+    assert lines[0].startswith("error: the plan routes load to ") and names[1] in lines[0], lines
+    assert "which the fleet file does not name" in lines[0], lines
+
+    code, out, err = _replay_exit(["--fleet", str(_fleet(tmp_path / "all.yaml", names)),
+                                   "--db", str(copy)])  # fmt: skip
+    assert code == 3, (code, out, err)
+    first = out.splitlines()[0]
+    assert "the plan is not shown to hold: not replayed at " in first, out
+    with duckdb.connect(str(copy), read_only=True) as con:
+        rows = con.execute(
+            "select deployment, verdict, verdict_text, n_requests from marts.fct_replay"
+        ).fetchall()
+    assert rows and all(v == "not replayed" and n == 0 for _, v, _, n in rows), rows
+    for deployment, _, words, _ in rows:
+        assert deployment in first and f"  {deployment}: not replayed: " in out, out
+        assert words.startswith("not replayed: "), words
+
+
+def _one_error_line(args: list[str]) -> str:
+    out, err = io.StringIO(), io.StringIO()
+    with (
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        pytest.raises(SystemExit) as exit_,
+    ):
+        cli.main(args)
+    lines = err.getvalue().strip().splitlines()
+    assert exit_.value.code == 1 and len(lines) == 1, (args, out.getvalue(), err.getvalue())
+    assert lines[0].startswith("error: ") and out.getvalue() == "", (args, lines)
+    return lines[0]
+
+
+def test_plan_replay_and_build_refuse_what_they_cannot_read_in_one_line(
+    night: tuple[Path, str], tmp_path: Path
+) -> None:
+    """No warehouse (nothing created), an empty one, one built by an older sparkcap (a model
+    the plan reads missing), a threshold that is no threshold, a long-prompt rate past any
+    range: one line each, exit 1, never dbt's own output."""
+    missing = tmp_path / "nowhere" / "w.duckdb"
+    fleet = ["--fleet", str(_fleet(tmp_path / "f.yaml", ["qwen"]))]
+    for command in (["plan"], ["replay", *fleet]):
+        line = _one_error_line([*command, "--db", str(missing)])
+        assert line == f"error: no warehouse at {missing}: run a night (or `sparkcap sweep`) first"
+    assert not missing.parent.exists()
+    empty = tmp_path / "empty.duckdb"
+    duckdb.connect(str(empty)).close()
+    for command in (["plan"], ["replay", *fleet]):
+        line = _one_error_line([*command, "--db", str(empty)])
+        assert line == (
+            f"error: no capacity results in {empty} yet: run `sparkcap build --db {empty}`"
+        )
+    db, _ = night
+    older = tmp_path / "older.duckdb"
+    shutil.copy(db, older)
+    with duckdb.connect(str(older)) as con:
+        con.execute("drop table intermediate.int_level_diagnosis")
+    line = _one_error_line(["plan", "--db", str(older)])
+    assert "was built by an older sparkcap" in line and "run `sparkcap build --db" in line, line
+    for threshold, why in (("nan", "finite"), ("inf", "finite"), ("1e308", "at most 100000"),
+                           ("-5", "greater than 0"), ("0", "greater than 0")):  # fmt: skip
+        line = _one_error_line(["build", "--threshold", threshold, "--db", str(older)])
+        assert line.startswith("error: --threshold threshold_tok_s: ") and why in line, line
+    nines = "9" * 400
+    line = _one_error_line(["plan", "--long-prompts", f"{nines}/min@1", "--db", str(older)])
+    assert "--long-prompts (plan_long_prompts_per_min): inf must be a finite number" in line

@@ -20,7 +20,8 @@ final as (
         -- a replay stored alone (before replay ids, or run on its own) is judged alone
         coalesce(cast(replay_id as varchar), cast(wave_id as varchar)) as replay_id,
         cast(plan_kind as varchar) as plan_kind,
-        cast(search_id as varchar) as search_id
+        cast(search_id as varchar) as search_id,
+        cast(not_replayed_reason as varchar) as not_replayed_reason
     from source
 )
 

@@ -153,6 +153,19 @@ def test_tiers_name_their_ceiling_and_an_unmeasured_tier_is_left_out() -> None:
     }
 
 
+def test_two_thresholds_seven_digits_alike_are_two_series() -> None:
+    """Labels by shortest round-trip digits: 12.3456781 and 12.3456789 under six significant
+    digits were one series twice, and node-exporter rejects such a file whole."""
+    tiers = [
+        TierRow("glm", "code", 12.3456781, None, 6, False, True, False),
+        TierRow("glm", "code", 12.3456789, None, 5, False, True, False),
+    ]
+    night = NightMetrics(RUN, [], tiers=tiers)
+    got = samples(render(night), "sparkcap_capacity_tier_streams")
+    labels = sorted(dict(k)["threshold_tok_s"] for k in got)
+    assert labels == ["12.3456781", "12.3456789"], got
+
+
 def test_changes_are_flags_with_their_size_and_p_only_where_the_mart_has_them() -> None:
     text = render(NIGHT)
     level = key(deployment="glm", workload="code", subject="level", concurrency="4")

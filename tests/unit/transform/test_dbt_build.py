@@ -137,3 +137,39 @@ def test_a_parse_is_kept_for_the_next_process_and_a_damaged_one_is_parsed_again(
     # a cache that cannot be written costs a parse, never the build
     monkeypatch.setenv("SPARKCAP_CACHE", str(path))  # a file where a folder should be
     dbt_build._store_manifest("k" * 64, Manifest())
+
+
+def test_every_numeric_var_has_a_range_and_one_outside_it_is_refused_by_name() -> None:
+    """A count's ceiling bounds the memory every build takes; a share is within 0..1; a
+    threshold of 0 or below would pass every level."""
+    numeric = {k for k, v in dbt_build.known_vars().items() if not isinstance(v, bool)}
+    assert set(dbt_build.VAR_LIMITS) == numeric
+    for name, default in dbt_build.known_vars().items():  # the defaults are values
+        assert dbt_build.var_refusal(name, default) is None if not isinstance(default, list) \
+            else all(dbt_build.var_refusal(name, d) is None for d in default), name  # fmt: skip
+    for item, needle in (
+        ("threshold_tok_s=-5", "must be greater than 0"),
+        ("threshold_tok_s=0", "must be greater than 0"),
+        ("threshold_tok_s=nan", "finite"),
+        ("threshold_tok_s=inf", "finite"),
+        ("threshold_tok_s=1e308", "at most 100000"),
+        ("plan_code_share=2", "at most 1"),
+        ("ttft_quantile=1", "below 1"),
+        ("replay_warmup_share=1", "at most 0.9"),
+        ("bootstrap_samples=1e9", "at most 10000"),
+        ("plan_max_servers=99999", "at most 64"),
+        ("change_permutations=10000000", "at most 100000"),
+        ("drift_window_runs=100000", "at most 365"),
+        ("plan_long_prompt_tokens=1e14", "at most 1e+07"),
+        ("open_loop_grid_points=1e6", "at most 5000"),
+    ):
+        with pytest.raises(dbt_build.BuildError) as caught:
+            dbt_build.parse_var_overrides([item])
+        words = str(caught.value)
+        assert words.startswith(f"--var {item.split('=')[0]}: ") and needle in words, words
+    # vars a build receives from elsewhere (sparkcap plan, --threshold) are checked too, and
+    # so are the pairs that must be ordered
+    with pytest.raises(dbt_build.BuildError, match=r"ci_low_pct: 0\.9 must not exceed ci_high_pct"):
+        dbt_build.check_vars({"ci_low_pct": 0.9, "ci_high_pct": 0.1})
+    with pytest.raises(dbt_build.BuildError, match="bootstrap_samples"):
+        dbt_build.dbt_args("build", Path("w.duckdb"), dbt_vars={"bootstrap_samples": 10**9})

@@ -22,3 +22,17 @@ def test_mix_and_long_prompt_parsing() -> None:
     with pytest.raises(BuildError, match="max-below-share"):
         plan_vars("code=1", "0", 0)
     assert "plan_long_prompt_tokens" not in plan_vars("code=1", "0", 0.05)
+
+
+def test_a_plan_input_outside_its_var_range_is_refused_naming_its_option() -> None:
+    # a rate of 400 nines a minute parses to inf; a prompt of 10^14 tokens no replay can send
+    nines = "9" * 400
+    for mix, long_prompts, think, needle in (
+        ("code=1", f"{nines}/min@1", None, "--long-prompts (plan_long_prompts_per_min): inf"),
+        ("code=1", "1/min@100000000000000", None, "--long-prompts (plan_long_prompt_tokens)"),
+        ("code=1", "20000/min@1k", None, "at most 10000"),
+    ):
+        with pytest.raises(BuildError) as caught:
+            plan_vars(mix, long_prompts, 0.05, think)
+        assert needle in str(caught.value), caught.value
+        assert "\n" not in str(caught.value)

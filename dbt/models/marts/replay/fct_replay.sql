@@ -97,7 +97,7 @@ quarters as (
 ),
 
 waves as (
-    select wave_id, started_at from {{ ref('stg_waves') }}
+    select wave_id, run_id, deployment, started_at from {{ ref('stg_waves') }}
 ),
 
 prefills as (
@@ -306,50 +306,98 @@ final as (
             else 'holds'
         end as verdict
     from assessed
+),
+
+replayed as (
+    select
+        * exclude (failures, model_misses),
+        case when len(model_misses) > 0
+            then 'the model is off here: ' || array_to_string(model_misses, ', ')
+                || ' (measured against predicted)'
+        end as model_note,
+        case verdict
+            when 'holds' then 'holds: ' || round(mean_streams_in_flight, 1)
+                || ' streams in flight on average at ' || round(median_decode_tok_s, 1) || ' tok/s'
+                -- a median below the threshold whose interval reaches it: not shown to fail
+                || case when code_median_decode_tok_s < threshold_tok_s
+                        or prose_median_decode_tok_s < threshold_tok_s
+                    then ' (a median below ' || threshold_tok_s || ' whose 90 % interval reaches it)'
+                    else '' end
+                -- a long prompt no stream decoded beside: its prefill budget is unchecked, said so
+                || case when n_long_prefills > n_long_prefills_measured
+                    then '; ' || (n_long_prefills - n_long_prefills_measured) || ' of '
+                        || n_long_prefills || ' long prompts unmeasured (no stream decoded during '
+                        || 'its prefill): the prefill budget unchecked on them'
+                    else '' end
+                -- long prompts routed here, none due in the counted time (a rate below one in the
+                -- replay's duration rounds to none, or its one fell in the warm-up): its prefill
+                -- budget untested, said so, with the duration whose counted time expects one
+                || case when long_prompts_untested
+                    then '; no long prompt in its counted time ('
+                        || round(long_per_min * rate_factor, 2)
+                        || ' a minute routed here, over ' || round(duration_s)::bigint
+                        || ' s): the prefill '
+                        || 'budget untested (a replay of '
+                        || ceil(60.0 / (long_per_min * rate_factor
+                            * (1 - {{ var('replay_warmup_share') }})))::bigint
+                        || ' s or more expects one after its warm-up)'
+                    else '' end
+            when 'fails' then 'fails: ' || array_to_string(failures, '; ')
+            when 'too short' then 'too short to decide: the streams in flight rose from '
+                || round(first_quarter_in_flight, 1) || ' to ' || round(last_quarter_in_flight, 1)
+                || ' over the counted time (a backlog still building); a replay of '
+                || deciding_duration_s::bigint || ' s or more would decide'
+            when 'no verdict' then 'no verdict: the client sent ' || n_sent_late || ' of '
+                || n_requests || ' requests more than ' || {{ var('replay_max_send_lag_s') }}
+                || ' s behind schedule, up to ' || round(max_send_lag_s, 2) || ' s (var '
+                || 'replay_max_late_share ' || {{ var('replay_max_late_share') }} || ')'
+            else 'nothing measured: no request of this replay decoded'
+        end as verdict_text
+    from final
+),
+
+-- a planned deployment whose replay never ran (its server down, its preflight refused): a row
+-- of its own, so the fleet's verdict counts it and never holds without it
+unreplayed as (
+    select
+        w.run_id,
+        f.wave_id,
+        w.deployment,
+        0 as n_requests,
+        0 as n_failed,
+        0 as n_sent_late,
+        0 as ttft_samples,
+        false as ttft_p90_is_supported,
+        0 as n_long_prefills,
+        0 as n_long_prefills_measured,
+        0 as n_long_prefills_below,
+        f.rate_factor,
+        f.duration_s,
+        f.seed,
+        f.replay_id,
+        f.planned_streams,
+        f.code_per_s,
+        f.prose_per_s,
+        f.long_per_min,
+        f.client_stall_s,
+        w.started_at,
+        f.max_below_threshold_share,
+        false as long_prompts_untested,
+        {{ var('threshold_tok_s') }} as threshold_tok_s,
+        {{ var('ttft_ceiling_s') }} as ttft_ceiling_s,
+        f.plan_kind,
+        f.search_id,
+        'not replayed' as verdict,
+        'not replayed: ' || f.not_replayed_reason as verdict_text
+    from offers as f
+    inner join waves as w on w.wave_id = f.wave_id
+    where f.not_replayed_reason is not null
+),
+
+final_rows as (
+    select * from replayed
+    union all by name
+    select * from unreplayed
 )
 
-select
-    * exclude (failures, model_misses),
-    case when len(model_misses) > 0
-        then 'the model is off here: ' || array_to_string(model_misses, ', ')
-            || ' (measured against predicted)'
-    end as model_note,
-    case verdict
-        when 'holds' then 'holds: ' || round(mean_streams_in_flight, 1)
-            || ' streams in flight on average at ' || round(median_decode_tok_s, 1) || ' tok/s'
-            -- a median below the threshold whose interval reaches it: not shown to fail
-            || case when code_median_decode_tok_s < threshold_tok_s
-                    or prose_median_decode_tok_s < threshold_tok_s
-                then ' (a median below ' || threshold_tok_s || ' whose 90 % interval reaches it)'
-                else '' end
-            -- a long prompt no stream decoded beside: its prefill budget is unchecked, said so
-            || case when n_long_prefills > n_long_prefills_measured
-                then '; ' || (n_long_prefills - n_long_prefills_measured) || ' of '
-                    || n_long_prefills || ' long prompts unmeasured (no stream decoded during '
-                    || 'its prefill): the prefill budget unchecked on them'
-                else '' end
-            -- long prompts routed here, none due in the counted time (a rate below one in the
-            -- replay's duration rounds to none, or its one fell in the warm-up): its prefill
-            -- budget untested, said so, with the duration whose counted time expects one
-            || case when long_prompts_untested
-                then '; no long prompt in its counted time ('
-                    || round(long_per_min * rate_factor, 2)
-                    || ' a minute routed here, over ' || round(duration_s)::bigint
-                    || ' s): the prefill '
-                    || 'budget untested (a replay of '
-                    || ceil(60.0 / (long_per_min * rate_factor
-                        * (1 - {{ var('replay_warmup_share') }})))::bigint
-                    || ' s or more expects one after its warm-up)'
-                else '' end
-        when 'fails' then 'fails: ' || array_to_string(failures, '; ')
-        when 'too short' then 'too short to decide: the streams in flight rose from '
-            || round(first_quarter_in_flight, 1) || ' to ' || round(last_quarter_in_flight, 1)
-            || ' over the counted time (a backlog still building); a replay of '
-            || deciding_duration_s::bigint || ' s or more would decide'
-        when 'no verdict' then 'no verdict: the client sent ' || n_sent_late || ' of '
-            || n_requests || ' requests more than ' || {{ var('replay_max_send_lag_s') }}
-            || ' s behind schedule, up to ' || round(max_send_lag_s, 2) || ' s (var '
-            || 'replay_max_late_share ' || {{ var('replay_max_late_share') }} || ')'
-        else 'nothing measured: no request of this replay decoded'
-    end as verdict_text
-from final
+select * from final_rows

@@ -1,7 +1,9 @@
 -- The plan under open-loop arrivals, for the whole fleet: per `sparkcap replay` (its
 -- replay_id: two replays at one factor and seed are two verdicts, never one), the
 -- plan holds when every deployment's replay holds; otherwise it fails at the deployments named
--- (or gives no verdict where a client fell behind or nothing was measured). A plan that holds
+-- (or gives no verdict where a client fell behind or nothing was measured). A planned
+-- deployment whose replay never ran is named and the plan never holds without it. A plan that
+-- holds
 -- where long prompts were routed but none fell in a replay's counted time says its prefill
 -- budget went untested there.
 with replays as (
@@ -22,15 +24,26 @@ final as (
         string_agg(deployment || ': ' || verdict_text, '; ' order by deployment)
             filter (where verdict = 'fails') as failing_reasons,
         string_agg(deployment, ', ' order by deployment)
-            filter (where verdict not in ('holds', 'fails')) as unjudged_deployments,
+            filter (where verdict not in ('holds', 'fails', 'not replayed'))
+            as unjudged_deployments,
+        string_agg(deployment, ', ' order by deployment) filter (where verdict = 'not replayed')
+            as unreplayed_deployments,
         string_agg(deployment, ', ' order by deployment) filter (where long_prompts_untested)
             as prefill_untested_deployments,
         case
             when count(*) filter (where verdict = 'fails') > 0
                 then 'fails at ' || string_agg(deployment, ', ' order by deployment)
                     filter (where verdict = 'fails')
+                    || coalesce('; not replayed at ' || string_agg(deployment, ', '
+                        order by deployment) filter (where verdict = 'not replayed'), '')
+            when count(*) filter (where verdict = 'not replayed') > 0
+                then 'is not shown to hold: not replayed at ' || string_agg(deployment, ', '
+                    order by deployment) filter (where verdict = 'not replayed')
+            -- what kept each deployment from a verdict, in the words a person acts on
             when count(*) filter (where verdict <> 'holds') > 0
-                then 'no verdict: ' || string_agg(deployment || ' ' || verdict, ', '
+                then 'gives no verdict: ' || string_agg(deployment || ' ' || case verdict
+                        when 'no verdict' then '(the client fell behind its schedule)'
+                        else '(' || verdict || ')' end, ', '
                     order by deployment) filter (where verdict <> 'holds')
             else 'holds' || coalesce(' (the prefill budget untested at '
                 || string_agg(deployment, ', ' order by deployment)
