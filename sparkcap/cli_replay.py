@@ -91,6 +91,8 @@ def replay(
     # the plan's vars stay with every build after the replays: the predictions read the open-loop
     # model of the plan the offers came from (its long prompts reserved)
     the_vars = plan_vars(mix, long_prompts, max_below_share)
+    if run is not None and db_path.is_file():
+        marts.run_row(db_path, run)  # a run named that is not there is said so, by name
     build_plan(db_path, the_vars)
     run_id = run or marts.latest_built_run(db_path)
     offers = replay_options(

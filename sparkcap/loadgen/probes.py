@@ -174,6 +174,7 @@ class _Probe:
         spec: StreamSpec,
         role: str,
         scheduled_ns: int | None = None,
+        total_s: float | None = None,
     ) -> RequestRecord:
         i = len(self.wave.requests)
         rec = RequestRecord(
@@ -196,7 +197,7 @@ class _Probe:
             {**self.headers, "X-Request-Id": rec.request_id},
             rec,
             self.wave.anchor_perf_ns,
-            self.dep.timeouts.total_s,
+            self.dep.timeouts.total_s if total_s is None else total_s,
         )
 
     def finish(self, monitor: LoopMonitor) -> WaveRecord:

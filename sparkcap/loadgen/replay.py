@@ -71,6 +71,18 @@ def _offer(options: ReplayOptions) -> ReplayOffer:
     return ReplayOffer(**options.model_dump(include=names))
 
 
+# a replay's request may outlast the schedule by this much (or the schedule's own length, if
+# longer): a stream that never ends fails by it, named, instead of holding the replay open for
+# the deployment's whole request timeout
+REPLAY_MARGIN_S = 60.0
+
+
+def request_limit_s(dep: Deployment, options: ReplayOptions) -> float:
+    """The longest a replay's request may take: the schedule plus a margin, at most the
+    deployment's own request timeout."""
+    return min(dep.timeouts.total_s, options.duration_s + max(REPLAY_MARGIN_S, options.duration_s))
+
+
 def _tag(options: ReplayOptions) -> str:
     # two replays of one run never share a wave id (staging replaces by wave)
     return f"x{options.rate_factor:g}-s{options.seed}-{options.replay_id or secrets.token_hex(3)}"
@@ -139,6 +151,7 @@ async def replay(dep: Deployment, run_id: str, options: ReplayOptions) -> WaveRe
         monitor.start()
         tasks: list[asyncio.Task[RequestRecord]] = []
         stalled = options.client_stall_s <= 0
+        limit_s = request_limit_s(dep, options)
         for a in arrivals:
             due_ns = anchor + round(a.at_s * _NS)
             if not stalled and a.at_s >= options.client_stall_at_s:
@@ -163,7 +176,9 @@ async def replay(dep: Deployment, run_id: str, options: ReplayOptions) -> WaveRe
             else:
                 spec = specs[a.role][a.index % len(specs[a.role])]
             tasks.append(
-                asyncio.create_task(p.send(client, spec, a.role, scheduled_ns=due_ns - anchor))
+                asyncio.create_task(
+                    p.send(client, spec, a.role, scheduled_ns=due_ns - anchor, total_s=limit_s)
+                )
             )
         await asyncio.gather(*tasks)
         await monitor.stop()

@@ -52,6 +52,9 @@ class ReplayOutcome:
 
 
 PLAN_KINDS = ("rate", "burst")
+# the most requests one replay schedules: each is held, with its token times, until the wave
+# is spooled, so the schedule's size is the client's memory (about 2 KB a request)
+MAX_REPLAY_REQUESTS = 200_000
 
 
 def replay_options(
@@ -105,6 +108,16 @@ def replay_options(
         )
     if not out:
         raise ReplayError("the plan sends no streams anywhere with a measured stream duration")
+    expected = sum(
+        (o.code_per_s + o.prose_per_s + o.long_per_min / 60) * rate_factor * duration_s
+        for o in out.values()
+    )
+    if expected > MAX_REPLAY_REQUESTS:
+        raise ReplayError(
+            f"this replay would send about {expected:,.0f} requests (the plan's rates × "
+            f"{rate_factor:g} × {duration_s:g} s), more than the {MAX_REPLAY_REQUESTS:,} one "
+            "replay holds: shorten --duration or lower --rate-factor"
+        )
     return out
 
 

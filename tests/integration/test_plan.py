@@ -257,6 +257,8 @@ def test_plan_replay_and_build_refuse_what_they_cannot_read_in_one_line(
                            ("-5", "greater than 0"), ("0", "greater than 0")):  # fmt: skip
         line = _one_error_line(["build", "--threshold", threshold, "--db", str(older)])
         assert line.startswith("error: --threshold threshold_tok_s: ") and why in line, line
+    line = _one_error_line(["replay", *fleet, "--run", "nosuchrun", "--db", str(older)])
+    assert line == f"error: no such run in {older}: nosuchrun", line
     nines = "9" * 400
     line = _one_error_line(["plan", "--long-prompts", f"{nines}/min@1", "--db", str(older)])
     assert "--long-prompts (plan_long_prompts_per_min): inf must be a finite number" in line

@@ -73,3 +73,25 @@ def test_a_search_widens_until_it_brackets_lambda_star_then_halves_the_bracket()
     assert (down.fails, down.factor) == (1.0, 0.8)
     down.record("too short")
     assert down.stopped == "too short at 0.8x" and down.factor == 0.8
+
+
+def test_a_replay_larger_than_one_client_holds_is_refused_before_its_schedule_is_built() -> None:
+    """--duration 86400 --rate-factor 100 once built a schedule of gigabytes before sending
+    anything: the expected count is checked against MAX_REPLAY_REQUESTS first, in one line."""
+    rows = [_row("a", "code", 0.5, 64, rate_plan=0.4)]
+    with pytest.raises(ReplayError, match="more than the 200,000 one replay holds") as caught:
+        replay_options(rows, duration_s=86_400.0, rate_factor=100.0, seed=1)
+    assert "shorten --duration or lower --rate-factor" in str(caught.value)
+    assert replay_options(rows, duration_s=3_600.0, rate_factor=1.0, seed=1)  # 1,440: fine
+
+
+def test_a_replays_request_is_bounded_by_its_schedule_plus_a_margin() -> None:
+    from sparkcap.config import Deployment, ReplayOptions
+    from sparkcap.loadgen.replay import request_limit_s
+
+    dep = Deployment(name="a", endpoint="http://127.0.0.1:9/v1", model="m")  # type: ignore[arg-type]
+    short = ReplayOptions(duration_s=3.0, planned_streams=1.0)
+    long = ReplayOptions(duration_s=600.0, planned_streams=1.0)
+    assert dep.timeouts.total_s > 63.0
+    assert request_limit_s(dep, short) == 63.0  # 3 s + the 60 s margin, not 1,800 s
+    assert request_limit_s(dep, long) == min(dep.timeouts.total_s, 1_200.0)
