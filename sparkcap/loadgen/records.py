@@ -95,6 +95,9 @@ class RequestRecord:
     # open-loop replay: when the arrival process scheduled this request (ns from the anchor);
     # sent_ns later than it is the client's lateness, and TTFT is read from here
     scheduled_ns: int | None = None
+    # open-loop replay: the most the client's loop stalls can have moved this stream's rate, a
+    # share (wave.stream_timing_error); None where not computed (a sweep's wave has its own)
+    timing_error_bound: float | None = None
     chunks: ChunkColumns = field(default_factory=ChunkColumns)
 
     @property

@@ -112,17 +112,24 @@ def timing_error_bound(
     """
     worst: float | None = None
     for r in requests:
-        if r.status != Status.OK or r.first_token_ns is None or r.last_token_ns is None:
-            continue
-        span = r.last_token_ns - r.first_token_ns
-        if span <= 0:
-            continue
-        late = (0 if r.first_token_exact else monitor.lateness_ns(anchor_ns + r.first_token_ns)) + (
-            0 if r.last_token_exact else monitor.lateness_ns(anchor_ns + r.last_token_ns)
-        )
-        bound = late / span
-        worst = bound if worst is None else max(worst, bound)
+        bound = stream_timing_error(r, monitor, anchor_ns)
+        if bound is not None:
+            worst = bound if worst is None else max(worst, bound)
     return worst
+
+
+def stream_timing_error(r: RequestRecord, monitor: LoopMonitor, anchor_ns: int) -> float | None:
+    """One ``ok`` stream's bound (see :func:`timing_error_bound`); ``None`` when it did not
+    decode over a span."""
+    if r.status != Status.OK or r.first_token_ns is None or r.last_token_ns is None:
+        return None
+    span = r.last_token_ns - r.first_token_ns
+    if span <= 0:
+        return None
+    late = (0 if r.first_token_exact else monitor.lateness_ns(anchor_ns + r.first_token_ns)) + (
+        0 if r.last_token_exact else monitor.lateness_ns(anchor_ns + r.last_token_ns)
+    )
+    return late / span
 
 
 def build_body(

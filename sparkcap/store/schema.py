@@ -187,6 +187,12 @@ RAW_TABLES: dict[str, pa.Schema] = {
             doc="open-loop replay: the request's scheduled start, ns from the wave's anchor "
             "(sent_ns later than it is the client's lateness)",
         ),
+        _c(
+            "timing_error_bound",
+            F64,
+            doc="open-loop replay: the most the client's loop stalls can have moved this "
+            "stream's rate, a share (NULL: not computed; a sweep's is on raw.waves)",
+        ),
     ),
     "chunks": _table(
         None,

@@ -480,6 +480,7 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "session_id": [r.session_id for r in reqs],
             "turn_index": [r.turn_index for r in reqs],
             "scheduled_ns": [r.scheduled_ns for r in reqs],
+            "timing_error_bound": [r.timing_error_bound for r in reqs],
         },
     )
     counts = np.fromiter((len(r.chunks) for r in reqs), dtype=np.int64, count=len(reqs))

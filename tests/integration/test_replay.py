@@ -264,6 +264,28 @@ def test_a_stalled_client_shows_in_the_ttft_from_the_scheduled_start_only() -> N
         within("on-time send lag, s", (r.sent_ns - r.scheduled_ns) / 1e9, high=0.1)  # type: ignore[operator]
 
 
+def test_a_stall_while_streams_decode_marks_their_rates_as_the_clients_not_the_servers() -> None:
+    """The loop blocks 1 s at 1 s while 48-token streams decode: a stream sent before the stall
+    whose first token came during it is stamped at the wake-up, up to 1 s late, so its rate is
+    the client's doing; each request carries that bound (dbt leaves such streams out of every
+    figure, int_replay_streams), and a stream read wholly after the wake-up carries none."""
+    options = ReplayOptions(
+        duration_s=3.0, seed=5, planned_streams=2, code_per_s=6.0,
+        code_tokens=48, client_stall_s=1.0, client_stall_at_s=1.0, replay_id="5ca11ed2",
+    )  # fmt: skip
+    with SimServer([_profile("steady")]) as sim:
+        wave = asyncio.run(replay(_dep("steady", sim.endpoint), "r-stall-read", options))
+    ok = [r for r in wave.requests if r.status == "ok" and r.first_token_ns is not None]
+    woke_ns = min(r.sent_ns for r in wave.requests if r.scheduled_ns >= 1.0e9)  # type: ignore[operator,type-var]
+    caught = [r for r in ok if r.sent_ns < 1.0e9 and r.first_token_ns > woke_ns - 0.05e9]  # type: ignore[operator]
+    after = [r for r in ok if r.first_token_ns > woke_ns + 0.1e9]  # type: ignore[operator]
+    assert caught and after, [(r.sent_ns, r.first_token_ns, r.last_token_ns) for r in ok]
+    for r in caught:  # past the 0.005 tolerance by far: ~1 s late in a span of ~1.5 s
+        within("a stream first read at the wake-up: bound", r.timing_error_bound, low=0.1)
+    for r in after:
+        within("a stream read after the wake-up: bound", r.timing_error_bound, high=0.005)
+
+
 def test_long_prompts_are_a_third_arrival_process_sent_on_their_own_schedule() -> None:
     """The plan's long prompts (its long-prompt rate) arrive as their own Poisson process
     beside the streams: each is sent at its instant, as the long document it is (the server

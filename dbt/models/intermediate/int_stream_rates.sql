@@ -96,6 +96,7 @@ final as (
         r.end_ns,
         -- open-loop replay: when the request was due (NULL for every other wave)
         r.scheduled_ns,
+        r.timing_error_bound,
         r.n_chunks,
         r.length_factor,
         r.first_chunk_tokens,

@@ -29,7 +29,8 @@ final as (
         cast(role as varchar) as request_role,
         cast(session_id as varchar) as session_id,
         cast(turn_index as integer) as turn_index,
-        cast(scheduled_ns as bigint) as scheduled_ns
+        cast(scheduled_ns as bigint) as scheduled_ns,
+        cast(timing_error_bound as double) as timing_error_bound
     from source
 )
 

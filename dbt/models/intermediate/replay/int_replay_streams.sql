@@ -37,7 +37,18 @@ final as (
         -- the first share of the schedule fills an empty server: its requests are sent and
         -- recorded, but the verdict reads the streams due after it (var replay_warmup_share)
         {{ var('replay_warmup_share') }} * o.duration_s as warmup_s,
-        s.scheduled_ns / 1e9 >= {{ var('replay_warmup_share') }} * o.duration_s as is_counted,
+        s.scheduled_ns / 1e9 >= {{ var('replay_warmup_share') }} * o.duration_s as is_after_warmup,
+        -- a stream whose rate the client's own loop stalls may have moved by more than var
+        -- timing_error_tolerance (the rule a sweep's wave is spoiled by): no figure of the
+        -- replay reads it, and too many of them leave the replay without a verdict (fct_replay)
+        s.request_role in ('code', 'prose')
+            and coalesce(s.timing_error_bound > {{ var('timing_error_tolerance') }}, false)
+            as is_client_spoiled,
+        s.scheduled_ns / 1e9 >= {{ var('replay_warmup_share') }} * o.duration_s
+            and not (s.request_role in ('code', 'prose')
+                and coalesce(s.timing_error_bound > {{ var('timing_error_tolerance') }}, false))
+            as is_counted,
+        s.timing_error_bound,
         o.rate_factor
     from streams as s
     inner join offers as o on o.wave_id = s.wave_id

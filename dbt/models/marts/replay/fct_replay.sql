@@ -158,7 +158,12 @@ observed as (
         max(send_lag_s) as max_send_lag_s,
         quantile_cont(send_lag_s, 0.9) as send_lag_p90_s,
         cast(count(*) filter (where send_lag_s > {{ var('replay_max_send_lag_s') }}) as integer)
-            as n_sent_late
+            as n_sent_late,
+        cast(count(*) filter (where is_after_warmup and is_client_spoiled) as integer)
+            as n_client_spoiled,
+        cast(count(*) filter (where is_after_warmup and workload in ('code', 'prose')
+            and decode_tok_s is not null) as integer) as n_rates_after_warmup,
+        max(timing_error_bound) as max_timing_error_bound
     from streams
     group by run_id, wave_id, deployment
 ),
@@ -192,6 +197,10 @@ judged as (
         o.n_sent_late / o.n_requests as late_share,
         o.n_sent_late <= {{ var('replay_max_late_share') }} * o.n_requests
             as client_kept_schedule,
+        -- the client read its streams on time: the streams whose rates its stalls may have
+        -- moved are at most the share var replay_max_late_share of those it decoded
+        o.n_client_spoiled <= {{ var('replay_max_late_share') }} * o.n_rates_after_warmup
+            as client_read_on_time,
         {{ var('threshold_tok_s') }} as threshold_tok_s,
         {{ var('ttft_ceiling_s') }} as ttft_ceiling_s,
         f.plan_kind,
@@ -293,7 +302,7 @@ final as (
         ], lambda x: x is not null) as model_misses,
         case
             when n_requests = 0 then 'nothing measured'
-            when not client_kept_schedule then 'no verdict'
+            when not client_kept_schedule or not client_read_on_time then 'no verdict'
             when n_failed > 0
                 or code_fails
                 or prose_fails
@@ -347,10 +356,19 @@ replayed as (
                 || round(first_quarter_in_flight, 1) || ' to ' || round(last_quarter_in_flight, 1)
                 || ' over the counted time (a backlog still building); a replay of '
                 || deciding_duration_s::bigint || ' s or more would decide'
-            when 'no verdict' then 'no verdict: the client sent ' || n_sent_late || ' of '
-                || n_requests || ' requests more than ' || {{ var('replay_max_send_lag_s') }}
-                || ' s behind schedule, up to ' || round(max_send_lag_s, 2) || ' s (var '
-                || 'replay_max_late_share ' || {{ var('replay_max_late_share') }} || ')'
+            when 'no verdict' then 'no verdict: ' || array_to_string(list_filter([
+                case when not client_kept_schedule
+                    then 'the client sent ' || n_sent_late || ' of ' || n_requests
+                        || ' requests more than ' || {{ var('replay_max_send_lag_s') }}
+                        || ' s behind schedule, up to ' || round(max_send_lag_s, 2) || ' s' end,
+                case when not client_read_on_time
+                    then 'the client stalled while reading ' || n_client_spoiled
+                        || ' of ' || n_rates_after_warmup || ' streams, their rates off by up '
+                        || 'to ' || round(100 * max_timing_error_bound, 1) || ' % (var '
+                        || 'timing_error_tolerance ' || {{ var('timing_error_tolerance') }}
+                        || '): their figures are left out' end
+                ], lambda x: x is not null), '; ')
+                || ' (var replay_max_late_share ' || {{ var('replay_max_late_share') }} || ')'
             else 'nothing measured: no request of this replay decoded'
         end as verdict_text
     from final
@@ -366,6 +384,7 @@ unreplayed as (
         0 as n_requests,
         0 as n_failed,
         0 as n_sent_late,
+        0 as n_client_spoiled,
         0 as ttft_samples,
         false as ttft_p90_is_supported,
         0 as n_long_prefills,
