@@ -233,7 +233,13 @@ def test_energy_marts_match_the_simulated_integral(db_path: Path) -> None:
             assert 0 < r["streams_span_s"] <= r["span_s"], r
         assert sum(r["generated_tokens"] for r in levels) == tokens[d]
         for r in levels:
-            assert r["tokens_per_joule"] == pytest.approx(r["generated_tokens"] / r["energy_j"])
+            # the whole window charged: the lower bound; the streams' own span: the figure
+            low_tpj = r["generated_tokens"] / r["energy_j"]
+            assert r["tokens_per_joule_low"] == pytest.approx(low_tpj), r
+            assert 0 < r["streams_energy_j"] <= r["energy_j"], r
+            assert r["tokens_per_joule"] == pytest.approx(
+                r["generated_tokens"] / r["streams_energy_j"]
+            ), r
         cap = at_capacity[d]
         assert cap["capacity_streams"] == capacity[d] >= 1
         at = energy[(d, capacity[d])]

@@ -4,7 +4,10 @@
 -- wave's tokens with another's energy. A level none of whose waves could be measured is
 -- 'unavailable' with the first wave's reason and NULL figures, never 0. A measured wave's
 -- readings hold its streams' lives (int_wave_energy): its energy is the streams' and the
--- draw around them, which streams_span_s against span_s states. Only deployments
+-- draw around them, which streams_span_s against span_s states; tokens per joule is read over
+-- the streams' span (the window's mean draw times the streams' time), so a power source slow
+-- to answer, whose window reaches past the streams, does not lower it (the whole window's is
+-- tokens_per_joule_low). Only deployments
 -- that name a power source have rows.
 with waves as (
     select *
@@ -23,6 +26,14 @@ levels as (
         sum(energy_j) filter (where status = 'measured') as measured_energy_j,
         sum(span_s) filter (where status = 'measured') as measured_span_s,
         sum(streams_span_s) filter (where status = 'measured') as measured_streams_span_s,
+        -- the streams' share of each wave's energy: its mean draw over the readings' window
+        -- times the streams' own span (a power source that is slow to answer widens the window,
+        -- never the streams' energy); NULL when a measured wave lacks its streams' span
+        case
+            when count(*) filter (where status = 'measured' and streams_span_s is null) = 0
+                then sum(energy_j / nullif(span_s, 0) * streams_span_s)
+                    filter (where status = 'measured')
+        end as measured_streams_energy_j,
         -- NULL when a measured wave's read round trips were not kept
         case
             when count(*) filter (where status = 'measured' and span_uncertainty_s is null) = 0
@@ -63,8 +74,14 @@ final as (
         case when n_measured_waves > 0 then measured_span_uncertainty_s end
             as span_uncertainty_s,
         case when n_measured_waves > 0 then measured_tokens end as generated_tokens,
+        case when n_measured_waves > 0 then measured_streams_energy_j end as streams_energy_j,
+        -- tokens per joule of the streams' own span: the figure (a window that only held the
+        -- streams gives the same); charged the whole window, the draw around the streams too,
+        -- it is tokens_per_joule_low, what a slow power source's window pulls it down to
+        case when n_measured_waves > 0
+            then measured_tokens / nullif(measured_streams_energy_j, 0) end as tokens_per_joule,
         case when n_measured_waves > 0 then measured_tokens / nullif(measured_energy_j, 0) end
-            as tokens_per_joule,
+            as tokens_per_joule_low,
         case when n_measured_waves > 0 then 'measured' else 'unavailable' end as status,
         case when n_measured_waves = 0 then first_reason end as unavailable_reason,
         n_waves,
