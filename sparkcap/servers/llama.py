@@ -239,6 +239,40 @@ def ensure_server_binary(jobs: int | None = None, quiet: bool = False) -> Path:
         return _build_server_binary(target, jobs, quiet)
 
 
+def extract_sources(sdist: Path, work: Path) -> None:
+    """The sdist's vendored llama.cpp into ``work``, each member checked (safe_members)."""
+    with tarfile.open(sdist) as tar:
+        members = safe_members(
+            [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name], work
+        )
+        if hasattr(tarfile, "data_filter"):  # Python 3.11.4+: the library's own check too
+            tar.extractall(work, members=members, filter="data")
+        else:  # 3.11.0-3.11.3 (Debian 12's 3.11.2) have no filter: safe_members is the check
+            tar.extractall(work, members=members)
+
+
+def safe_members(members: list[tarfile.TarInfo], dest: Path) -> list[tarfile.TarInfo]:
+    """The archive's regular files, folders and links whose paths (and link targets) stay
+    inside ``dest``: what the "data" extraction filter admits, checked here as well, since
+    Pythons before 3.11.4 have no filter. Anything else refuses the whole archive."""
+    root = dest.resolve()
+
+    def inside(path: Path) -> bool:
+        return path == root or root in path.parents
+
+    for m in members:
+        target = (root / m.name).resolve()
+        if Path(m.name).is_absolute() or not inside(target):
+            raise LocalServerError(f"the llama.cpp sources hold a path outside: {m.name!r}")
+        if m.issym() or m.islnk():
+            base = target.parent if m.issym() else root
+            if Path(m.linkname).is_absolute() or not inside((base / m.linkname).resolve()):
+                raise LocalServerError(f"the llama.cpp sources link outside: {m.name!r}")
+        elif not (m.isfile() or m.isdir()):
+            raise LocalServerError(f"the llama.cpp sources hold a special file: {m.name!r}")
+    return members
+
+
 def _configured(work: Path, log: Path, quiet: bool) -> Path:
     """Download (into ``SPARKCAP_CACHE/dl``), check the digest, extract and run cmake's
     configure step: the part of a cold build that broke once and that every CI run proves."""
@@ -247,9 +281,7 @@ def _configured(work: Path, log: Path, quiet: bool) -> Path:
     dl = cache_dir() / "dl"
     dl.mkdir(parents=True, exist_ok=True)
     sdist = fetch_sdist(dl, log, quiet=quiet)
-    with tarfile.open(sdist) as tar:
-        members = [m for m in tar.getmembers() if "/vendor/llama.cpp/" in m.name]
-        tar.extractall(work, members=members, filter="data")
+    extract_sources(sdist, work)
     src = next(work.glob("llama_cpp_python-*/vendor/llama.cpp"))
     build = work / "build"
     include = work / "sparkcap-unity.cmake"
