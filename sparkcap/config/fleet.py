@@ -207,7 +207,9 @@ class Distributed(_Strict):
 class Fleet(_Strict):
     name: str = Field(min_length=1)
     description: str = ""
-    threshold_tok_s: float = Field(20.0, gt=0)
+    # None: not given, so every judgement takes dbt's var threshold_tok_s (SPARKCAP_DBT_VARS,
+    # else the project's 20); a fleet that names one is judged at it
+    threshold_tok_s: float | None = Field(None, gt=0, le=100_000)
     schedule: Schedule | None = Field(
         None, description="nightly schedule; fleets without one are run by hand only"
     )

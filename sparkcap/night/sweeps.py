@@ -258,12 +258,14 @@ async def run_sweeps(
     config: dict[str, Any] | None = None,
     progress: ProgressFn | None = None,
     parallel_deployments: bool = False,
-    threshold_tok_s: float = 20.0,
+    threshold_tok_s: float | None = None,
 ) -> RunResult:
     """Sweep each request, staging every wave as it ends; returns what was recorded.
 
     A deployment that fails preflight is left out and recorded as not measured; the others
-    are measured as usual. Only when no deployment can be measured does the run never start
+    are measured as usual. ``threshold_tok_s``: the fleet's, where it names one; else a
+    search judges at the threshold the build takes (SPARKCAP_DBT_VARS, the project's). Only
+    when no deployment can be measured does the run never start
     (``PreflightError``, nothing written).
     """
     deployments = {r.deployment.name: r.deployment for r in requests}

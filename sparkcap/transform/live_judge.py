@@ -26,7 +26,12 @@ from typing import Any
 from sparkcap.errors import SparkcapError
 from sparkcap.loadgen.records import MAX_COUNT, RequestRecord, Status, WaveRecord
 from sparkcap.loadgen.search import LevelJudgement
-from sparkcap.transform.dbt_build import _release_dbt_logs, dbt_args, environment_vars
+from sparkcap.transform.dbt_build import (
+    _release_dbt_logs,
+    dbt_args,
+    environment_vars,
+    judgement_vars,
+)
 
 _COMPILE_LOCK = threading.Lock()
 _COMPILED: dict[str, Rules] = {}
@@ -194,8 +199,13 @@ class SearchJudge:
         ) = sql
 
     @classmethod
-    def compile(cls, threshold_tok_s: float) -> SearchJudge:
-        return cls(threshold_tok_s, compile_search_rule({"threshold_tok_s": threshold_tok_s}))
+    def compile(cls, threshold_tok_s: float | None = None) -> SearchJudge:
+        """The judge at ``threshold_tok_s`` where the fleet names one, else at the threshold
+        a build in this environment takes (SPARKCAP_DBT_VARS, then the project's default):
+        the live decision reads its vars where dbt reads them."""
+        given = {} if threshold_tok_s is None else {"threshold_tok_s": threshold_tok_s}
+        threshold = float({**judgement_vars(), **given}["threshold_tok_s"])
+        return cls(threshold, compile_search_rule(given))
 
     def queued(self, waves: Sequence[WaveRecord]) -> set[str]:
         """Waves dbt's overlap rule calls queued (the server ran fewer streams than asked)."""

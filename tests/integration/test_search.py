@@ -196,6 +196,24 @@ def _wave(
     return wave
 
 
+def test_a_search_judges_at_the_threshold_the_environment_sets_unless_the_fleet_names_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """SPARKCAP_DBT_VARS sets the threshold every build records at; a search (a fleet that
+    names none, `sparkcap sweep --search`) decides its levels at that threshold too, not at
+    a default of its own: rates of 22-25 tok/s pass at 20 and fail at 30."""
+    from sparkcap.transform.live_judge import SearchJudge
+
+    monkeypatch.setenv("SPARKCAP_DBT_VARS", json.dumps({"threshold_tok_s": 30}))
+    rates = [_wave(1, [22.0, 23.0, 24.0, 25.0])]
+    from_env = SearchJudge.compile()
+    assert from_env.threshold_tok_s == 30.0
+    assert from_env.judge("k", rates, 0.9).verdict == "fail"  # type: ignore[arg-type]
+    named = SearchJudge.compile(20.0)  # a fleet's own threshold_tok_s outranks the default
+    assert named.threshold_tok_s == 20.0
+    assert named.judge("k", rates, 0.9).verdict == "pass"  # type: ignore[arg-type]
+
+
 def test_the_live_judge_runs_dbts_rule_and_skips_what_the_client_spoiled() -> None:
     from sparkcap.transform.live_judge import SearchJudge
 
