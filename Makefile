@@ -1,5 +1,8 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test`.
-PYTHON ?= python3.11
+# The interpreter: PYTHON=... where given, else the first supported one on the PATH. sparkcap
+# supports CPython 3.11 (every patch release, Debian 12's 3.11.2 included), 3.12 and 3.13.
+SUPPORTED_PYTHONS := python3.11 python3.12 python3.13
+PYTHON ?= $(firstword $(foreach p,$(SUPPORTED_PYTHONS),$(shell $(p) -c '' >/dev/null 2>&1 && command -v $(p))))
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -11,7 +14,8 @@ export GX_ANALYTICS_ENABLED := False
 .PHONY: venv demo test test-fast lint fmt typecheck bench local-server docs docs-reference clean
 
 $(STAMP): pyproject.toml
-	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (sparkcap needs Python 3.11)"; exit 1; }
+	@[ -n "$(PYTHON)" ] || { echo "error: no Python 3.11, 3.12 or 3.13 on the PATH: install one (Debian 12: apt-get install python3.11-venv) or run make PYTHON=/path/to/python3.x"; exit 1; }
+	@$(PYTHON) -c 'import sys, venv; sys.exit(not (3, 11) <= sys.version_info[:2] <= (3, 13))' 2>/dev/null || { echo "error: $(PYTHON) is not a Python 3.11, 3.12 or 3.13 with venv: install one (Debian 12: apt-get install python3.11-venv) or run make PYTHON=/path/to/python3.x"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'
