@@ -256,6 +256,13 @@ class DeploymentBase(Strict):
         False, description="ask for per-chunk usage (vLLM's continuous_usage_stats)"
     )
     reports_usage: bool = True
+    # whether the deployment's streams are meant to reason (a thinking model with thinking on):
+    # the study measured with it off, and a wave whose streams reasoned otherwise (or, "on",
+    # did not) fails the data-quality expectation reasoning_as_intended; how to turn it off per
+    # engine: docs/guides/reasoning-models.md
+    reasoning: Literal["off", "on"] = Field(
+        "off", description="off (the study's protocol) or on: what the streams must show"
+    )
     metrics_url: HttpUrl | None = None
     ca_bundle: Path | None = None
     timeouts: Timeouts = Field(default_factory=lambda: Timeouts())

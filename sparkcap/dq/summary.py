@@ -5,9 +5,11 @@ Built from ``raw.dq_results`` (what was stored is what is shown), linked to the 
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+from sparkcap import resources
 from sparkcap.pages import render
 from sparkcap.store.warehouse import open_warehouse
 
@@ -35,6 +37,16 @@ order by g.deployment, g.workload, o.suite, o.expectation
 """
 
 
+def expectation_whys() -> dict[tuple[str, str], str]:
+    """Each shipped expectation's reason, by (suite, id): what a failure means, in words."""
+    whys: dict[tuple[str, str], str] = {}
+    for path in sorted(resources.expectations_dir().glob("*.json")):
+        spec = json.loads(path.read_text(encoding="utf-8"))
+        for e in spec.get("expectations", []):
+            whys[(str(spec.get("suite", path.stem)), str(e["id"]))] = str(e.get("why", ""))
+    return whys
+
+
 def summary_rows(db_path: Path, run_id: str) -> list[tuple[object, ...]]:
     with open_warehouse(db_path, read_only=True) as con:
         return con.execute(SUMMARY_SQL, {"run_id": run_id}).fetchall()
@@ -46,6 +58,7 @@ def render_summary_html(db_path: Path, run_id: str, docs_index: Path | None, out
     groups = sorted({(r[0], r[1]) for r in rows})
     cell = {(r[0], r[1], r[2], r[3]): (r[5], r[6]) for r in rows}
     n_fail = 0
+    failed: set[tuple[str, str]] = set()
     table_rows = []
     for dep, wl in groups:
         cells = []
@@ -53,6 +66,7 @@ def render_summary_html(db_path: Path, run_id: str, docs_index: Path | None, out
             offending, samples = cell.get((dep, wl, suite, exp), (0, None))
             if offending and blocking:
                 n_fail += 1
+                failed.add((str(suite), str(exp)))
             cells.append(
                 {
                     "offending": offending,
@@ -62,6 +76,7 @@ def render_summary_html(db_path: Path, run_id: str, docs_index: Path | None, out
                 }
             )
         table_rows.append({"label": f"{dep} / {wl}", "cells": cells})
+    whys = expectation_whys()
     docs_href = (
         os.path.relpath(docs_index, out.parent).replace(os.sep, "/")
         if docs_index is not None
@@ -72,6 +87,10 @@ def render_summary_html(db_path: Path, run_id: str, docs_index: Path | None, out
         run_id=run_id,
         n_fail=n_fail,
         expectations=[{"suite": s, "name": e, "blocking": b} for s, e, b in expectations],
+        # what each failed blocking expectation means, as its suite words it
+        failed_whys=[
+            {"name": e, "why": whys.get((s, e), "")} for s, e in sorted(failed, key=str)
+        ],
         groups=table_rows,
         docs_href=docs_href,
     )

@@ -28,7 +28,11 @@ from sparkcap.loadgen.sse import SSEParser, SSEProtocolError
 
 ERROR_SNIPPET_CHARS = 500
 FINISH_REASON_CHARS = 100
-_CONTENT_KEYS = ("content", "reasoning_content", "reasoning")
+# the answer's text, and a thinking model's reasoning (vLLM's `reasoning_content`, renamed
+# `reasoning` in 2025; OpenRouter's `reasoning_details[*].text`): both are generated tokens
+_ANSWER_KEY = "content"
+_REASONING_KEYS = ("reasoning_content", "reasoning")
+_THINK_TAG = "<think>"
 # what h11 says when the peer closed the connection: the stream was cut, not malformed
 _DISCONNECTED = ("disconnected", "peer closed")
 
@@ -54,22 +58,34 @@ def _shown(value: object) -> str:
         return type(value).__name__
 
 
-def _delta_chars(choice: dict[str, Any]) -> int:
+def _delta_chars(choice: dict[str, Any]) -> tuple[int, int, bool]:
+    """(answer characters, reasoning characters, whether the answer holds a ``<think>`` tag)
+    of one choice's delta: the answer is its content and tool calls, the reasoning the fields
+    thinking models stream it in."""
     delta = choice.get("delta") or {}
     if not isinstance(delta, dict):
-        return 0
-    n = 0
-    for key in _CONTENT_KEYS:
+        return 0, 0, False
+    content = delta.get(_ANSWER_KEY)
+    answer = len(content) if isinstance(content, str) else 0
+    think = isinstance(content, str) and _THINK_TAG in content
+    reasoning = 0
+    for key in _REASONING_KEYS:
         v = delta.get(key)
         if isinstance(v, str):
-            n += len(v)
+            reasoning += len(v)
+    details = delta.get("reasoning_details")
+    if isinstance(details, list):
+        for d in details:
+            text = d.get("text") if isinstance(d, dict) else None
+            if isinstance(text, str):
+                reasoning += len(text)
     calls = delta.get("tool_calls")
     if calls:
         try:
-            n += len(json.dumps(calls))
+            answer += len(json.dumps(calls))
         except RecursionError as exc:
             raise SSEProtocolError("JSON nested too deeply") from exc
-    return n
+    return answer, reasoning, think
 
 
 class StreamState:
@@ -99,6 +115,7 @@ class StreamState:
         self.usage_problem = f"usage ignored: {why}"
         rec = self.rec
         rec.completion_tokens = rec.prompt_tokens = rec.cached_prompt_tokens = None
+        rec.reasoning_tokens = None
 
     def finalize(self) -> None:
         """Settle ``count_source``: per-chunk counts only if *every* content chunk had usage.
@@ -175,12 +192,16 @@ class StreamState:
             msg = err.get("message") if isinstance(err, dict) else err
             raise _InBandError(_snippet(str(msg)))
         choices = obj.get("choices") or []
-        n_chars = 0
+        n_chars = n_answer = 0
         if isinstance(choices, list):
             for ch in choices:
                 if not isinstance(ch, dict):
                     continue
-                n_chars += _delta_chars(ch)
+                answer, reasoning, think = _delta_chars(ch)
+                n_chars += answer + reasoning
+                n_answer += answer
+                rec.reasoning_chars += reasoning
+                rec.think_tag = rec.think_tag or think
                 fr = ch.get("finish_reason")
                 if fr:
                     fr = fr if isinstance(fr, str) else _shown(fr)
@@ -196,6 +217,8 @@ class StreamState:
             if rec.first_token_ns is None:
                 rec.first_token_ns = t_ns
                 rec.first_token_exact = exact
+            if n_answer and rec.first_answer_ns is None:
+                rec.first_answer_ns = t_ns
             rec.last_token_ns = t_ns
             rec.last_token_exact = exact
             rec.chunks.append(t_ns, chunk_tokens, n_chars)
@@ -226,6 +249,24 @@ class StreamState:
                 self._usage_chunks += 1
             self._last_usage_tokens = ct
             rec.completion_tokens = ct
+        completion_details = usage.get("completion_tokens_details")
+        if completion_details is not None:
+            if not isinstance(completion_details, dict):
+                self._distrust(
+                    f"completion_tokens_details is {_shown(completion_details)}, not an object"
+                )
+                return NO_TOKENS
+            rt = completion_details.get("reasoning_tokens")
+            if rt is not None:
+                if not is_count(rt):
+                    self._distrust(f"reasoning_tokens {_shown(rt)} is not a token count")
+                    return NO_TOKENS
+                if rec.completion_tokens is not None and rt > rec.completion_tokens:
+                    self._distrust(
+                        f"reasoning_tokens {rt} exceed completion_tokens {rec.completion_tokens}"
+                    )
+                    return NO_TOKENS
+                rec.reasoning_tokens = rt
         pt = usage.get("prompt_tokens")
         if pt is not None:
             if not is_count(pt):

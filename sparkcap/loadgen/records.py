@@ -95,6 +95,13 @@ class RequestRecord:
     # open-loop replay: when the arrival process scheduled this request (ns from the anchor);
     # sent_ns later than it is the client's lateness, and TTFT is read from here
     scheduled_ns: int | None = None
+    # a thinking model's reasoning: when the first answer token arrived (content or a tool
+    # call; first_token_ns is the first on any channel), the reasoning characters streamed, the
+    # reasoning tokens usage counted, and whether the answer's text held a <think> tag
+    first_answer_ns: int | None = None
+    reasoning_chars: int = 0
+    reasoning_tokens: int | None = None
+    think_tag: bool = False
     # open-loop replay: the most the client's loop stalls can have moved this stream's rate, a
     # share (wave.stream_timing_error); None where not computed (a sweep's wave has its own)
     timing_error_bound: float | None = None

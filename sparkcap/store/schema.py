@@ -193,6 +193,19 @@ RAW_TABLES: dict[str, pa.Schema] = {
             doc="open-loop replay: the most the client's loop stalls can have moved this "
             "stream's rate, a share (NULL: not computed; a sweep's is on raw.waves)",
         ),
+        _c(
+            "first_answer_ns",
+            I64,
+            doc="the first answer token (content or a tool call), ns from the anchor; "
+            "first_token_ns is the first on any channel, reasoning included (NULL: no answer)",
+        ),
+        _c("reasoning_chars", I64, doc="reasoning text streamed (reasoning fields), characters"),
+        _c(
+            "reasoning_tokens",
+            I32,
+            doc="usage.completion_tokens_details.reasoning_tokens (NULL: not reported)",
+        ),
+        _c("think_tag", BOOL, doc="the answer's text held a <think> tag"),
     ),
     "chunks": _table(
         None,
@@ -215,6 +228,7 @@ RAW_TABLES: dict[str, pa.Schema] = {
         _c("reports_usage", BOOL, null=False),
         _c("extra_body_json", STR, json=True),
         _c("timeout_total_s", F64),
+        _c("reasoning", STR, doc="off | on: whether its streams are meant to reason"),
     ),
     "server_metrics": _table(
         None,

@@ -283,8 +283,8 @@ def record_run_start(
     for d in deployments:
         con.execute(
             "insert into raw.deployments (run_id, deployment, model, endpoint, nodes, hardware, "
-            "replicas, parallel_slots, reports_usage, extra_body_json, timeout_total_s) "
-            "values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "replicas, parallel_slots, reports_usage, extra_body_json, timeout_total_s, "
+            "reasoning) values (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [
                 run_id,
                 d.name,
@@ -297,6 +297,7 @@ def record_run_start(
                 d.reports_usage,
                 json.dumps(d.extra_body, sort_keys=True),
                 d.timeouts.total_s,
+                d.reasoning,
             ],
         )
     _record_declared_facts(con, run_id, deployments)
@@ -481,6 +482,10 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "turn_index": [r.turn_index for r in reqs],
             "scheduled_ns": [r.scheduled_ns for r in reqs],
             "timing_error_bound": [r.timing_error_bound for r in reqs],
+            "first_answer_ns": [r.first_answer_ns for r in reqs],
+            "reasoning_chars": [r.reasoning_chars for r in reqs],
+            "reasoning_tokens": [r.reasoning_tokens for r in reqs],
+            "think_tag": [r.think_tag for r in reqs],
         },
     )
     counts = np.fromiter((len(r.chunks) for r in reqs), dtype=np.int64, count=len(reqs))

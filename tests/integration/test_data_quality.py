@@ -35,6 +35,8 @@ def sim() -> SimServer:
         fast_profile("clean"),
         faulty("short", every=3, short_output_tokens=5),
         faulty("nousage", every=3, omit_usage=True),
+        # a thinking model whose thinking was left on: each stream's first 4 tokens reason
+        fast_profile("thinker", reasoning_tokens=4),
     ]
     with SimServer(profiles) as s:
         yield s
@@ -173,7 +175,7 @@ def bad_night(sim: SimServer, tmp_path_factory: pytest.TempPathFactory) -> BadNi
     with pytest.MonkeyPatch.context() as relaxed:  # as the clean night: 16-token streams
         for k, v in RELAXED_TIMING.items():
             relaxed.setenv(k, v)
-        run_id = sweep_into(sim, db, "short", "nousage")
+        run_id = sweep_into(sim, db, "short", "nousage", "thinker")
         marts = "+fct_trials +fct_levels +fct_capacity"
         build(db, select=marts, dbt_vars=SHORT_STREAM_VARS)
         before = q(
@@ -193,7 +195,11 @@ def bad_night(sim: SimServer, tmp_path_factory: pytest.TempPathFactory) -> BadNi
 
 @pytest.mark.parametrize(
     ("model", "expectation"),
-    [("short", "code_output_length_exact"), ("nousage", "completion_length_present")],
+    [
+        ("short", "code_output_length_exact"),
+        ("nousage", "completion_length_present"),
+        ("thinker", "reasoning_as_intended"),
+    ],
 )
 def test_bad_outputs_fail_validation_and_leave_capacity(
     bad_night: BadNight, model: str, expectation: str
@@ -248,6 +254,40 @@ def test_bad_outputs_fail_validation_and_leave_capacity(
         mine,
     )[0][0]
     assert cap_inputs == n_valid
+
+
+def test_a_model_thinking_by_mistake_is_named_with_its_time_to_the_first_answer(
+    bad_night: BadNight,
+) -> None:
+    """The study measured with reasoning off (the default setting): a deployment whose streams
+    reasoned anyway measured another workload. Each stream shows it (reasoning tokens from
+    usage, the reasoning text's characters, TTFT to the first token on any channel and the
+    time to the first answer token after it); the other deployments' streams show none."""
+    rows = q(
+        bad_night.db,
+        "select deployment, reasoned, reasoning_hidden, reasoning_tokens, reasoning_chars, "
+        "ttft_s, ttfo_s from intermediate.int_stream_rates "
+        "where run_id = ? and status = 'ok' order by request_id",
+        [bad_night.run_id],
+    )
+    thinker = [r for r in rows if r[0] == "thinker"]
+    others = [r for r in rows if r[0] != "thinker"]
+    assert thinker and others
+    for _, reasoned, hidden, tokens, chars, ttft_s, ttfo_s in thinker:
+        assert reasoned and not hidden and tokens == 4 and chars > 0, thinker
+        assert ttfo_s > ttft_s, thinker  # the answer began after the reasoning
+    assert not any(r[1] for r in others), others
+    assert all(r[6] == r[5] for r in others), others  # no reasoning: the first token answers
+    waves = q(
+        bad_night.db,
+        "select deployment, reasoning_intended, n_reasoned, reasoning_as_intended "
+        "from intermediate.int_dq_waves where run_id = ?",
+        [bad_night.run_id],
+    )
+    assert {(d, i, ok) for d, i, _, ok in waves if d == "thinker"} == {("thinker", "off", False)}
+    assert all(ok for d, _, _, ok in waves if d != "thinker"), waves
+    summary = (bad_night.out / "summary.html").read_text(encoding="utf-8")
+    assert "reasoning_as_intended" in summary and "measures another workload" in summary
 
 
 def test_validation_after_build_triggers_rebuild_of_that_run(bad_night: BadNight) -> None:

@@ -37,6 +37,7 @@ def test_both_pages_share_one_stylesheet_and_escape_names() -> None:
             }
         ],
         docs_href=None,
+        failed_whys=[{"name": "e<b>", "why": "a <why> & its words"}],
     )
     page = render(
         "page.html.j2",
@@ -47,6 +48,7 @@ def test_both_pages_share_one_stylesheet_and_escape_names() -> None:
         charts_json="{}",
     )
     assert "r&lt;1&gt;" in dq and "e&lt;b&gt;" in dq and "a&amp;b / code" in dq
+    assert "<dd>a &lt;why&gt; &amp; its words</dd>" in dq  # a failed expectation, in words
     assert "run &lt;x&gt;" in page
     css = "table { border-collapse: collapse; font-size: 0.85rem; }"
     assert css in dq and css in page

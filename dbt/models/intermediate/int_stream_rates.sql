@@ -112,6 +112,19 @@ final as (
         ) }} as measured_decode_tok_s,
         {{ ttft_seconds('r.first_token_ns', 'r.sent_ns') }} as ttft_s,
         (r.last_token_ns - r.first_token_ns) / 1e9 as decode_span_s,
+        -- a thinking model: TTFT is the first token on any channel (its decode span holds the
+        -- reasoning, as completion_tokens counts it); the time to the first answer token
+        -- beside it, and whether the stream reasoned (text streamed, tokens counted, or a
+        -- <think> tag in the answer) or reasoned hidden (counted, none streamed)
+        r.first_answer_ns,
+        {{ ttft_seconds('r.first_answer_ns', 'r.sent_ns') }} as ttfo_s,
+        r.reasoning_chars,
+        r.reasoning_tokens,
+        r.think_tag,
+        coalesce(r.reasoning_chars > 0 or r.reasoning_tokens > 0 or r.think_tag, false)
+            as reasoned,
+        coalesce(r.reasoning_tokens > 0 and r.reasoning_chars = 0 and not r.think_tag, false)
+            as reasoning_hidden,
         m.run_watermark,
         {{ judgement_settings() }} as judgement_settings
     from with_k1 as r

@@ -14,6 +14,8 @@ final as (
         cast(parallel_slots as integer) as parallel_slots,
         cast(reports_usage as boolean) as reports_usage,
         cast(timeout_total_s as double) as timeout_total_s,
+        -- a deployment recorded before the setting existed was measured as the study did
+        coalesce(cast(reasoning as varchar), 'off') as reasoning,
         extra_body_json
     from source
 )

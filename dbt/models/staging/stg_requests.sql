@@ -30,7 +30,11 @@ final as (
         cast(session_id as varchar) as session_id,
         cast(turn_index as integer) as turn_index,
         cast(scheduled_ns as bigint) as scheduled_ns,
-        cast(timing_error_bound as double) as timing_error_bound
+        cast(timing_error_bound as double) as timing_error_bound,
+        cast(first_answer_ns as bigint) as first_answer_ns,
+        coalesce(cast(reasoning_chars as bigint), 0) as reasoning_chars,
+        cast(reasoning_tokens as integer) as reasoning_tokens,
+        coalesce(cast(think_tag as boolean), false) as think_tag
     from source
 )
 

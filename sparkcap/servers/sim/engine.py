@@ -181,6 +181,18 @@ class SimProfile(BaseModel):
         "with the least variance (stable headline numbers from short demo outputs)",
     )
     fixed_chunk_tokens: int | None = Field(None, ge=1)
+    reasoning_tokens: int = Field(
+        0,
+        ge=0,
+        description="a thinking model: each stream's first this many tokens are reasoning, "
+        "streamed in reasoning_field and counted in usage's completion_tokens_details, unless "
+        "the request turns thinking off (chat_template_kwargs.enable_thinking false)",
+    )
+    reasoning_field: Literal["reasoning_content", "reasoning"] = Field(
+        "reasoning_content",
+        description="the delta field reasoning arrives in: vLLM's older reasoning_content or "
+        "its 2025 reasoning (llama-server and SGLang send reasoning_content)",
+    )
     prefill_tok_s: float = Field(4000.0, gt=0)
     prefill_chunk: int = Field(2048, ge=1)
     max_slots: int = Field(256, ge=1)

@@ -489,6 +489,10 @@ def create_app(
         )
         omit_usage = fault is not None and fault.omit_usage
         trickle = fault.trickle_interval_s if fault is not None else None
+        # vLLM's and SGLang's switch for a thinking model's chat template
+        kwargs = body.get("chat_template_kwargs")
+        thinking_off = isinstance(kwargs, dict) and kwargs.get("enable_thinking") is False
+        reasoning_n = 0 if thinking_off else engine.p.reasoning_tokens
         if not body.get("stream"):
             return await _complete(engine, req, model=str(model), include_usage=not omit_usage)
         engine.submit(req)
@@ -500,6 +504,7 @@ def create_app(
                 include_usage=include_usage and not omit_usage,
                 continuous=continuous and not omit_usage,
                 trickle_s=trickle,
+                reasoning_n=reasoning_n,
             ),
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Request-Id": rid},
@@ -622,13 +627,16 @@ def _chunk(
     }
 
 
-def _usage(req: SimRequest, completion: int) -> dict[str, Any]:
-    return {
+def _usage(req: SimRequest, completion: int, reasoning_n: int = 0) -> dict[str, Any]:
+    usage: dict[str, Any] = {
         "prompt_tokens": req.prompt_tokens,
         "completion_tokens": completion,
         "total_tokens": req.prompt_tokens + completion,
         "prompt_tokens_details": {"cached_tokens": req.cached_tokens},
     }
+    if reasoning_n:  # OpenAI's shape: the reasoning share of completion_tokens
+        usage["completion_tokens_details"] = {"reasoning_tokens": min(completion, reasoning_n)}
+    return usage
 
 
 async def _stream(
@@ -639,6 +647,7 @@ async def _stream(
     include_usage: bool,
     continuous: bool,
     trickle_s: float | None,
+    reasoning_n: int = 0,
 ) -> AsyncIterator[bytes]:
     created = int(time.time())
     rid = req.request_id
@@ -658,10 +667,13 @@ async def _stream(
         while True:
             em = await req.out.get()
             if em.kind == "tokens":
+                # a thinking model's first reasoning_n tokens are its reasoning (a chunk that
+                # begins inside them is reasoning whole)
+                field = engine.p.reasoning_field if completion < reasoning_n else "content"
                 completion += em.n_tokens
-                ch = _chunk(rid, model, created, {"content": em.text}, None)
+                ch = _chunk(rid, model, created, {field: em.text}, None)
                 if continuous:
-                    ch["usage"] = _usage(req, completion)
+                    ch["usage"] = _usage(req, completion, reasoning_n)
                 data = _sse(ch)
                 now = time.perf_counter_ns()
                 if entry.first_token_ns is None:
@@ -674,11 +686,11 @@ async def _stream(
                 entry.finish_reason = em.finish_reason
                 fin = _chunk(rid, model, created, {}, em.finish_reason)
                 if continuous:
-                    fin["usage"] = _usage(req, completion)
+                    fin["usage"] = _usage(req, completion, reasoning_n)
                 yield _sse(fin)
                 if include_usage:
                     use = {**_chunk(rid, model, created, {}, None), "choices": []}
-                    use["usage"] = _usage(req, completion)
+                    use["usage"] = _usage(req, completion, reasoning_n)
                     yield _sse(use)
                 yield b"data: [DONE]\n\n"
                 return

@@ -228,3 +228,111 @@ def test_continuous_counts_that_go_down_are_not_stored_as_negatives() -> None:
     assert list(r.chunks.n_tokens) == [NO_TOKENS, NO_TOKENS, NO_TOKENS]
     assert r.completion_tokens is None and r.count_source is CountSource.INVALID_USAGE
     assert "went down from 3 to 1" in (r.error or "")
+
+
+def delta_chunk(delta: dict[str, object], usage: dict[str, object] | None = None) -> bytes:
+    obj: dict[str, object] = {"choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+    if usage is not None:
+        obj["usage"] = usage
+    return sse(obj)
+
+
+@pytest.mark.parametrize(
+    "reasoning",
+    [
+        {"reasoning_content": "Let me think."},  # vLLM before 2025, llama-server, SGLang
+        {"reasoning": "Let me think."},  # vLLM since 2025
+        {"reasoning_details": [{"type": "reasoning.text", "text": "Let me think."}]},
+    ],
+    ids=["reasoning_content", "reasoning", "reasoning_details"],
+)
+def test_reasoning_is_the_first_token_and_the_answer_is_timed_apart(
+    reasoning: dict[str, object],
+) -> None:
+    """A thinking model's stream: TTFT is its first token on any channel, the reasoning's;
+    the first answer token (content) is stamped beside it; usage's reasoning tokens kept."""
+    r = run(
+        [
+            (delta_chunk(reasoning), 100),
+            (chunk("def f"), 300),
+            (chunk("():", finish="stop"), 400),
+            (
+                sse(
+                    {
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": 9,
+                            "completion_tokens": 5,
+                            "completion_tokens_details": {"reasoning_tokens": 3},
+                        },
+                    }
+                ),
+                410,
+            ),
+            (b"data: [DONE]\n\n", 420),
+        ]
+    )
+    assert (r.first_token_ns, r.first_answer_ns, r.last_token_ns) == (100, 300, 400)
+    assert r.reasoning_chars == len("Let me think.") and r.reasoning_tokens == 3
+    assert r.completion_tokens == 5 and r.status == Status.OK and not r.think_tag
+
+
+def test_hidden_reasoning_and_a_think_tag_are_both_seen() -> None:
+    """Usage counting reasoning tokens with none streamed (reasoning hidden), and reasoning
+    sent inside the answer's text as <think>: each is recorded, neither guessed away."""
+    hidden = run(
+        [
+            (chunk("Answer", finish="stop"), 200),
+            (usage_only(7), 210),
+            (
+                sse(
+                    {
+                        "choices": [],
+                        "usage": {
+                            "completion_tokens": 7,
+                            "completion_tokens_details": {"reasoning_tokens": 6},
+                        },
+                    }
+                ),
+                211,
+            ),
+            (b"data: [DONE]\n\n", 220),
+        ],
+        rec(None),
+    )
+    assert hidden.reasoning_tokens == 6 and hidden.reasoning_chars == 0
+    assert hidden.first_answer_ns == hidden.first_token_ns == 200
+    tagged = run([(chunk("<think>hmm</think>x", finish="stop"), 50), (b"data: [DONE]\n\n", 60)])
+    assert tagged.think_tag and tagged.first_answer_ns == 50
+
+
+@pytest.mark.parametrize(
+    ("details", "words"),
+    [
+        ({"reasoning_tokens": 2**31}, "reasoning_tokens 2147483648 is not a token count"),
+        ({"reasoning_tokens": True}, "reasoning_tokens true is not a token count"),
+        ({"reasoning_tokens": 9}, "reasoning_tokens 9 exceed completion_tokens 5"),
+        ("many", 'completion_tokens_details is "many", not an object'),
+    ],
+)
+def test_an_impossible_reasoning_count_discards_the_streams_usage_with_the_reason(
+    details: object, words: str
+) -> None:
+    r = run(
+        [
+            (chunk("abc", finish="stop"), 10),
+            (
+                sse(
+                    {
+                        "choices": [],
+                        "usage": {"completion_tokens": 5, "completion_tokens_details": details},
+                    }
+                ),
+                20,
+            ),
+            (b"data: [DONE]\n\n", 30),
+        ],
+        rec(None),
+    )
+    assert r.reasoning_tokens is None and r.completion_tokens is None
+    assert r.count_source == CountSource.INVALID_USAGE and words in (r.error or ""), r.error
