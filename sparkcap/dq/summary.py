@@ -88,9 +88,7 @@ def render_summary_html(db_path: Path, run_id: str, docs_index: Path | None, out
         n_fail=n_fail,
         expectations=[{"suite": s, "name": e, "blocking": b} for s, e, b in expectations],
         # what each failed blocking expectation means, as its suite words it
-        failed_whys=[
-            {"name": e, "why": whys.get((s, e), "")} for s, e in sorted(failed, key=str)
-        ],
+        failed_whys=[{"name": e, "why": whys.get((s, e), "")} for s, e in sorted(failed, key=str)],
         groups=table_rows,
         docs_href=docs_href,
     )
