@@ -3,6 +3,12 @@
 # supports CPython 3.11 (every patch release, Debian 12's 3.11.2 included), 3.12 and 3.13.
 SUPPORTED_PYTHONS := python3.11 python3.12 python3.13
 PYTHON ?= $(firstword $(foreach p,$(SUPPORTED_PYTHONS),$(shell $(p) -c '' >/dev/null 2>&1 && command -v $(p))))
+# A second supported Python for the quick (unit) tests beside the suite, so CI proves more than
+# one version: 3.12 first, what DGX OS (the study's hardware) runs, then 3.13; on the PATH or
+# under pyenv. None found: make test says so and runs the suite on PYTHON alone.
+PYENV_VERSIONS := $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions
+OTHER_PYTHON ?= $(firstword $(foreach p,python3.12 python3.13,$(shell $(p) -c '' >/dev/null 2>&1 && command -v $(p))) $(lastword $(sort $(wildcard $(PYENV_VERSIONS)/3.12.*/bin/python3.12))) $(lastword $(sort $(wildcard $(PYENV_VERSIONS)/3.13.*/bin/python3.13))))
+OTHER_VENV := .venv-other
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -11,7 +17,7 @@ export PREFECT_HOME ?= $(CURDIR)/.sparkcap/prefect
 export DO_NOT_TRACK := 1
 export GX_ANALYTICS_ENABLED := False
 
-.PHONY: venv demo test test-fast lint fmt typecheck bench local-server docs docs-reference clean
+.PHONY: venv demo test test-fast other-python-tests lint fmt typecheck bench local-server docs docs-reference clean
 
 $(STAMP): pyproject.toml
 	@[ -n "$(PYTHON)" ] || { echo "error: no Python 3.11, 3.12 or 3.13 on the PATH: install one (Debian 12: apt-get install python3.11-venv) or run make PYTHON=/path/to/python3.x"; exit 1; }
@@ -82,6 +88,14 @@ test: $(STAMP)
 	      $(PY) -m pytest -q -p no:cacheprovider --durations=10 \
 	      -m client_timing > "$(LOGS)/timing.log" 2>&1; echo $$? > "$(LOGS)/timing.rc"; \
 	    times > "$(LOGS)/timing.cpu"; echo $$(( $$(date +%s) - t0 )) > "$(LOGS)/timing.s" ) & \
+	  ( if [ -n "$(OTHER_PYTHON)" ]; then \
+	      PREFECT_HOME="$(PREFECT_HOME)/other-python" $(MAKE) --no-print-directory \
+	      other-python-tests > "$(LOGS)/other-python.log" 2>&1; \
+	      echo $$? > "$(LOGS)/other-python.rc"; \
+	    else echo "no second supported Python (3.12 or 3.13) found: the suite ran on $(PYTHON) only" \
+	      > "$(LOGS)/other-python.log"; echo 0 > "$(LOGS)/other-python.rc"; fi; \
+	    times > "$(LOGS)/other-python.cpu"; \
+	    echo $$(( $$(date +%s) - t0 )) > "$(LOGS)/other-python.s" ) & \
 	  ( ( set -e; $(VENV)/bin/ruff check sparkcap flows tests benchmarks; \
 	    $(VENV)/bin/ruff format --check sparkcap flows tests benchmarks; \
 	    $(VENV)/bin/mypy; $(VENV)/bin/lint-imports --no-cache; \
@@ -104,6 +118,8 @@ test: $(STAMP)
 	    echo "llama-server's cold path failed:"; tail -5 "$(SPARKCAP_HOME)/llama-build.log"; rc=1; fi; \
 	  echo "── real-server tests (after the llama-server build, on 2 workers) ──"; \
 	  tail -15 "$(LOGS)/real-server.log"; \
+	  echo "── unit tests on a second Python ($(or $(OTHER_PYTHON),none)), $$(cat "$(LOGS)/other-python.s") s from the start ──"; \
+	  tail -3 "$(LOGS)/other-python.log"; \
 	  $(PY) tests/suite_summary.py "$$SPARKCAP_BUILD_LOG" "$$(cat "$(LOGS)/lint.s" || echo -1)" \
 	    $$((t2 - t0)) "$$(cat "$(LOGS)/timing.s" || echo -1)" \
 	    "$$(cat "$(LOGS)/real-server.s" || echo -1)" $$((t3 - t0)) "$(LOGS)"; \
@@ -111,10 +127,20 @@ test: $(STAMP)
 	  timing_rc=$$(cat "$(LOGS)/timing.rc"); \
 	  if [ "$$timing_rc" = 5 ]; then echo "pytest collected no client-timing tests"; rc=1; \
 	  elif [ "$$timing_rc" != 0 ]; then echo "make test: client-timing tests failed"; rc=1; fi; \
+	  if [ "$$(cat "$(LOGS)/other-python.rc")" != 0 ]; then \
+	    echo "make test: the unit tests on $(OTHER_PYTHON) failed"; rc=1; fi; \
 	  real_rc=$$(cat "$(LOGS)/real-server.rc"); \
 	  if [ "$$real_rc" = 5 ]; then echo "pytest collected no real-server tests"; rc=1; \
 	  elif [ "$$real_rc" != 0 ]; then echo "make test: real-server tests failed"; rc=1; fi; \
 	  exit $$rc
+
+# the unit tests on OTHER_PYTHON, in a venv of its own (make test runs this beside the suite)
+other-python-tests:
+	@[ -n "$(OTHER_PYTHON)" ] || { echo "error: no Python 3.12 or 3.13 found: give OTHER_PYTHON=/path/to/python3.x"; exit 1; }
+	$(OTHER_PYTHON) -m venv $(OTHER_VENV)
+	$(OTHER_VENV)/bin/python -m pip install -q --upgrade pip
+	$(OTHER_VENV)/bin/python -m pip install -q -e '.[dev]'
+	$(OTHER_VENV)/bin/python -m pytest -q -p no:cacheprovider -m unit
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check sparkcap flows tests benchmarks
