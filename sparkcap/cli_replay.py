@@ -77,7 +77,13 @@ def replay(
 
     Exits 0 when the plan holds, 3 when it fails, was not replayed somewhere or gives no
     verdict, 1 when nothing was recorded."""
-    from sparkcap.night.replay import REPLAY_MODELS, replay_options, run_replays, search_replays
+    from sparkcap.night.replay import (
+        REPLAY_MODELS,
+        ReplayError,
+        replay_options,
+        run_replays,
+        search_replays,
+    )
     from sparkcap.publish import marts
     from sparkcap.transform.dbt_build import build
     from sparkcap.transform.plan_vars import build_plan, plan_vars
@@ -122,7 +128,13 @@ def replay(
             if bracket.stopped:
                 out.print(f"  {name}: stopped: {bracket.stopped}", highlight=False)
         return
-    outcome = asyncio.run(run_replays(the_fleet, db_path, run_id, offers))
+    try:
+        outcome = asyncio.run(run_replays(the_fleet, db_path, run_id, offers))
+    except KeyboardInterrupt:
+        raise ReplayError(
+            "interrupted: each deployment's replay, whole or as far as it got, is spooled; "
+            f"`sparkcap stage --db {db_path}` lands it (an interrupted one gets no verdict)"
+        ) from None
     build(db_path, select=" ".join(REPLAY_MODELS), dbt_vars=the_vars)
     rows = marts.replays(db_path, run_id, outcome.wave_ids)
     replay_id = next(iter(offers.values())).replay_id or ""

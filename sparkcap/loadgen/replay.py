@@ -20,6 +20,7 @@ import random
 import secrets
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sparkcap.config import Deployment, ReplayOptions
@@ -111,10 +112,16 @@ def not_replayed(
     return wave
 
 
-async def replay(dep: Deployment, run_id: str, options: ReplayOptions) -> WaveRecord:
+async def replay(
+    dep: Deployment,
+    run_id: str,
+    options: ReplayOptions,
+    on_interrupt: Callable[[WaveRecord], None] | None = None,
+) -> WaveRecord:
     """One replay at ``dep``: a wave (probe ``replay``) whose requests carry their scheduled
     starts. Roles: ``code``, ``prose``, ``long``. Every request is sent once, on schedule or
-    as soon after as the client can; none is retried and none dropped."""
+    as soon after as the client can; none is retried and none dropped. Cancelled, it hands
+    what it sent to ``on_interrupt`` (its offer saying it was interrupted) and stops."""
     rates = {
         "code": options.code_per_s * options.rate_factor,
         "prose": options.prose_per_s * options.rate_factor,
@@ -139,49 +146,64 @@ async def replay(dep: Deployment, run_id: str, options: ReplayOptions) -> WaveRe
     # than the arrivals in flight would queue sends inside the client and hide it
     pool = max(16, 4 * round(options.planned_streams * options.rate_factor) + 16)
     monitor = LoopMonitor()
-    async with make_client(dep, pool) as client:
-        long_text = ""
-        if rates["long"] > 0:
-            long_text, _ = await document(
-                client, dep, options.long_prompt_tokens, secrets.token_hex(6)
-            )
-        # the anchor is now: the schedule's zero, after the long document was prepared
-        p.wave.started_at_ns = time.time_ns()
-        p.wave.anchor_perf_ns = anchor = time.perf_counter_ns()
-        monitor.start()
-        tasks: list[asyncio.Task[RequestRecord]] = []
-        stalled = options.client_stall_s <= 0
-        limit_s = request_limit_s(dep, options)
-        for a in arrivals:
-            due_ns = anchor + round(a.at_s * _NS)
-            if not stalled and a.at_s >= options.client_stall_at_s:
-                # the deliberate stall: the loop itself blocks, as a busy client's does
-                stall_ns = anchor + round(options.client_stall_at_s * _NS)
-                await asyncio.sleep(max(0.0, (stall_ns - time.perf_counter_ns()) / _NS))
-                made = _STALLED.setdefault(asyncio.get_running_loop(), set())
-                if options.replay_id not in made:  # (a replay without an id stalls alone)
-                    if options.replay_id is not None:
-                        made.add(options.replay_id)
-                    time.sleep(options.client_stall_s)
-                stalled = True
-            wait_s = (due_ns - time.perf_counter_ns()) / _NS
-            if wait_s > 0:
-                await asyncio.sleep(wait_s)
-            if a.role == "long":
-                spec = _spec(
-                    f"long-{a.index}",
-                    f"[{secrets.token_hex(4)}] " + long_text + "\nSummarise in one line.",
-                    4,
+    tasks: list[asyncio.Task[RequestRecord]] = []
+    try:
+        async with make_client(dep, pool) as client:
+            long_text = ""
+            if rates["long"] > 0:
+                long_text, _ = await document(
+                    client, dep, options.long_prompt_tokens, secrets.token_hex(6)
                 )
-            else:
-                spec = specs[a.role][a.index % len(specs[a.role])]
-            tasks.append(
-                asyncio.create_task(
-                    p.send(client, spec, a.role, scheduled_ns=due_ns - anchor, total_s=limit_s)
+            # the anchor is now: the schedule's zero, after the long document was prepared
+            p.wave.started_at_ns = time.time_ns()
+            p.wave.anchor_perf_ns = anchor = time.perf_counter_ns()
+            monitor.start()
+            stalled = options.client_stall_s <= 0
+            limit_s = request_limit_s(dep, options)
+            for a in arrivals:
+                due_ns = anchor + round(a.at_s * _NS)
+                if not stalled and a.at_s >= options.client_stall_at_s:
+                    # the deliberate stall: the loop itself blocks, as a busy client's does
+                    stall_ns = anchor + round(options.client_stall_at_s * _NS)
+                    await asyncio.sleep(max(0.0, (stall_ns - time.perf_counter_ns()) / _NS))
+                    made = _STALLED.setdefault(asyncio.get_running_loop(), set())
+                    if options.replay_id not in made:  # (a replay without an id stalls alone)
+                        if options.replay_id is not None:
+                            made.add(options.replay_id)
+                        time.sleep(options.client_stall_s)
+                    stalled = True
+                wait_s = (due_ns - time.perf_counter_ns()) / _NS
+                if wait_s > 0:
+                    await asyncio.sleep(wait_s)
+                if a.role == "long":
+                    spec = _spec(
+                        f"long-{a.index}",
+                        f"[{secrets.token_hex(4)}] " + long_text + "\nSummarise in one line.",
+                        4,
+                    )
+                else:
+                    spec = specs[a.role][a.index % len(specs[a.role])]
+                tasks.append(
+                    asyncio.create_task(
+                        p.send(client, spec, a.role, scheduled_ns=due_ns - anchor, total_s=limit_s)
+                    )
                 )
+            await asyncio.gather(*tasks)
+            await monitor.stop()
+    except asyncio.CancelledError:
+        # interrupted (Ctrl-C): what was sent is kept, marked so that no verdict reads a
+        # schedule cut short; the caller spools it before the interruption goes on
+        for t in tasks:
+            t.cancel()
+        if on_interrupt is not None:
+            ran_s = (time.perf_counter_ns() - p.wave.anchor_perf_ns) / _NS
+            p.wave.replay_offer = dataclasses.replace(
+                p.wave.replay_offer or _offer(options),
+                not_replayed_reason=f"interrupted {ran_s:.0f} s into its "
+                f"{options.duration_s:g} s schedule: what it sent is kept, judged by no verdict",
             )
-        await asyncio.gather(*tasks)
-        await monitor.stop()
+            on_interrupt(p.finish(monitor))
+        raise
     # each stream's own bound: dbt leaves a stream whose rate a stall may have moved out of the
     # figures, and gives no verdict when too many were (int_replay_streams, fct_replay)
     for r in p.wave.requests:

@@ -184,10 +184,13 @@ async def run_replays(
     deployments = {d.name: d for d in fleet.deployments if d.name in offers}
     with launched(fleet) as endpoints:
 
+        def keep(wave: WaveRecord) -> None:  # an interrupted replay: what it sent
+            spool.write_wave(wave, db_path)
+
         async def one(name: str) -> WaveRecord:
             dep = deployments[name].resolve(endpoints.get(name))
             await preflight(dep)
-            wave = await replay(dep, run_id, offers[name])
+            wave = await replay(dep, run_id, offers[name], on_interrupt=keep)
             spool.write_wave(wave, db_path)
             return wave
 

@@ -63,6 +63,8 @@ def dbt_args(
         # (BuildError, from the results), the whole story in the log file
         "--log-level",
         "none",
+        "--log-level-file",
+        "debug",
         # manifest.json and run_results.json: nothing reads them (the manifest is kept in
         # SPARKCAP_CACHE, the results come back from the invocation), and writing the
         # manifest's JSON took ~0.9 s of each invocation's ~2.5 s (a validation's dbt run)

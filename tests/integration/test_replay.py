@@ -401,3 +401,31 @@ def test_a_replay_checks_the_prefill_budget_on_the_prefills_it_caused(tmp_path: 
     assert v_over == "fails" and "beside long prefills" in text_over, verdicts
     assert "median" not in text_over  # the prefill budget failed it, not the decode rates
     print(verdicts, prefills, sep="\n")  # the figures, for `pytest -s`
+
+
+def test_an_interrupted_replay_hands_over_what_it_sent_marked_interrupted() -> None:
+    """Ctrl-C cancels the replay: what it sent (its requests, partial ones included) reaches
+    ``on_interrupt`` with an offer saying how far it got, so it is spooled and never judged
+    as a whole schedule; the interruption then goes on."""
+    options = ReplayOptions(
+        duration_s=10.0, seed=5, planned_streams=2, code_per_s=4.0, code_tokens=48,
+        replay_id="c0ffee01",
+    )  # fmt: skip
+    kept: list[WaveRecord] = []
+
+    async def cancelled_after(delay_s: float, endpoint: str) -> None:
+        task = asyncio.create_task(
+            replay(_dep("steady", endpoint), "r-int", options, on_interrupt=kept.append)
+        )
+        await asyncio.sleep(delay_s)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    with SimServer([_profile("steady")]) as sim:
+        asyncio.run(cancelled_after(2.0, sim.endpoint))
+    assert len(kept) == 1, kept
+    (wave,) = kept
+    assert wave.replay_offer is not None and wave.replay_offer.not_replayed_reason is not None
+    assert wave.replay_offer.not_replayed_reason.startswith("interrupted 2 s into its 10 s ")
+    assert wave.requests and all((r.scheduled_ns or 0) < 2.5e9 for r in wave.requests)

@@ -24,12 +24,14 @@
 -- there; otherwise it is too short to decide, named with the duration whose warm-up would
 -- cover that time, never "holds". Beside the verdict: what the model predicted for the offer
 -- (median rate per workload, streams in flight) and the prediction error.
-with streams as (
-    select * from {{ ref('int_replay_streams') }}
+with offers as (
+    select * from {{ ref('stg_replay_offers') }}
 ),
 
-offers as (
-    select * from {{ ref('stg_replay_offers') }}
+-- a replay that never ran, or was interrupted, is judged by no figure (unreplayed, below)
+streams as (
+    select * from {{ ref('int_replay_streams') }}
+    where wave_id not in (select wave_id from offers where not_replayed_reason is not null)
 ),
 
 predictions as (
