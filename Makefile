@@ -4,10 +4,13 @@
 SUPPORTED_PYTHONS := python3.11 python3.12 python3.13
 PYTHON ?= $(firstword $(foreach p,$(SUPPORTED_PYTHONS),$(shell $(p) -c '' >/dev/null 2>&1 && command -v $(p))))
 # A second supported Python for the quick (unit) tests beside the suite, so CI proves more than
-# one version: 3.12 first, what DGX OS (the study's hardware) runs, then 3.13; on the PATH or
-# under pyenv. None found: make test says so and runs the suite on PYTHON alone.
+# one version: 3.12 first, what DGX OS (the study's hardware) runs, then 3.13, then 3.11, never
+# PYTHON's own; on the PATH or under pyenv. None found: make test says so and runs the suite on
+# PYTHON alone.
 PYENV_VERSIONS := $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions
-OTHER_PYTHON ?= $(firstword $(foreach p,python3.12 python3.13,$(shell $(p) -c '' >/dev/null 2>&1 && command -v $(p))) $(lastword $(sort $(wildcard $(PYENV_VERSIONS)/3.12.*/bin/python3.12))) $(lastword $(sort $(wildcard $(PYENV_VERSIONS)/3.13.*/bin/python3.13))))
+PYTHON_MINOR := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+find_python = $(firstword $(shell python$(1) -c '' >/dev/null 2>&1 && command -v python$(1)) $(lastword $(sort $(wildcard $(PYENV_VERSIONS)/$(1).*/bin/python$(1)))))
+OTHER_PYTHON ?= $(firstword $(foreach v,$(filter-out $(PYTHON_MINOR),3.12 3.13 3.11),$(call find_python,$(v))))
 OTHER_VENV := .venv-other
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -92,7 +95,7 @@ test: $(STAMP)
 	      PREFECT_HOME="$(PREFECT_HOME)/other-python" $(MAKE) --no-print-directory \
 	      other-python-tests > "$(LOGS)/other-python.log" 2>&1; \
 	      echo $$? > "$(LOGS)/other-python.rc"; \
-	    else echo "no second supported Python (3.12 or 3.13) found: the suite ran on $(PYTHON) only" \
+	    else echo "no second supported Python found: the suite ran on $(PYTHON) only" \
 	      > "$(LOGS)/other-python.log"; echo 0 > "$(LOGS)/other-python.rc"; fi; \
 	    times > "$(LOGS)/other-python.cpu"; \
 	    echo $$(( $$(date +%s) - t0 )) > "$(LOGS)/other-python.s" ) & \
@@ -136,7 +139,7 @@ test: $(STAMP)
 
 # the unit tests on OTHER_PYTHON, in a venv of its own (make test runs this beside the suite)
 other-python-tests:
-	@[ -n "$(OTHER_PYTHON)" ] || { echo "error: no Python 3.12 or 3.13 found: give OTHER_PYTHON=/path/to/python3.x"; exit 1; }
+	@[ -n "$(OTHER_PYTHON)" ] || { echo "error: no second supported Python found: give OTHER_PYTHON=/path/to/python3.x"; exit 1; }
 	$(OTHER_PYTHON) -m venv $(OTHER_VENV)
 	$(OTHER_VENV)/bin/python -m pip install -q --upgrade pip
 	$(OTHER_VENV)/bin/python -m pip install -q -e '.[dev]'
