@@ -138,13 +138,13 @@ def prepare_prefect_env() -> None:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "INFO")
     os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "WARNING")
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
-    # the ephemeral API's server must answer within Prefect's 20 s default: a first run from a
-    # new venv (no bytecode yet) on a loaded machine took longer, and the whole night failed
-    # before it began (stop 43's fresh clone: the wheel's demo beside the other tests)
+    # the ephemeral API's server must answer within the startup timeout, and a first run from
+    # a new venv (no bytecode yet) on a loaded machine takes longer than Prefect's 20 s
+    # default: a night must not fail before it begins for it
     os.environ.setdefault(
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", str(EPHEMERAL_STARTUP_TIMEOUT_S)
     )
-    # Prefect creates its home without parents and fails on a fresh clone
+    # Prefect creates its home but not the folders above it: they are made here
     Path(os.environ["PREFECT_HOME"]).mkdir(parents=True, exist_ok=True)
 
 

@@ -566,7 +566,7 @@ class GapAttributionOptions(Strict):
 
 class ContextLadderOptions(Strict):
     """Single prompts from ``start_tokens`` up to the served context, each rung cold and warm
-    while background streams decode (issue 28: the study never reached full context).
+    while background streams decode (the study never reached full context).
 
     ``context_tokens`` None: the server's own figure (llama-server's per-slot ``n_ctx``, vLLM's
     ``max_model_len``), else the deployment's declared one; with neither the ladder climbs

@@ -1,4 +1,4 @@
-"""Where a deployment's power draw is read, for energy per wave (issue 27).
+"""Where a deployment's power draw is read, for energy per wave.
 
 Energy is a property of the hardware, not of the OpenAI-compatible server, so it comes from
 whatever already watches the hardware: a DCGM exporter or a node exporter (their Prometheus

@@ -1,6 +1,6 @@
 """What a deployment's server says about its decode steps, where the fleet file is silent.
 
-The bottleneck diagnosis (issue 26) sets each measured level beside the bound a node's
+The bottleneck diagnosis sets each measured level beside the bound a node's
 memory bandwidth puts on it, and that bound needs the bytes a step reads. A fleet file may
 declare them (``Deployment.facts``); otherwise the server often says: llama-server's
 ``/v1/models`` (``owned_by``, ``meta.size``, ``meta.n_ctx_train``) and ``/props``
@@ -18,7 +18,7 @@ listing a sweep's preflight read is reused, and ``/props`` is asked only of a se
 says it is llama-server, so a server sees at most one request it would not have seen before.
 
 A night also records what can change a number from one night to the next without the fleet
-file changing (issue 27's change detection; dbt's ``int_run_context``): the engine's version
+file changing (the change detection: dbt's ``int_run_context``): the engine's version
 (vLLM ``/version``, SGLang ``/get_server_info``, llama-server's ``/props`` ``build_info``, a
 ``*build_info*`` metric's ``version`` label), the model the server says it serves (the
 listing's ``id``, vLLM's ``root``: the weights behind a served name), and when the server

@@ -1,4 +1,4 @@
-"""The deployment's power draw, read while each wave runs (issue 27: energy per wave).
+"""The deployment's power draw, read while each wave runs, for the energy of each wave.
 
 A wave's energy is the integral of the power its hardware drew while it ran, so the power
 source is read from just before the streams are released until just after the last one ends:

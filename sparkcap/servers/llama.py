@@ -73,7 +73,7 @@ CMAKE_FLAGS: tuple[str, ...] = (
 # specialises templates its neighbours instantiate, and mtmd-helper*.cpp refuse mtmd's internal
 # headers by #error. The same code outside ggml (libllama, common, the server, mtmd,
 # cpp-httplib) is compiled at -O1, appended after the Release -O3 so it wins: the kernels, where
-# a token's time goes, keep -O3. Measured on the 2 idle cores (2026-12-05, ninja's log): the
+# a token's time goes, keep -O3. Measured on 2 idle cores (ninja's log): the
 # compile's work 405 -> 253 CPU-s, 203 -> 127 s wall; decode of the Gemma 270M on one thread
 # 24.5 -> 24.1 tok/s and a cold ~160-token prompt's prefill ~206 -> ~199 tok/s (four runs
 # each), within what the tests hold a real server to.
@@ -330,8 +330,8 @@ def ensure_model() -> Path:
 
     One assembly per cache at a time, into a temporary file renamed when whole: ``make
     test``'s background build assembles the model right after the binary, the moment a test
-    waiting on the build lock asks for it too, and two writers of one file made a GGUF whose
-    checksum failed (CI, stop 31's fresh clone)."""
+    waiting on the build lock asks for it too, and two writers of one file would make a GGUF
+    whose checksum fails."""
     target = cache_dir() / "models" / GEMMA_FILE
     if target.exists():
         return target

@@ -53,7 +53,7 @@ TABLES = (
     "power_samples",
     "replay_offers",
 )
-# absent from spools of sparkcap < 0.3 / 0.5 / issue 27 / issue 36
+# tables a spool written before they existed lacks: read as empty
 _OPTIONAL = ("client_processes", "search_levels", "power_samples", "replay_offers")
 
 

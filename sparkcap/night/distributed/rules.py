@@ -82,14 +82,14 @@ def child_verdict(
 
     Silence is only judged past ``stall_s`` (equal is not yet), and before the first beat
     past ``start_s``: a worker's new process imports Prefect and sparkcap and runs its pull
-    steps before the child's code beats, which took longer than a 20 s stall on a loaded
-    2-core machine (a CI run, 2026-12-05). A child that has beaten is never resubmitted, lost
+    steps before the child's code beats, which can take longer than a 20 s stall on a loaded
+    2-core machine. A child that has beaten is never resubmitted, lost
     or not: what it landed is kept, and a sweep half measured twice would be two measurements.
     One that never beat, pending or running, is given up (GIVE_BACK, UNSTARTED): Prefect marks
-    a run running before the child's own code starts, and a host killed in that gap (a fresh
-    clone's killed-worker test) left a child that ran on neither host. Giving up is only safe
-    with the stand-down the watch adds (``Lake.is_stood_down``): that CI run gave back a child
-    whose process was merely slow, and it measured on both hosts. The window cancels only a
+    a run running before the child's own code starts, and a host killed in that gap leaves a
+    child that runs on neither host. Giving up is only safe with the stand-down the watch adds
+    (``Lake.is_stood_down``): without it a child whose process was merely slow would be given
+    back and measure on both hosts. The window cancels only a
     run no worker took (scheduled, late included), never one a worker holds.
     """
     if state in FINAL_STATES:

@@ -25,13 +25,13 @@ It is a test double, not a performance oracle. What it models, and why each part
   held and sent as one chunk once at least k are unsent, or at the finish (vLLM's
   ``--stream-interval``, buffering proxies): the first chunk too carries k tokens, so a
   stream's first k − 1 tokens are timed by no interval, and the study's rate reads higher
-  the shorter the stream (issue 25: +3 % at 50 tokens with k = 3).
+  the shorter the stream (+3 % at 50 tokens with k = 3).
 - **Padded batches.** With ``batch_buckets`` a decode step of n streams costs what a step of
   the smallest bucket ≥ n costs, and a padded one ``bucket_pad_slowdown`` more (vLLM's
   CUDA-graph capture sizes): the per-stream rate is not monotone in n, and a level just past
   a bucket edge can fail while larger levels pass.
 
-The parts below exist so that issue 26's bottleneck diagnosis can be tested on servers whose
+The parts below exist so that the bottleneck diagnosis can be tested on servers whose
 truth is known; each is off unless its profile fields are set.
 
 - **Memory bandwidth.** With ``memory_bandwidth_gb_s`` a decode step is what a real one is on
