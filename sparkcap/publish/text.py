@@ -186,11 +186,25 @@ def step_gap_words(s: FailedStep) -> str:
     return f"{s.deployment or 'night'} {s.outcome}: {s.reason or 'no reason recorded'}"
 
 
+def link_state(healthy: bool, achieved_gbps: float | None) -> str:
+    """A link's state in one word, wherever it is shown: ``ok``, ``UNHEALTHY`` (below the
+    fleet's share of nominal) or ``FAILED`` (nothing measured)."""
+    if healthy:
+        return "ok"
+    return "FAILED" if achieved_gbps is None or achieved_gbps != achieved_gbps else "UNHEALTHY"
+
+
+def thin_tail_words(n_samples: int, min_samples: int | None) -> str:
+    """A tail quantile over fewer samples than support it (dbt macro tail_min_samples), in
+    words wherever it is shown: no figure."""
+    return f"not enough samples ({n_samples} of {'?' if min_samples is None else min_samples})"
+
+
 def link_line(k: LinkRow) -> str:
-    """A link's achieved against nominal Gb/s and dbt's verdict: ``ok``, ``UNHEALTHY`` (below
-    the fleet's share of nominal) or ``FAILED`` (nothing measured, with the probe's error)."""
+    """A link's achieved against nominal Gb/s and dbt's verdict (:func:`link_state`), with the
+    probe's error where it has one."""
     got = "—" if k.achieved_gbps is None else f"{k.achieved_gbps:.2f} Gb/s"
-    state = "ok" if k.healthy else ("FAILED" if k.achieved_gbps is None else "UNHEALTHY")
+    state = link_state(k.healthy, k.achieved_gbps)
     why = f" ({k.error})" if k.error else ""
     return f"{k.deployment}/{k.link}: {got} of {k.nominal_gbps:g} nominal — {state}{why}"
 
@@ -428,8 +442,7 @@ def _quantile_ttft_cell(lv: LevelRow) -> str:
     over = f" > {lv.ttft_ceiling_s:g}" if lv.meets_ttft_ceiling is False else ""
     if lv.ttft_quantile_s is not None and lv.ttft_quantile_is_supported is not True:
         # a tail over fewer samples than support it is no figure (dbt macro tail_min_samples)
-        n, need = lv.ttft_quantile_samples or 0, lv.ttft_quantile_min_samples
-        return f"not enough samples ({n} of {need if need is not None else '?'})" + over
+        return thin_tail_words(lv.ttft_quantile_samples or 0, lv.ttft_quantile_min_samples) + over
     return _figure(lv.ttft_quantile_s, 2) + over
 
 

@@ -8,6 +8,8 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
+from sparkcap.publish.text import thin_tail_words
+
 WORKLOAD_COLORS = {"code": "#1f77b4", "prose": "#e45756"}
 
 
@@ -350,7 +352,7 @@ def session_turns_chart(data: dict[str, Any]) -> Any:
     n_samples = st.get("n_ttft_samples", pd.Series(0, index=st.index)).fillna(0).astype(int)
     need = st.get("ttft_quantile_min_samples", pd.Series(None, index=st.index))
     st["ttft_support"] = [
-        f"{n} turns" if ok else f"not enough samples ({n} of {'?' if pd.isna(m) else int(m)})"
+        f"{n} turns" if ok else thin_tail_words(n, None if pd.isna(m) else int(m))
         for n, m, ok in zip(n_samples, need, supported, strict=True)
     ]
     n_hidden = int((~supported).sum())

@@ -13,6 +13,7 @@ import pandas as pd
 
 from sparkcap.errors import SparkcapError
 from sparkcap.publish.marts import runs as recorded_runs
+from sparkcap.publish.text import thin_tail_words
 from sparkcap.store.warehouse import open_warehouse
 
 
@@ -274,15 +275,36 @@ def _replay(con: Any, data: dict[str, Any], run_id: str) -> None:
         "peak_streams_in_flight as peak, n_requests, n_failed, "
         "round(median_decode_tok_s, 1) as median_tok_s, "
         "round(ttft_scheduled_median_s, 2) as ttft_scheduled_median_s, "
-        "case when ttft_p90_is_supported then round(ttft_scheduled_p90_s, 2)::varchar "
-        "else 'not enough samples (' || ttft_samples || ' of ' || ttft_min_samples || ')' "
-        "end as ttft_scheduled_p90, "
+        "ttft_p90_is_supported, round(ttft_scheduled_p90_s, 2) as ttft_scheduled_p90_s, "
+        "ttft_samples, ttft_min_samples, "
         "case when n_long_prefills = 0 then '—' else round(100 * "
         "prefill_below_threshold_share, 1) || ' % (' || n_long_prefills_below || ' of ' || "
         "n_long_prefills || ')' end as prefill_below, "
         "n_sent_late, verdict_text from marts.fct_replay where run_id = $run "
         "order by rate_factor, seed, deployment",
         run,
+    )
+    replays = data["replays"]
+    # the TTFT p90 where enough samples support it, else the words every page uses
+    p90 = [
+        str(s) if ok else thin_tail_words(int(n or 0), None if pd.isna(m) else int(m))
+        for ok, s, n, m in zip(
+            replays["ttft_p90_is_supported"].fillna(False),
+            replays["ttft_scheduled_p90_s"],
+            replays["ttft_samples"].fillna(0),
+            replays["ttft_min_samples"],
+            strict=True,
+        )
+    ]
+    # in the column's place (the page shows the columns in order)
+    replays.insert(list(replays.columns).index("ttft_p90_is_supported"), "ttft_scheduled_p90", p90)
+    data["replays"] = replays.drop(
+        columns=[
+            "ttft_p90_is_supported",
+            "ttft_scheduled_p90_s",
+            "ttft_samples",
+            "ttft_min_samples",
+        ]
     )
     data["replay_concurrency"] = _df(
         con,

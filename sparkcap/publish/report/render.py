@@ -44,7 +44,7 @@ from sparkcap.publish.report.data import (
     load_data,
     runs_of_night,
 )
-from sparkcap.publish.text import context_ladder_line, plan_lines
+from sparkcap.publish.text import context_ladder_line, link_state, plan_lines
 from sparkcap.settings import get_settings
 
 
@@ -194,7 +194,12 @@ def render_report(
     run = data["run"]
     links = data["links"]
     if not links.empty:
-        links = links.assign(state=links["healthy"].map({True: "ok", False: "UNHEALTHY"}))
+        links = links.assign(
+            state=[
+                link_state(bool(h), None if pd.isna(g) else float(g))
+                for h, g in zip(links["healthy"], links["achieved_gbps"], strict=True)
+            ]
+        )
     body = render(
         "report.html.j2",
         table=_table_markup,
