@@ -261,7 +261,10 @@ CheckOption = Annotated[
 
 # build
 FullRefreshOption = Annotated[bool, typer.Option(help="rebuild every night from scratch")]
-ThresholdOption = Annotated[float | None, typer.Option(help="tok/s threshold (default 20)")]
+ThresholdOption = Annotated[
+    float | None,
+    typer.Option(help="tok/s threshold (default: dbt's var threshold_tok_s, 20 unless set)"),
+]
 VarOption = Annotated[
     list[str] | None,
     typer.Option(

@@ -21,7 +21,7 @@ import tempfile
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from sparkcap.errors import SparkcapError
 from sparkcap.loadgen.records import MAX_COUNT, RequestRecord, Status, WaveRecord
@@ -62,8 +62,20 @@ _INLINE = "\n".join(
         "{{ session_ttft_within_ceiling('live_turns') }}",
     ]
 )
-_PARTS = 6
-Rules = tuple[str, str, str, str, str, str]
+
+
+class Rules(NamedTuple):
+    """dbt's rules the live search runs, each compiled to SQL over the waves so far."""
+
+    interval_sql: str  # search_level_interval: the level's interval and verdict
+    overlap_sql: str  # decode_overlap: streams that never decoded together were queued
+    rate_sql: str  # level_decode_tok_s: a shortened trial judged as its full-length stream
+    window_sql: str  # the decode window a shortened stream is read over
+    k1_sql: str  # the first chunk's tokens of a shortened stream
+    session_ttft_sql: str  # an agent level's turns' TTFT quantile
+
+
+_PARTS = len(Rules._fields)
 
 
 def compile_search_rule(
@@ -109,7 +121,7 @@ def compile_search_rule(
         parts = str(results[0].node.compiled_code).split(_SPLIT)
         if len(parts) != _PARTS:
             raise JudgeError("could not compile dbt's search rule: a rule is missing")
-        _COMPILED[key] = (parts[0], parts[1], parts[2], parts[3], parts[4], parts[5])
+        _COMPILED[key] = Rules(*parts)
         return _COMPILED[key]
 
 
