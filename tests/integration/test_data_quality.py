@@ -256,6 +256,7 @@ def test_bad_outputs_fail_validation_and_leave_capacity(
     assert cap_inputs == n_valid
 
 
+@pytest.mark.reliability
 def test_a_model_thinking_by_mistake_is_named_with_its_time_to_the_first_answer(
     bad_night: BadNight,
 ) -> None:

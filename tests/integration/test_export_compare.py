@@ -55,6 +55,7 @@ def exit_code(argv: list[str]) -> int:
     return 0
 
 
+@pytest.mark.reliability
 def test_export_parses_back_and_compare_gates_a_slower_night(
     db_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -180,6 +180,7 @@ def _replay_exit(args: list[str]) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+@pytest.mark.reliability
 def test_a_replay_never_holds_without_a_planned_deployment(
     night: tuple[Path, str], tmp_path: Path
 ) -> None:
@@ -227,6 +228,7 @@ def _one_error_line(args: list[str]) -> str:
     return lines[0]
 
 
+@pytest.mark.reliability
 def test_plan_replay_and_build_refuse_what_they_cannot_read_in_one_line(
     night: tuple[Path, str], tmp_path: Path
 ) -> None:

@@ -403,6 +403,7 @@ def test_a_replay_checks_the_prefill_budget_on_the_prefills_it_caused(tmp_path: 
     print(verdicts, prefills, sep="\n")  # the figures, for `pytest -s`
 
 
+@pytest.mark.reliability
 def test_an_interrupted_replay_hands_over_what_it_sent_marked_interrupted() -> None:
     """Ctrl-C cancels the replay: what it sent (its requests, partial ones included) reaches
     ``on_interrupt`` with an offer saying how far it got, so it is spooled and never judged

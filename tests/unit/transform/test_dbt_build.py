@@ -139,6 +139,7 @@ def test_a_parse_is_kept_for_the_next_process_and_a_damaged_one_is_parsed_again(
     dbt_build._store_manifest("k" * 64, Manifest())
 
 
+@pytest.mark.reliability
 def test_every_numeric_var_has_a_range_and_one_outside_it_is_refused_by_name() -> None:
     """A count's ceiling bounds the memory every build takes; a share is within 0..1; a
     threshold of 0 or below would pass every level."""
