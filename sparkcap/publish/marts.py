@@ -313,12 +313,7 @@ def level_bounds(db_path: Path, run_id: str) -> list[LevelBoundRow]:
 def has_mart(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     """Whether dbt has built ``marts.<name>``: a warehouse built by an older sparkcap, or
     whose build stopped part-way, lacks the newer marts, and their readers then read none."""
-    row = con.execute(
-        "select count(*) from information_schema.tables "
-        "where table_schema = 'marts' and table_name = ? and table_catalog = current_database()",
-        [name],
-    ).fetchone()
-    return bool(row and row[0])
+    return warehouse.has_table(con, "marts", name)
 
 
 def _mart_rows(db_path: Path, mart: str, select: str, rest: str, params: list[Any]) -> list[Any]:

@@ -181,6 +181,16 @@ def connect(
         raise err from None
 
 
+def has_table(con: duckdb.DuckDBPyConnection, schema: str, name: str) -> bool:
+    """Whether ``schema.name`` is in this warehouse (a table or a view dbt built)."""
+    row = con.execute(
+        "select count(*) from information_schema.tables "
+        "where table_schema = ? and table_name = ? and table_catalog = current_database()",
+        [schema, name],
+    ).fetchone()
+    return bool(row and row[0])
+
+
 @contextlib.contextmanager
 def open_warehouse(
     db_path: Path | str, *, read_only: bool = False, busy_wait_s: float | None = None

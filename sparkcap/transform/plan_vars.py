@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sparkcap.errors import MissingFile, NotBuilt
-from sparkcap.store.warehouse import open_warehouse
+from sparkcap.store.warehouse import has_table, open_warehouse
 from sparkcap.transform.dbt_build import BuildError, BuildResult, build, var_refusal
 
 # the plan's models, built together with their data tests by `sparkcap plan`
@@ -119,11 +119,8 @@ def build_plan(db_path: Path, dbt_vars: dict[str, Any]) -> BuildResult:
     if not Path(db_path).is_file():
         raise MissingFile(f"no warehouse at {db_path}: run a night (or `sparkcap sweep`) first")
     with open_warehouse(db_path, read_only=True) as con:
-        built = con.execute(
-            "select count(*) from information_schema.tables where table_schema = 'marts' "
-            "and table_name = 'fct_capacity' and table_catalog = current_database()"
-        ).fetchone()
-    if not (built and built[0]):
+        built = has_table(con, "marts", "fct_capacity")
+    if not built:
         raise NotBuilt(f"no capacity results in {db_path} yet: run `sparkcap build --db {db_path}`")
     try:
         return build(db_path, select=" ".join(PLAN_MODELS), dbt_vars=dbt_vars)
