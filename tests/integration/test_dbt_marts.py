@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 # fct_capacity and every model it is built from (int_levels among them)
 CAPACITY = "+fct_capacity"
-# what `terminal.print_levels` reads (publish/marts.py: levels, capacities, bottlenecks,
+# what `terminal.print_levels` reads (publish/marts: levels, capacities, bottlenecks,
 # session_caches, changes, context_ladders), with every model they are built from
 PRINTED = (
     "+fct_levels +fct_capacity +fct_bottlenecks +fct_session_cache +fct_changes "
