@@ -25,7 +25,7 @@ from warehouse_build import night_waves
 
 from sparkcap.config import Deployment
 from sparkcap.store.lake import ChildKey, Lake, stage_lake
-from sparkcap.store.warehouse import run_end_to, run_start_to
+from sparkcap.store.runs import run_end_to, run_start_to
 from sparkcap.transform.dbt_build import build
 
 

@@ -75,13 +75,10 @@ from sparkcap.loadgen.workloads import build_streams
 from sparkcap.servers.sim.engine import Engine, SimProfile, SimRequest
 from sparkcap.servers.sim.server import SimProcess, prompt_text
 from sparkcap.store import spool
-from sparkcap.store.warehouse import (
-    open_warehouse,
-    run_end_to,
-    run_start_to,
-    stage_tables,
-    wave_tables,
-)
+from sparkcap.store.arrow_tables import wave_tables
+from sparkcap.store.connection import open_warehouse
+from sparkcap.store.runs import run_end_to, run_start_to
+from sparkcap.store.staging import stage_tables
 from sparkcap.transform.dbt_build import build, judgement_vars
 
 THRESHOLD = 40.0

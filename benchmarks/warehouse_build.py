@@ -24,7 +24,10 @@ import numpy as np
 import pyarrow as pa
 
 from sparkcap.config import Deployment
-from sparkcap.store.warehouse import chunk_table, open_warehouse, record_run_start, stage_tables
+from sparkcap.store.arrow_tables import chunk_table
+from sparkcap.store.connection import open_warehouse
+from sparkcap.store.runs import record_run_start
+from sparkcap.store.staging import stage_tables
 from sparkcap.transform.dbt_build import build
 
 

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from sparkcap import cli_options as opt
 from sparkcap import cli_replay, config
 from sparkcap.config.fleet import load_fleet
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import CLIError, Interrupted, SparkcapError
 from sparkcap.night.progress import probe_lines
 from sparkcap.publish import terminal, text
 from sparkcap.resources import bundled_fleet
@@ -48,14 +48,6 @@ def _root(version: opt.VersionOption = False) -> None:
 out = text.text_console(
     width=None if sys.stdout.isatty() else 120, soft_wrap=not sys.stdout.isatty()
 )
-
-
-class CLIError(SparkcapError):
-    """A user-facing failure: printed as one line, exit status 1."""
-
-
-class Interrupted(CLIError):
-    """Ctrl-C: one line saying what was kept, exit status 130 (the shell's 128 + SIGINT)."""
 
 
 def _db(db: Path | None) -> Path:

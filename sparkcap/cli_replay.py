@@ -77,13 +77,8 @@ def replay(
 
     Exits 0 when the plan holds, 3 when it fails, was not replayed somewhere or gives no
     verdict, 1 when nothing was recorded."""
-    from sparkcap.night.replay import (
-        REPLAY_MODELS,
-        ReplayError,
-        replay_options,
-        run_replays,
-        search_replays,
-    )
+    from sparkcap.errors import ReplayError
+    from sparkcap.night.replay import REPLAY_MODELS, replay_options, run_replays, search_replays
     from sparkcap.publish import marts
     from sparkcap.transform.dbt_build import build
     from sparkcap.transform.plan_vars import build_plan, plan_vars

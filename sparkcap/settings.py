@@ -17,7 +17,7 @@ from pathlib import Path
 from pydantic import AliasChoices, Field, SecretStr, StrictFloat, StrictInt, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import BadEnvironment
 
 DEFAULT_DB = Path("warehouse") / "sparkcap.duckdb"
 
@@ -85,12 +85,6 @@ class Settings(BaseSettings):
     @classmethod
     def _upper(cls, value: str) -> str:
         return value.upper()
-
-
-class BadEnvironment(SparkcapError, SettingsError):
-    """A variable pydantic-settings cannot even parse (``SPARKCAP_DBT_VARS`` that is not
-    JSON): the person's environment, worded in one line like any other input, where
-    pydantic-settings' own ``SettingsError`` would escape the CLI as sparkcap's defect."""
 
 
 def get_settings() -> Settings:

@@ -17,13 +17,9 @@ from pathlib import Path
 from sparkcap.config import Deployment
 from sparkcap.loadgen.discover import FactRow
 from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
-from sparkcap.store.warehouse import (
-    open_warehouse,
-    record_discovered_facts_to,
-    record_run_end,
-    record_run_start,
-    stage_wave,
-)
+from sparkcap.store.connection import open_warehouse
+from sparkcap.store.runs import record_discovered_facts_to, record_run_end, record_run_start
+from sparkcap.store.staging import stage_wave
 
 LEVELS = (1, 2, 4, 8)
 # per-stream decode rates (tok/s) by level: at the 20 tok/s threshold the capacity is 4, and

@@ -30,7 +30,7 @@ from pydantic import (
 from sparkcap.config.facts import ModelFacts
 from sparkcap.config.power import PowerSource
 from sparkcap.config.sessions import SessionShape
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import OptionError
 
 WorkloadName = Literal["code", "prose", "agent"]
 # the workloads whose every request is one prompt (probes build theirs from these)
@@ -74,17 +74,6 @@ class Timeouts(Strict):
     total_s: float = Field(
         1800.0, gt=0, le=MAX_TIMEOUT_S, description="deadline for one whole request"
     )
-
-
-class MissingSecret(SparkcapError, LookupError):
-    """A header's value is to come from an environment variable that is not set (or holds
-    what no HTTP header can carry): sending the request without it would measure an
-    unauthenticated server, so it is an error, never a dropped header."""
-
-
-class OptionError(SparkcapError, ValueError):
-    """Command-line options that cannot be taken as given: a flag's text that does not parse
-    (``--header``, ``--extra-body``), or options that only mean something together."""
 
 
 def deployment_name(model: str) -> str:

@@ -34,11 +34,7 @@ from sparkcap.config import (
     WorkloadName,
     planned_wave_count,
 )
-from sparkcap.errors import SparkcapError
-
-
-class FleetError(SparkcapError, ValueError):
-    """A fleet file that cannot be used; the message is one line with file and line."""
+from sparkcap.errors import FleetError
 
 
 class LinkSpec(BaseModel):

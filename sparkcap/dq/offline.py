@@ -13,8 +13,6 @@ from collections.abc import Callable
 from importlib.resources import files
 from pathlib import Path
 
-from sparkcap.errors import SparkcapError
-
 VENDOR = Path(str(files("sparkcap").joinpath("data/vendor")))
 
 # CDN URL (prefix match) -> file under the vendored folder
@@ -58,10 +56,6 @@ def _strip_cors(new_tag: str, old_tag: str) -> str:
     if new_tag == old_tag:
         return new_tag
     return _CORS_ATTRS.sub("", new_tag)
-
-
-class OfflineError(SparkcapError, RuntimeError):
-    """A page still loads something from the network."""
 
 
 def _local_img(src: str) -> Callable[[re.Match[str]], str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from sparkcap import resources
 from sparkcap.pages import render
-from sparkcap.store.warehouse import open_warehouse
+from sparkcap.store.connection import open_warehouse
 
 SUMMARY_SQL = """
 with overall as (

@@ -29,8 +29,9 @@ from sparkcap.dq.offline import make_offline
 from sparkcap.dq.summary import render_summary_html
 from sparkcap.errors import NotFound
 from sparkcap.settings import get_settings, note_build
+from sparkcap.store.connection import open_warehouse
 from sparkcap.store.schema import RAW_TABLES, raw_table
-from sparkcap.store.warehouse import open_warehouse, replace_run_rows
+from sparkcap.store.staging import replace_run_rows
 from sparkcap.transform.dbt_build import run_models
 
 # probe requests are another population: a long prompt, short probe replies, a warm cache

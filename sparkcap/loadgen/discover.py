@@ -48,10 +48,11 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
-from sparkcap.config import Deployment, DeploymentBase, MissingSecret, url_without_credentials
+from sparkcap.config import Deployment, DeploymentBase, url_without_credentials
 from sparkcap.config.facts import EngineName, ModelFacts, MoEFacts
+from sparkcap.errors import GGUFError, MissingSecret
 from sparkcap.loadgen.connections import FetchFailed, fetch_bounded, make_client
-from sparkcap.loadgen.gguf import GGUFArray, GGUFError, GGUFMetadata, Value, read_metadata
+from sparkcap.loadgen.gguf import GGUFArray, GGUFMetadata, Value, read_metadata
 from sparkcap.loadgen.metrics import (
     MAX_METRICS_BYTES,
     MetricsParseError,

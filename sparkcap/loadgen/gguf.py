@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import GGUFError
 
 MAGIC = b"GGUF"
 # v1 (2023, counts as uint32) was replaced within weeks; v2 and v3 share this layout
@@ -74,11 +74,6 @@ class GGUFMetadata:
     tensor_count: int
     values: dict[str, Value]
     metadata_bytes: int  # where the key-value section ends (the tensor infos start)
-
-
-class GGUFError(SparkcapError, ValueError):
-    """A file that is not GGUF metadata this reader will take; the message names the file's
-    byte offset and what was being read there."""
 
 
 class _Reader:

@@ -34,7 +34,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from sparkcap.config import Deployment
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import ClientProcessError
 from sparkcap.loadgen.arrivals import new_event_loop
 from sparkcap.loadgen.connections import StreamClients
 from sparkcap.loadgen.records import ProcessTiming, RequestRecord, WaveRecord
@@ -46,10 +46,6 @@ from sparkcap.loadgen.workloads import StreamSpec
 # the instant late starts late, and the wave's start skew says so.
 RELEASE_LEAD_NS = 20_000_000
 START_TIMEOUT_S = 60.0
-
-
-class ClientProcessError(SparkcapError, RuntimeError):
-    """A load-generating process died or answered out of turn: the wave cannot be trusted."""
 
 
 def available_cores() -> int:

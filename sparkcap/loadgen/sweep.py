@@ -20,7 +20,8 @@ from urllib.parse import urlsplit
 
 from pydantic import SecretStr
 
-from sparkcap.config import Deployment, MissingSecret, SweepPlan, header_problem, planned_wave_count
+from sparkcap.config import Deployment, SweepPlan, header_problem, planned_wave_count
+from sparkcap.errors import MissingSecret
 from sparkcap.loadgen.cache_reset import reset_prefix_cache
 from sparkcap.loadgen.connections import StreamClients
 from sparkcap.loadgen.plan import WavePlanItem, plan_waves

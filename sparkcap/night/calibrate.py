@@ -38,7 +38,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sparkcap.config import Deployment, SweepPlan
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import CalibrationError
 from sparkcap.loadgen.connections import StreamClients
 from sparkcap.loadgen.plan import WavePlanItem
 from sparkcap.loadgen.procs import ClientPool, available_cores
@@ -69,11 +69,6 @@ WARMUP_TOKENS = 8
 FIRST_SIZE = 16
 DEFAULT_MAX_STREAMS = 1024
 MODEL = "calibrate"
-
-
-class CalibrationError(SparkcapError, RuntimeError):
-    """The self-test could not find a budget (even its smallest wave was spoiled, or the
-    simulator stopped answering), or a budget file that cannot be read."""
 
 
 class SizeFigures(BaseModel):

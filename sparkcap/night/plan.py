@@ -15,7 +15,7 @@ from sparkcap.night.sweeps import DEMO_PROFILE, ProgressFn, RunResult
 from sparkcap.publish import marts
 from sparkcap.publish.text import capacity_words, step_gap_words
 from sparkcap.servers.llama import launched
-from sparkcap.store.warehouse import warehouse_key
+from sparkcap.store.connection import warehouse_key
 
 PROFILES: dict[str, dict[str, Any]] = {
     "full": {},

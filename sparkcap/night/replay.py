@@ -18,7 +18,7 @@ from typing import Any
 
 from sparkcap.config import MAX_TOKENS, ReplayOptions
 from sparkcap.config.fleet import Fleet
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import ReplayError, SparkcapError
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.replay import not_replayed, replay
 from sparkcap.night.sweeps import preflight
@@ -26,17 +26,13 @@ from sparkcap.publish import marts
 from sparkcap.publish.marts import ReplayPlanRow, ReplayRow
 from sparkcap.servers.llama import launched
 from sparkcap.store import spool
-from sparkcap.store.warehouse import record_step_to
+from sparkcap.store.runs import record_step_to
 from sparkcap.transform.dbt_build import build
 
 REPLAY_MODELS = ("+fct_replay", "+fct_replay_fleet", "+fct_replay_concurrency")
 SEARCH_MODELS = (*REPLAY_MODELS, "fct_replay_search")
 # a search widens by this factor until a replay brackets lambda*, then halves the bracket
 SEARCH_WIDEN = 1.25
-
-
-class ReplayError(SparkcapError):
-    """Nothing to replay: no plan, or no deployment the plan sends streams to."""
 
 
 @dataclass

@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from sparkcap.config.fleet import FleetError, Schedule, load_fleet, location
-from sparkcap.errors import SparkcapError
+from sparkcap.config.fleet import Schedule, load_fleet, location
+from sparkcap.errors import FleetError, StaleSchedule
 from sparkcap.night.plan import warehouse_limit_name
 from sparkcap.resources import nightly_flow_file
 from sparkcap.settings import prepare_prefect_env
@@ -104,10 +104,6 @@ def prefect_yaml(fleet_paths: list[Path], root: Path) -> str:
         "deployments": entries,
     }
     return HEADER + yaml.safe_dump(doc, sort_keys=False, width=100)
-
-
-class StaleSchedule(SparkcapError, RuntimeError):
-    """prefect.yaml says other than the fleet files' schedules (``prefect-yaml --check``)."""
 
 
 def sync_prefect_yaml(target: Path, fleets: Sequence[Path] | None, *, check: bool) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from sparkcap.config.fleet import Fleet
 from sparkcap.dq.validate import run_validation
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import DataQualityFailed
 from sparkcap.night import progress
 from sparkcap.night.distributed import (
     check_budgets,
@@ -36,8 +36,8 @@ from sparkcap.night.sweeps import (
 )
 from sparkcap.publish import marts, text
 from sparkcap.publish.report import render_report
+from sparkcap.store.runs import record_step_to
 from sparkcap.store.spool import stage_spool
-from sparkcap.store.warehouse import record_step_to
 from sparkcap.transform.dbt_build import build as dbt_build
 
 
@@ -109,10 +109,6 @@ def capacity_markdown(db_path: Path, run_id: str) -> str:
     return text.capacity_markdown(
         run_id, marts.fleet_capacities(db_path, run_id), marts.capacities(db_path, run_id)
     )
-
-
-class DataQualityFailed(SparkcapError, RuntimeError):
-    """A blocking expectation failed for this run (the night goes on; its result says so)."""
 
 
 @dataclass(frozen=True)

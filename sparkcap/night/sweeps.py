@@ -24,7 +24,6 @@ import httpx
 
 from sparkcap.config import (
     Deployment,
-    MissingSecret,
     ProbeOptions,
     SweepPlan,
     SweepRequest,
@@ -32,7 +31,13 @@ from sparkcap.config import (
     probe_options,
 )
 from sparkcap.config.fleet import Fleet
-from sparkcap.errors import NotFound, SparkcapError
+from sparkcap.errors import (
+    LocalServerError,
+    MissingSecret,
+    NotFound,
+    PreflightError,
+    WarehouseBusy,
+)
 from sparkcap.loadgen.connections import FetchFailed, fetch_bounded, make_client
 from sparkcap.loadgen.discover import discover_all
 from sparkcap.loadgen.links import LinkResult, run_links
@@ -48,17 +53,11 @@ from sparkcap.loadgen.sweep import (
 )
 from sparkcap.night.calibrate import HostBudget, plan_within_budget, read_budget
 from sparkcap.night.progress import NightProgress, planned_waves
-from sparkcap.servers.llama import LocalServer, LocalServerError, launched
+from sparkcap.servers.llama import LocalServer, launched
 from sparkcap.store import spool
+from sparkcap.store.connection import open_warehouse
 from sparkcap.store.links import store_link_results
-from sparkcap.store.warehouse import (
-    WarehouseBusy,
-    open_warehouse,
-    record_discovered_facts_to,
-    record_step_to,
-    run_end_to,
-    run_start_to,
-)
+from sparkcap.store.runs import record_discovered_facts_to, record_step_to, run_end_to, run_start_to
 from sparkcap.transform.dbt_build import judgement_vars
 from sparkcap.transform.live_judge import SearchJudge
 
@@ -146,10 +145,6 @@ def stop_reason(exc: BaseException) -> str:
 # a models listing is a few KiB; the preflight never waits or holds more than this for one
 PREFLIGHT_TOTAL_S = 30.0
 MAX_MODELS_LISTING_BYTES = 1 << 20
-
-
-class PreflightError(SparkcapError, RuntimeError):
-    """The endpoint cannot be measured at all (unreachable, unknown model, bad auth)."""
 
 
 async def preflight(deployment: Deployment) -> dict[str, Any] | None:

@@ -26,7 +26,7 @@ import pandas as pd
 
 from sparkcap.errors import NotBuilt
 from sparkcap.publish.marts import has_mart, require_runs
-from sparkcap.store.warehouse import open_warehouse
+from sparkcap.store.connection import open_warehouse
 
 LEVELS_SQL = """
 select coalesce(a.deployment, b.deployment) as deployment,

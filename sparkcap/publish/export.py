@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import ExportFailed
 from sparkcap.publish import marts
 from sparkcap.publish.marts import (
     CapacityRow,
@@ -32,11 +32,6 @@ from sparkcap.publish.marts import (
     RunRow,
     TierRow,
 )
-
-
-class ExportFailed(SparkcapError, OSError):
-    """The textfile could not be written (a folder, no such folder, no permission, a full
-    disk): said in one line naming the file; a file already there is left as it was."""
 
 
 @dataclass(frozen=True)

@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkcap.config.fleet import LLAMA_DEFAULT_SLOTS, Fleet
-from sparkcap.errors import SparkcapError
-from sparkcap.servers.processes import ManagedProcess, ManagedProcessError
+from sparkcap.errors import LocalServerError, ManagedProcessError, SparkcapError
+from sparkcap.servers.processes import ManagedProcess
 from sparkcap.servers.sim.server import SimProcess
 from sparkcap.settings import get_settings
 
@@ -110,10 +110,6 @@ function(_sparkcap_unity)
   endforeach()
 endfunction()
 """
-
-
-class LocalServerError(SparkcapError, RuntimeError):
-    """A build or start failure, with a message meant for one line of terminal output."""
 
 
 def generator() -> tuple[str, ...]:

@@ -16,11 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from sparkcap.errors import SparkcapError
-
-
-class ManagedProcessError(SparkcapError, RuntimeError):
-    """A launched process exited early or never became ready; the message says which."""
+from sparkcap.errors import ManagedProcessError
 
 
 @dataclass

@@ -44,16 +44,14 @@ import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import LakeError
 from sparkcap.loadgen.records import WaveRecord
+from sparkcap.store.arrow_tables import metrics_table, wave_tables
+from sparkcap.store.connection import open_warehouse
 from sparkcap.store.spool import TABLES, safe_name
-from sparkcap.store.warehouse import metrics_table, open_warehouse, stage_tables, wave_tables
+from sparkcap.store.staging import stage_tables
 
 REQUIRED = ("waves", "requests", "chunks")  # a wave without these is not a wave
-
-
-class LakeError(SparkcapError, RuntimeError):
-    """A lake that cannot be read or written (one line, names the URL)."""
 
 
 def _value(text: str) -> str:

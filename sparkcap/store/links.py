@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sparkcap.loadgen.links import LinkResult
 from sparkcap.store.schema import raw_table
-from sparkcap.store.warehouse import replace_run_rows
+from sparkcap.store.staging import replace_run_rows
 
 
 def store_link_results(db_path: Path, run_id: str, results: list[LinkResult]) -> None:

@@ -25,21 +25,13 @@ import duckdb
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from sparkcap.errors import StorageError, WarehouseBusy
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.settings import get_settings
-from sparkcap.store.warehouse import (
-    StorageError,
-    WarehouseBusy,
-    mark_abandoned,
-    mark_abandoned_to,
-    metrics_table,
-    open_warehouse,
-    stage_tables,
-    stage_wave,
-    storage_error,
-    warehouse_key,
-    wave_tables,
-)
+from sparkcap.store.abandoned import mark_abandoned, mark_abandoned_to
+from sparkcap.store.arrow_tables import metrics_table, wave_tables
+from sparkcap.store.connection import open_warehouse, storage_error, warehouse_key
+from sparkcap.store.staging import stage_tables, stage_wave
 
 log = logging.getLogger(__name__)
 
@@ -202,7 +194,7 @@ def stage_spool(db_path: Path, root: Path | None = None, run_id: str | None = No
     that cannot be read or staged is moved to ``$SPARKCAP_HOME/quarantine/`` with a warning
     naming it (and, when its run is known, a failed ``stage`` step on the run); the others are
     staged. Called for the whole warehouse (no ``run_id``: a run's start, ``sparkcap stage``),
-    it also marks runs whose writer died as incomplete (``warehouse.mark_abandoned``).
+    it also marks runs whose writer died as incomplete (``abandoned.mark_abandoned``).
     """
     folders = pending(db_path, root, run_id)
     if not folders:

@@ -20,14 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import BuildError
 from sparkcap.resources import dbt_project_dir
 from sparkcap.settings import get_settings, note_build
-from sparkcap.store.warehouse import ensure_schema, open_warehouse
-
-
-class BuildError(SparkcapError, RuntimeError):
-    """dbt failed; the message names the failing models or tests."""
+from sparkcap.store.connection import ensure_schema, open_warehouse
 
 
 @dataclass

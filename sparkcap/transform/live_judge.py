@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import JudgeError
 from sparkcap.loadgen.records import MAX_COUNT, RequestRecord, Status, WaveRecord
 from sparkcap.loadgen.search import LevelJudgement
 from sparkcap.transform.dbt_build import (
@@ -35,10 +35,6 @@ from sparkcap.transform.dbt_build import (
 
 _COMPILE_LOCK = threading.Lock()
 _COMPILED: dict[str, Rules] = {}
-
-
-class JudgeError(SparkcapError, RuntimeError):
-    """dbt could not compile the search rule (the project or its vars are broken)."""
 
 
 _SPLIT = "-- sparkcap: next rule --"

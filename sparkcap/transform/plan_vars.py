@@ -9,9 +9,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from sparkcap.errors import MissingFile, NotBuilt
-from sparkcap.store.warehouse import has_table, open_warehouse
-from sparkcap.transform.dbt_build import BuildError, BuildResult, build, var_refusal
+from sparkcap.errors import BuildError, MissingFile, NotBuilt
+from sparkcap.store.connection import has_table, open_warehouse
+from sparkcap.transform.dbt_build import BuildResult, build, var_refusal
 
 # the plan's models, built together with their data tests by `sparkcap plan`
 PLAN_MODELS = (

@@ -248,9 +248,9 @@ class CanaryNights:
 def busy_database_and_flaky_staging(attempts: list[str]) -> Iterator[None]:
     """A database busy for the whole sweep (every wave stays in the spool), and a staging
     task that then fails once: Prefect must retry it."""
+    from sparkcap.errors import WarehouseBusy
     from sparkcap.night import steps as pipeline
     from sparkcap.store import spool
-    from sparkcap.store.warehouse import WarehouseBusy
 
     real_stage_spool, real_stage_pending = spool.stage_spool, pipeline.stage_pending
 

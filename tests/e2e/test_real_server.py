@@ -16,7 +16,7 @@ import pytest
 from sparkcap.config import Deployment, SweepPlan, SweepRequest
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.llama import LocalServer, ensure_model, start_local_server
-from sparkcap.store.warehouse import open_warehouse
+from sparkcap.store.connection import open_warehouse
 from sparkcap.transform.dbt_build import build
 from tests.integration.helpers import SHORT_STREAM_VARS
 

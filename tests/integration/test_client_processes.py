@@ -29,8 +29,8 @@ import psutil
 import pytest
 
 from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.errors import ClientProcessError
 from sparkcap.loadgen import procs
-from sparkcap.loadgen.procs import ClientProcessError
 from sparkcap.loadgen.records import Status
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
 from sparkcap.night.progress import live_decode_tok_s

@@ -96,7 +96,7 @@ def _clean_night(sim: SimServer, root: Path, db: Path) -> CleanNight:
     import time
 
     from sparkcap.night.sweeps import run_probe
-    from sparkcap.store.warehouse import run_end_to, run_start_to
+    from sparkcap.store.runs import run_end_to, run_start_to
 
     run_id = sweep_into(sim, db, "clean")
     asyncio.run(
@@ -324,7 +324,7 @@ def test_validate_without_run_takes_the_newest_sweep_not_a_link_check(
     validates the sweep instead of erroring on the link check."""
     import time
 
-    from sparkcap.store.warehouse import run_start_to
+    from sparkcap.store.runs import run_start_to
 
     p = clean_night.validate
     assert p.returncode == 0, p.stderr

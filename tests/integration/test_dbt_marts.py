@@ -20,7 +20,8 @@ from sparkcap.loadgen.search import level_key
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.fleet import TWIN, expected_fleet_capacity
 from sparkcap.servers.sim.server import SimServer
-from sparkcap.store.warehouse import run_end_to, run_start_to, stage_wave_to
+from sparkcap.store.runs import run_end_to, run_start_to
+from sparkcap.store.staging import stage_wave_to
 from sparkcap.transform.dbt_build import build
 from sparkcap.transform.live_judge import SearchJudge
 from tests.integration.helpers import (
@@ -415,7 +416,7 @@ def test_a_broken_column_rule_names_its_rule_and_column(tmp_path: Path) -> None:
     """One data test holds a model's column rules (column_rules): a run whose raw status no
     rule accepts fails the build, and the message names the rule, the column and the rows
     (dbt's own "Got 1 result" would not say which of stg_runs' rules broke)."""
-    from sparkcap.transform.dbt_build import BuildError
+    from sparkcap.errors import BuildError
 
     db = tmp_path / "w.duckdb"
     run_id = "20261204T000000Z-bad"

@@ -14,7 +14,8 @@ import pytest
 from sparkcap import resources
 from sparkcap.dq.validate import DQ_MODELS, build_frames, run_validation
 from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
-from sparkcap.store.warehouse import run_end_to, run_start_to, stage_wave_to
+from sparkcap.store.runs import run_end_to, run_start_to
+from sparkcap.store.staging import stage_wave_to
 from sparkcap.transform.dbt_build import _parsed_manifest, dbt_args
 
 pytestmark = pytest.mark.integration

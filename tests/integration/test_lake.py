@@ -13,12 +13,13 @@ import duckdb
 import pytest
 
 from sparkcap.config import SweepPlan
+from sparkcap.errors import LakeError
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.store import spool
-from sparkcap.store.lake import TABLES, ChildKey, Lake, LakeError, stage_lake
-from sparkcap.store.warehouse import run_start_to
+from sparkcap.store.lake import TABLES, ChildKey, Lake, stage_lake
+from sparkcap.store.runs import run_start_to
 from tests.integration.helpers import dep, fast_profile
 
 pytestmark = pytest.mark.integration

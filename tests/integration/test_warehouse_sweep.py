@@ -11,9 +11,11 @@ import duckdb
 import pytest
 
 from sparkcap.config import SweepPlan, SweepRequest
-from sparkcap.night.sweeps import PreflightError, run_sweeps
+from sparkcap.errors import PreflightError
+from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
-from sparkcap.store.warehouse import open_warehouse, stage_wave
+from sparkcap.store.connection import open_warehouse
+from sparkcap.store.staging import stage_wave
 from tests.integration.cli_sweeps import CliSweeps
 from tests.integration.helpers import cli_in_process, dep, fast_profile, faulty
 
@@ -269,7 +271,7 @@ def test_older_warehouse_gains_new_columns(db_path: Path) -> None:
 def test_a_warehouse_from_before_0_2_is_upgraded_in_place(sim: SimServer, db_path: Path) -> None:
     """0.1 made ``client_saturated`` NOT NULL and had no timing columns: its file keeps its
     nights and takes new waves, whose capture-time verdict is NULL."""
-    from sparkcap.store.warehouse import SCHEMA_SQL
+    from sparkcap.store.schema import SCHEMA_SQL
 
     old = SCHEMA_SQL.replace(
         "client_saturated       boolean,", "client_saturated       boolean not null,"

@@ -13,32 +13,32 @@ import pytest
 from pydantic_settings import SettingsError
 
 from sparkcap import cli
-from sparkcap.config import OptionError, parse_extra_body, parse_header_options, search_plan
-from sparkcap.errors import MissingFile, SparkcapError
+from sparkcap.config import parse_extra_body, parse_header_options, search_plan
+from sparkcap.errors import MissingFile, OptionError, SparkcapError
 
 WORDED = {
-    "sparkcap.transform.dbt_build:BuildError": RuntimeError,
-    "sparkcap.cli:CLIError": Exception,
-    "sparkcap.config:MissingSecret": LookupError,
-    "sparkcap.night.distributed:DistributedError": RuntimeError,
-    "sparkcap.dq.offline:OfflineError": RuntimeError,
-    "sparkcap.config.fleet:FleetError": ValueError,
-    "sparkcap.store.lake:LakeError": RuntimeError,
-    "sparkcap.loadgen.procs:ClientProcessError": RuntimeError,
-    "sparkcap.servers.llama:LocalServerError": RuntimeError,
-    "sparkcap.night.steps:DataQualityFailed": RuntimeError,
-    "sparkcap.servers.processes:ManagedProcessError": RuntimeError,
-    "sparkcap.publish.report.data:ReportError": RuntimeError,
-    "sparkcap.night.sweeps:PreflightError": RuntimeError,
-    "sparkcap.transform.live_judge:JudgeError": RuntimeError,
-    "sparkcap.store.warehouse:StorageError": RuntimeError,
-    "sparkcap.store.warehouse:WarehouseBusy": RuntimeError,
+    "sparkcap.errors:BuildError": RuntimeError,
+    "sparkcap.errors:CLIError": Exception,
+    "sparkcap.errors:MissingSecret": LookupError,
+    "sparkcap.errors:DistributedError": RuntimeError,
+    "sparkcap.errors:OfflineError": RuntimeError,
+    "sparkcap.errors:FleetError": ValueError,
+    "sparkcap.errors:LakeError": RuntimeError,
+    "sparkcap.errors:ClientProcessError": RuntimeError,
+    "sparkcap.errors:LocalServerError": RuntimeError,
+    "sparkcap.errors:DataQualityFailed": RuntimeError,
+    "sparkcap.errors:ManagedProcessError": RuntimeError,
+    "sparkcap.errors:ReportError": RuntimeError,
+    "sparkcap.errors:PreflightError": RuntimeError,
+    "sparkcap.errors:JudgeError": RuntimeError,
+    "sparkcap.errors:StorageError": RuntimeError,
+    "sparkcap.errors:WarehouseBusy": RuntimeError,
     "sparkcap.errors:NotFound": LookupError,
     "sparkcap.errors:MissingFile": FileNotFoundError,
-    "sparkcap.config:OptionError": ValueError,
-    "sparkcap.publish.marts:QueryFailed": RuntimeError,
-    "sparkcap.night.schedule:StaleSchedule": RuntimeError,
-    "sparkcap.settings:BadEnvironment": SettingsError,
+    "sparkcap.errors:OptionError": ValueError,
+    "sparkcap.errors:QueryFailed": RuntimeError,
+    "sparkcap.errors:StaleSchedule": RuntimeError,
+    "sparkcap.errors:BadEnvironment": SettingsError,
 }
 
 
@@ -54,13 +54,13 @@ def test_every_worded_error_is_a_sparkcap_error_and_keeps_its_builtin_base(
 def test_the_cli_words_any_sparkcap_error_in_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sparkcap.store import warehouse
-    from sparkcap.store.lake import LakeError
+    from sparkcap.errors import LakeError
+    from sparkcap.store import connection
 
     def boom(*args: object, **kwargs: object) -> None:
         raise LakeError("lake memory://x: manifest of wave w1 does not match its part")
 
-    monkeypatch.setattr(warehouse, "open_warehouse", boom)
+    monkeypatch.setattr(connection, "open_warehouse", boom)
     with pytest.raises(SystemExit) as exit_:
         cli.main(["sql", "select 1", "--db", "x.duckdb"])
     assert exit_.value.code == 1
@@ -145,7 +145,7 @@ def test_what_a_person_named_and_is_not_there_is_one_line_through_the_one_catch(
 ) -> None:
     """cli.main catches SparkcapError only: a missing warehouse or run must be raised as
     errors.MissingFile / NotFound where it is found, or it would escape as a traceback."""
-    from sparkcap.store.warehouse import open_warehouse
+    from sparkcap.store.connection import open_warehouse
 
     db = tmp_path / "w.duckdb"
     if args[0] != "sql":  # an empty warehouse: its schema and no runs

@@ -40,7 +40,7 @@ def test_reading_a_fleet_file_or_the_cli_needs_no_warehouse() -> None:
 
     code = (
         "import sys, sparkcap.config.fleet, sparkcap.cli; "
-        "heavy = {'sparkcap.store.warehouse', 'duckdb', 'pyarrow', 'sparkcap.night.steps'}; "
+        "heavy = {'sparkcap.store.connection', 'duckdb', 'pyarrow', 'sparkcap.night.steps'}; "
         "heavy &= set(sys.modules); "
         "print(sorted(heavy))"
     )

@@ -29,14 +29,13 @@ why (``raw.step_outcomes``).
 This module keeps the names the command line, the night's steps and the child flow import.
 """
 
-from sparkcap.night.distributed.child import CHILD_FLOW, ChildSpec, DistributedError, sweep_child
+from sparkcap.night.distributed.child import CHILD_FLOW, ChildSpec, sweep_child
 from sparkcap.night.distributed.finish import children_to_finish, finish_distributed
 from sparkcap.night.distributed.parent import check_budgets, require_server, sweep_distributed
 
 __all__ = [
     "CHILD_FLOW",
     "ChildSpec",
-    "DistributedError",
     "check_budgets",
     "children_to_finish",
     "finish_distributed",

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sparkcap.config import SweepPlan, WorkloadName
 from sparkcap.config.fleet import Distributed, FleetDeployment
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import DistributedError, PreflightError
 from sparkcap.loadgen.metrics import scrape_into
 from sparkcap.loadgen.power import with_power
 from sparkcap.loadgen.records import WaveRecord
@@ -29,7 +29,7 @@ from sparkcap.loadgen.sweep import EndpointDown, run_sweep
 from sparkcap.night.calibrate import plan_within_budget, read_budget
 from sparkcap.night.plan import fleet_for
 from sparkcap.night.schedule import ensure_limit
-from sparkcap.night.sweeps import PreflightError, ProgressFn, preflight
+from sparkcap.night.sweeps import ProgressFn, preflight
 from sparkcap.settings import get_settings
 from sparkcap.store.lake import ATTEMPTS, ChildKey, Lake
 from sparkcap.transform.live_judge import SearchJudge
@@ -38,10 +38,6 @@ log = logging.getLogger(__name__)
 
 CHILD_FLOW = "sparkcap-sweep-target"
 CHILD_ENTRYPOINT = "flows/distributed.py:sweep_target"
-
-
-class DistributedError(SparkcapError, RuntimeError):
-    """A distributed night that cannot start (no Prefect server, no pool); one line."""
 
 
 class ChildSpec(BaseModel):

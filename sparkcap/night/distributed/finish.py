@@ -10,7 +10,8 @@ from datetime import UTC
 from pathlib import Path
 
 from sparkcap.config.fleet import Fleet
-from sparkcap.night.distributed.child import ChildSpec, DistributedError
+from sparkcap.errors import DistributedError
+from sparkcap.night.distributed.child import ChildSpec
 from sparkcap.night.distributed.parent import lake_url, land
 from sparkcap.night.distributed.rules import (
     Finish,
@@ -21,8 +22,8 @@ from sparkcap.night.distributed.rules import (
 from sparkcap.night.distributed.watch import ChildRun, FanOut
 from sparkcap.night.plan import Night
 from sparkcap.night.sweeps import RunResult
+from sparkcap.store.connection import open_warehouse
 from sparkcap.store.lake import Lake
-from sparkcap.store.warehouse import open_warehouse
 
 
 def finish_distributed(night: Night) -> RunResult:

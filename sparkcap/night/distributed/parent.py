@@ -16,24 +16,19 @@ from typing import Any
 
 from sparkcap.config import Deployment
 from sparkcap.config.fleet import Fleet
+from sparkcap.errors import DistributedError, PreflightError
 from sparkcap.loadgen.discover import DISCOVERY, LISTING, FactRow, discover_facts
 from sparkcap.loadgen.sweep import new_run_id
-from sparkcap.night.distributed.child import (
-    CHILD_ENTRYPOINT,
-    CHILD_FLOW,
-    ChildSpec,
-    DistributedError,
-    child_limits,
-)
+from sparkcap.night.distributed.child import CHILD_ENTRYPOINT, CHILD_FLOW, ChildSpec, child_limits
 from sparkcap.night.distributed.rules import child_account
 from sparkcap.night.distributed.watch import ChildRun, FanOut, say_child, wait_for_children
 from sparkcap.night.plan import Night
 from sparkcap.night.schedule import ensure_limit
-from sparkcap.night.sweeps import PreflightError, RunResult, preflight
+from sparkcap.night.sweeps import RunResult, preflight
 from sparkcap.resources import part_dir
 from sparkcap.settings import get_settings
 from sparkcap.store.lake import Lake, stage_lake
-from sparkcap.store.warehouse import (
+from sparkcap.store.runs import (
     record_client_hosts_to,
     record_discovered_facts_to,
     record_step_to,

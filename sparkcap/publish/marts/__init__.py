@@ -15,12 +15,8 @@ from typing import Any, NamedTuple
 
 import duckdb
 
-from sparkcap.errors import NotFound, SparkcapError
-from sparkcap.store import warehouse
-
-
-class QueryFailed(SparkcapError, RuntimeError):
-    """Ad-hoc SQL (``sparkcap sql``) DuckDB refused: its first line, the rest is its noise."""
+from sparkcap.errors import NotFound, QueryFailed
+from sparkcap.store import connection as warehouse
 
 
 class LevelRow(NamedTuple):

@@ -8,6 +8,7 @@ Rooms: ``data`` reads the marts, ``charts`` turns frames into Altair specs, ``re
 the page and publishes it. Callers import from here.
 """
 
+from sparkcap.errors import ReportError
 from sparkcap.publish.report.charts import (
     cache_chart,
     headline_chart,
@@ -20,7 +21,6 @@ from sparkcap.publish.report.charts import (
     ttft_chart,
 )
 from sparkcap.publish.report.data import (
-    ReportError,
     combined_label,
     history_changes,
     load_combined,

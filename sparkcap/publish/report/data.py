@@ -11,14 +11,10 @@ from typing import Any
 
 import pandas as pd
 
-from sparkcap.errors import SparkcapError
+from sparkcap.errors import ReportError
 from sparkcap.publish.marts import runs as recorded_runs
 from sparkcap.publish.text import thin_tail_words
-from sparkcap.store.warehouse import open_warehouse
-
-
-class ReportError(SparkcapError, RuntimeError):
-    """The marts hold nothing to report for the requested run."""
+from sparkcap.store.connection import open_warehouse
 
 
 def _df(con: Any, sql: str, params: list[Any] | dict[str, Any] | None = None) -> pd.DataFrame:

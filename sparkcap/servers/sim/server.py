@@ -37,7 +37,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from sparkcap.servers.processes import ManagedProcess, ManagedProcessError
+from sparkcap.errors import ManagedProcessError
+from sparkcap.servers.processes import ManagedProcess
 from sparkcap.servers.sim.engine import (
     Engine,
     Histogram,

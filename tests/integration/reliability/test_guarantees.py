@@ -14,12 +14,14 @@ import duckdb
 import pytest
 
 from sparkcap.config import SweepPlan, SweepRequest
-from sparkcap.config.fleet import FleetError, load_fleet
+from sparkcap.config.fleet import load_fleet
+from sparkcap.errors import FleetError, PreflightError
 from sparkcap.night.progress import live_decode_tok_s, live_ttft_s
-from sparkcap.night.sweeps import PreflightError, run_sweeps
+from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.store import spool
-from sparkcap.store.warehouse import run_start_to, warehouse_key
+from sparkcap.store.connection import warehouse_key
+from sparkcap.store.runs import run_start_to
 from tests.integration.cli_sweeps import FROM_ENV, LITERAL, CliSweeps
 from tests.integration.helpers import (
     SHORT_STREAM_VARS,
@@ -175,7 +177,8 @@ def test_kill_9_during_staging_leaves_whole_waves(tmp_path: Path) -> None:
 import sys, numpy as np
 sys.path.insert(0, {str(ROOT / "benchmarks")!r})
 from warehouse_build import night_waves
-from sparkcap.store.warehouse import open_warehouse, stage_tables
+from sparkcap.store.connection import open_warehouse
+from sparkcap.store.staging import stage_tables
 with open_warehouse({str(db)!r}) as con:
     for n, (wid, t) in enumerate(night_waves("r-kill", 8, 200, np.random.default_rng(0)), 1):
         stage_tables(con, [wid], t)
@@ -213,7 +216,7 @@ def test_kill_9_of_a_real_sparkcap_stage_leaves_whole_waves_and_the_next_stages_
     from warehouse_build import night_waves
 
     from sparkcap.loadgen.records import WaveRecord
-    from sparkcap.store.warehouse import metrics_table
+    from sparkcap.store.arrow_tables import metrics_table
 
     db, home = tmp_path / "k.duckdb", tmp_path / "home"
     run = "r-kill9"
@@ -576,7 +579,8 @@ def test_multi_token_chunks_counted_by_usage_and_rate_matches_server_log(
 
 
 def test_restaging_and_rebuilding_leave_identical_marts(db_path: Path) -> None:
-    from sparkcap.store.warehouse import open_warehouse, stage_wave
+    from sparkcap.store.connection import open_warehouse
+    from sparkcap.store.staging import stage_wave
     from sparkcap.transform.dbt_build import build
 
     marts = ("fct_stream_rates", "fct_trials", "fct_levels", "fct_capacity", "fct_fleet_capacity")

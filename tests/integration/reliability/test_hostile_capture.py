@@ -152,7 +152,7 @@ def test_absurd_usage_counts_are_stored_as_null_with_the_reason(tmp_path: Path) 
 def test_staging_never_wraps_or_raises_on_a_count_a_server_sent() -> None:
     """Defence in depth: a record whose counts never went through the stream parser (a probe,
     an older spool) is checked again where it becomes Arrow columns."""
-    from sparkcap.store.warehouse import wave_tables
+    from sparkcap.store.arrow_tables import wave_tables
 
     wave = WaveRecord("w", "r", "d", "m", "http://u:secret-pw@h/v1", "code", 1, 1, 0, 0)
     rec = RequestRecord("w/s000", 0, "p", 4, 4, 0.0)
@@ -174,7 +174,8 @@ def test_staging_never_wraps_or_raises_on_a_count_a_server_sent() -> None:
 def test_token_lengths_beyond_the_int32_columns_are_refused_up_front(tmp_path: Path) -> None:
     """``--max-tokens 3000000000`` and a fleet file's ``max_tokens`` are refused with one
     line before anything is sent (today the CLI goes on to the server)."""
-    from sparkcap.config.fleet import FleetError, load_fleet
+    from sparkcap.config.fleet import load_fleet
+    from sparkcap.errors import FleetError
 
     p = cli(
         "sweep",
@@ -454,7 +455,8 @@ def test_an_infinite_timeout_is_refused(tmp_path: Path) -> None:
     from pydantic import ValidationError
 
     from sparkcap.config import Timeouts
-    from sparkcap.config.fleet import FleetError, load_fleet
+    from sparkcap.config.fleet import load_fleet
+    from sparkcap.errors import FleetError
 
     with pytest.raises(ValidationError, match="finite"):
         Timeouts(read_idle_s=float("1e309"))
@@ -580,7 +582,8 @@ def test_a_models_listing_of_any_shape_is_no_traceback(listing: bytes) -> None:
 def test_an_unknown_model_names_a_bounded_list_of_what_the_server_offers() -> None:
     ids = [{"id": f"model-{i:04d}-" + "x" * 200} for i in range(3000)]
     listing = json.dumps({"data": ids}).encode()
-    from sparkcap.night.sweeps import PreflightError, preflight
+    from sparkcap.errors import PreflightError
+    from sparkcap.night.sweeps import preflight
 
     with (
         RawServer(lambda o: [vllm_stream(TOKENS)], models=listing) as srv,

@@ -23,6 +23,7 @@ import pytest
 
 from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.config.power import PowerSource
+from sparkcap.errors import StorageError
 from sparkcap.loadgen import power as power_module
 from sparkcap.loadgen.metrics import DURING_INTERVAL_S, scrape_into
 from sparkcap.loadgen.power import with_power
@@ -30,7 +31,8 @@ from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.store import spool
-from sparkcap.store.warehouse import StorageError, open_warehouse, run_end_to, run_start_to
+from sparkcap.store.connection import open_warehouse
+from sparkcap.store.runs import run_end_to, run_start_to
 from tests.integration.helpers import SHORT_STREAM_VARS, cli_in_process, dep, fast_profile, run_cli
 from tests.integration.reliability.rawserver import RawServer
 
@@ -473,7 +475,7 @@ def test_a_run_whose_writer_was_killed_is_marked_by_the_next_stage(
         [
             sys.executable,
             "-c",
-            "import sys, time; from sparkcap.store.warehouse import run_start_to; "
+            "import sys, time; from sparkcap.store.runs import run_start_to; "
             f"run_start_to({str(db)!r}, {run_id!r}, {config!r}, time.time_ns()); "
             "print('started', flush=True); time.sleep(120)",
         ],

@@ -89,7 +89,7 @@ def test_escape_sequences_from_a_server_or_a_cell_never_reach_the_terminal(
         )  # fmt: skip
     assert code == 1 and "\x1b" not in err
     assert "(server offers: x\\x1b[2Jy)" in err, err
-    from sparkcap.store.warehouse import ensure_schema, open_warehouse
+    from sparkcap.store.connection import ensure_schema, open_warehouse
 
     with open_warehouse(tmp_path / "w.duckdb") as con:
         ensure_schema(con)
@@ -100,7 +100,7 @@ def test_escape_sequences_from_a_server_or_a_cell_never_reach_the_terminal(
 
 
 def test_sql_table_cells_keep_their_brackets(tmp_path: Path) -> None:
-    from sparkcap.store.warehouse import ensure_schema, open_warehouse
+    from sparkcap.store.connection import ensure_schema, open_warehouse
 
     db = tmp_path / "w.duckdb"
     with open_warehouse(db) as con:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkcap.config.fleet import FleetError, load_fleet
+from sparkcap.config.fleet import load_fleet
+from sparkcap.errors import FleetError
 from sparkcap.night.schedule import prefect_yaml
 
 pytestmark = pytest.mark.reliability

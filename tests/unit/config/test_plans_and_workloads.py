@@ -85,7 +85,8 @@ def test_body_asks_for_usage_and_merges_extra_body() -> None:
 
 
 def test_build_var_overrides_accept_declared_numbers_only() -> None:
-    from sparkcap.transform.dbt_build import BuildError, known_vars, parse_var_overrides
+    from sparkcap.errors import BuildError
+    from sparkcap.transform.dbt_build import known_vars, parse_var_overrides
 
     assert {"probe_window_s", "dip_share", "threshold_tok_s"} <= set(known_vars())
     assert parse_var_overrides(["probe_window_s=2", "dip_share=0.3"]) == {
@@ -199,7 +200,8 @@ def test_sessions_on_the_command_line_are_the_fleet_files_fields() -> None:
 def test_a_session_shape_that_cannot_be_taken_is_one_line_naming_the_flag(
     text: str, workload: str, words: str
 ) -> None:
-    from sparkcap.config import OptionError, parse_session_shape
+    from sparkcap.config import parse_session_shape
+    from sparkcap.errors import OptionError
 
     with pytest.raises(OptionError) as exc:
         parse_session_shape(text, workload)

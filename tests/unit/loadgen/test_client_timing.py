@@ -106,7 +106,8 @@ def test_one_environment_setting_moves_the_capture_and_dbt_tolerances(
 ) -> None:
     """SPARKCAP_DBT_VARS reaches every dbt invocation and the capture's re-measure rule (the
     night fills each plan's tolerances from judgement_vars); a typo is one error, not a no-op."""
-    from sparkcap.transform.dbt_build import BuildError, dbt_args, judgement_vars
+    from sparkcap.errors import BuildError
+    from sparkcap.transform.dbt_build import dbt_args, judgement_vars
 
     monkeypatch.setenv("SPARKCAP_DBT_VARS", '{"timing_error_tolerance": 0.02}')
     judged = judgement_vars()

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from sparkcap.errors import GGUFError
 from sparkcap.loadgen import gguf
 from sparkcap.loadgen.discover import gguf_rows
-from sparkcap.loadgen.gguf import GGUFArray, GGUFError, read_metadata
+from sparkcap.loadgen.gguf import GGUFArray, read_metadata
 from sparkcap.settings import get_settings
 
 pytestmark = pytest.mark.unit

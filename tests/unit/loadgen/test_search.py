@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from sparkcap.config import OptionError, SearchPlan, SweepPlan, search_plan
+from sparkcap.config import SearchPlan, SweepPlan, search_plan
+from sparkcap.errors import OptionError
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.search import Bisection, LevelJudgement, dip_check_levels, run_search
 
@@ -170,7 +171,8 @@ def test_search_options_need_search() -> None:
 
 
 def test_a_fleet_file_can_search_a_workload(tmp_path: Any) -> None:
-    from sparkcap.config.fleet import FleetError, load_fleet
+    from sparkcap.config.fleet import load_fleet
+    from sparkcap.errors import FleetError
 
     path = tmp_path / "f.yaml"
     path.write_text(

@@ -12,13 +12,9 @@ import yaml
 from pydantic import ValidationError
 
 from sparkcap.config import SearchPlan, SweepPlan
-from sparkcap.config.fleet import Distributed, FleetError, load_fleet
-from sparkcap.night.distributed.child import (
-    ChildSpec,
-    DistributedError,
-    child_limits,
-    peak_streams,
-)
+from sparkcap.config.fleet import Distributed, load_fleet
+from sparkcap.errors import DistributedError, FleetError
+from sparkcap.night.distributed.child import ChildSpec, child_limits, peak_streams
 from sparkcap.store.lake import partition
 
 

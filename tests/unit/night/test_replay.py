@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkcap.night.replay import ReplayError, replay_options
+from sparkcap.errors import ReplayError
+from sparkcap.night.replay import replay_options
 from sparkcap.publish.marts import ReplayPlanRow
 
 

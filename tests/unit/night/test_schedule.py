@@ -8,14 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sparkcap.errors import SparkcapError
-from sparkcap.night.schedule import (
-    NIGHTLY_FLOW,
-    StaleSchedule,
-    load_nightly_flow,
-    prefect_yaml,
-    sync_prefect_yaml,
-)
+from sparkcap.errors import SparkcapError, StaleSchedule
+from sparkcap.night.schedule import NIGHTLY_FLOW, load_nightly_flow, prefect_yaml, sync_prefect_yaml
 from tests.paths import ROOT
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from sparkcap.config import Deployment
+from sparkcap.errors import WarehouseBusy
 from sparkcap.night import sweeps
-from sparkcap.store.warehouse import WarehouseBusy
 
 
 def test_a_probe_measured_while_the_database_is_busy_stays_in_the_spool(

@@ -74,7 +74,7 @@ def test_a_mart_built_by_an_older_sparkcap_is_one_line_with_the_command_that_reb
     """fct_energy_at_capacity as a build before its timing range made it: the typed reader
     selects the range, and a person sees one line naming the file and the command, never
     DuckDB's binder traceback."""
-    from sparkcap.store.warehouse import StaleWarehouse
+    from sparkcap.errors import StaleWarehouse
 
     with duckdb.connect(str(old_db)) as con:
         con.execute(NEW)

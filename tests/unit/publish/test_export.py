@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sparkcap.errors import ExportFailed
 from sparkcap.publish import export
-from sparkcap.publish.export import ExportFailed, NightMetrics, render, write_atomically
+from sparkcap.publish.export import NightMetrics, render, write_atomically
 from sparkcap.publish.marts import (
     CapacityRow,
     ChangeRow,

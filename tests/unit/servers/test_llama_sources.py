@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkcap.servers.llama import LocalServerError, extract_sources, safe_members
+from sparkcap.errors import LocalServerError
+from sparkcap.servers.llama import extract_sources, safe_members
 
 PREFIX = "llama_cpp_python-0.3/vendor/llama.cpp/"
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkcap.servers.processes import ManagedProcess, ManagedProcessError
+from sparkcap.errors import ManagedProcessError
+from sparkcap.servers.processes import ManagedProcess
 
 
 def test_an_early_exit_names_the_last_log_line(tmp_path: Path) -> None:

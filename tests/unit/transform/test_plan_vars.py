@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkcap.transform.dbt_build import BuildError
+from sparkcap.errors import BuildError
 from sparkcap.transform.plan_vars import parse_long_prompts, parse_mix, plan_vars
 
 
