@@ -261,8 +261,8 @@ class WaveRecord:
     # route), "unsupported" (no such route), "failed: ..." or None (no reset was asked)
     cache_reset: str | None = None
     search_decision: SearchDecision | None = None  # on the wave after which it was made
-    # why the capture-time rule (sweep.client_spoiled) distrusts this wave, for live decisions
-    # only; never stored: dbt's int_trials judges the stored measurements
+    # why dbt's client-spoiled rule (compiled, handed to the sweep) distrusts this wave, for
+    # live decisions only; never stored: dbt's int_trial_validity judges the stored waves
     client_spoiled_live: str | None = None
     # the deployment's power source read while the wave ran (none named: empty)
     power_samples: list[PowerSample] = field(default_factory=list)

@@ -7,7 +7,8 @@ vars): ``decode_overlap`` (a wave whose streams never all decoded at once was qu
 its level cannot pass, as in the grid's rule), ``search_level_interval`` (the interval of
 the level median and its verdict) and, for agent sessions, ``session_ttft_within_ceiling``
 (the turns' TTFT at the quantile against the ceiling), and runs that SQL with an in-memory
-DuckDB on the level's live measurements.
+DuckDB on the level's live measurements. The capture's re-measure decision is compiled with
+them (``client_spoiled_waves``, :class:`ClientSpoiledRule`), for a grid night as for a search.
 ``int_trials`` and ``int_search_levels`` run the same macros on the staged waves, so a live
 interval and the recorded one differ only where dbt's verdict weighs what the live one cannot
 (data quality, a TTFT spread against the lowest level); ``fct_search_path`` says where.
@@ -56,6 +57,8 @@ _INLINE = "\n".join(
         "{{ first_chunk_figures('live_chunks') }}",
         _SPLIT,
         "{{ session_ttft_within_ceiling('live_turns') }}",
+        _SPLIT,
+        "{{ client_spoiled_waves('live_wave_streams') }}",
     ]
 )
 
@@ -69,6 +72,7 @@ class Rules(NamedTuple):
     window_sql: str  # the decode window a shortened stream is read over
     k1_sql: str  # the first chunk's tokens of a shortened stream
     session_ttft_sql: str  # an agent level's turns' TTFT quantile
+    client_spoiled_sql: str  # client_spoiled_waves: why the client spoiled a wave, if it did
 
 
 _PARTS = len(Rules._fields)
@@ -119,6 +123,34 @@ def compile_search_rule(
             raise JudgeError("could not compile dbt's search rule: a rule is missing")
         _COMPILED[key] = Rules(*parts)
         return _COMPILED[key]
+
+
+class ClientSpoiledRule:
+    """dbt's client-spoiled rule (macro ``client_spoiled_waves``), compiled: called with a wave
+    just measured, it says why the client spoiled it, in the words ``int_trial_validity``
+    records (``None``: it did not). The night hands it to the sweep (``loadgen.sweep``), which
+    measures such a wave again: a wave is re-measured exactly when dbt will call it spoiled."""
+
+    def __init__(self, sql: Rules) -> None:
+        self.sql = sql.client_spoiled_sql
+
+    @classmethod
+    def compile(cls, threshold_tok_s: float | None = None) -> ClientSpoiledRule:
+        """The rule under the vars a build in this environment takes (SPARKCAP_DBT_VARS, then
+        the project's); ``threshold_tok_s`` as a search judge is compiled with, so a search
+        night compiles its rules once (:func:`compile_search_rule` caches by vars)."""
+        given = {} if threshold_tok_s is None else {"threshold_tok_s": threshold_tok_s}
+        return cls(compile_search_rule(given))
+
+    def __call__(self, wave: WaveRecord) -> str | None:
+        rows = _on_request_times(
+            self.sql,
+            "live_wave_streams",
+            [wave],
+            ("first_token_ns", "last_token_ns"),
+            ("timing_error_bound", "start_skew_ms"),
+        )
+        return None if not rows or rows[0][1] is None else str(rows[0][1])
 
 
 def live_valid(wave: WaveRecord) -> bool:
@@ -204,6 +236,7 @@ class SearchJudge:
             self.window_sql,
             self.k1_sql,
             self.session_ttft_sql,
+            _,
         ) = sql
 
     @classmethod

@@ -9,7 +9,7 @@ import re
 import pytest
 from rich.console import Console
 
-from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
+from sparkcap.loadgen.records import RequestRecord, SearchDecision, Status, WaveRecord
 from sparkcap.night import progress
 from sparkcap.night import steps as pipeline
 from sparkcap.night.progress import NightProgress
@@ -50,7 +50,7 @@ def test_every_step_says_when_it_starts_and_ends_with_its_time() -> None:
 @pytest.mark.parametrize(
     ("name", "streams", "shown"),
     [
-        ("m", 4, "m/prose c=4 trial 1: 4/4 ok, live median 20.2 tok/s"),  # the whole text fits
+        ("m", 4, "m/prose c=4 trial 1: 4/4 ok, wave median 20.2 tok/s"),  # the whole text fits
         ("deepseek", 16, "deepseek/prose c=16 t1 16/16 ok 20.2 tok/s"),  # the short wording
         (
             "a-deployment-with-a-very-long-name",
@@ -67,7 +67,7 @@ def test_the_live_line_fits_80_columns_and_keeps_its_times(
     board = NightProgress({(name, "prose"): 20}, console=console, live=True)
     w = WaveRecord("w", "r", name, "m", "http://x/v1", "prose", streams, 1, 0, 0)
     w.requests = [RequestRecord(f"w/s{i}", i, "p", 100, 100, 0.0) for i in range(streams)]
-    for r in w.requests:  # ok streams: the line shows the wave's live median
+    for r in w.requests:  # ok streams: the line shows the wave's median as the client read it
         r.status, r.completion_tokens = Status.OK, 100
         r.sent_ns, r.first_token_ns, r.last_token_ns = 0, 10**8, 5 * 10**9
     with board:
@@ -82,6 +82,35 @@ def test_the_live_line_fits_80_columns_and_keeps_its_times(
     assert shown_rows, rows
     for row in shown_rows:  # ... and so is the time left, within 80 columns
         assert len(row) <= 80 and row.rstrip().endswith("left"), row
+
+
+def test_a_decided_search_level_shows_the_judges_median_by_its_stored_name() -> None:
+    """The client's own median and the live judge's level median are two numbers: each has its
+    name ("live median" is the judge's, stored as live_median_tok_s)."""
+    w = WaveRecord("w", "r", "m", "m", "http://x/v1", "prose", 2, 2, 0, 0)
+    w.requests = [RequestRecord(f"w/s{i}", i, "p", 100, 100, 0.0) for i in range(2)]
+    for r in w.requests:
+        r.status, r.completion_tokens = Status.OK, 100
+        r.sent_ns, r.first_token_ns, r.last_token_ns = 0, 10**8, 5 * 10**9
+    w.search_decision = SearchDecision(
+        kind="level",
+        search_step=1,
+        concurrency=2,
+        n_trials=2,
+        n_valid_trials=2,
+        confidence=0.9,
+        trials_max=3,
+        median_tok_s=21.04,
+        ci_low_tok_s=20.5,
+        ci_high_tok_s=21.5,
+        verdict="pass",
+        stop_reason="interval cleared the threshold at 90%",
+        next_action="go up",
+    )
+    assert progress.wave_summary(w) == (
+        "c=2 trial 2: 2/2 ok, wave median 20.2 tok/s, live median 21.0 tok/s (pass)"
+    )
+    assert progress.wave_summary(w, short=True) == "c=2 t2 2/2 ok live 21.0 tok/s"
 
 
 def test_a_probes_lines_show_its_own_requests_with_their_live_ttft() -> None:
