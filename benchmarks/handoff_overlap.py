@@ -42,7 +42,8 @@ def peak(windows: list[tuple[int, int]], slack_ns: int) -> int:
 
 
 def one_wave() -> tuple[int, int, float]:
-    from sparkcap.config import Deployment, SweepPlan, SweepRequest
+    from sparkcap.config.deployment import Deployment
+    from sparkcap.config.plan import SweepPlan, SweepRequest
     from sparkcap.night.sweeps import run_sweeps
     from sparkcap.servers.sim.engine import SimProfile
     from sparkcap.servers.sim.server import SimServer

@@ -23,7 +23,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from warehouse_build import night_waves
 
-from sparkcap.config import Deployment
+from sparkcap.config.deployment import Deployment
 from sparkcap.store.lake import ChildKey, Lake, stage_lake
 from sparkcap.store.runs import run_end_to, run_start_to
 from sparkcap.transform.dbt_build import build

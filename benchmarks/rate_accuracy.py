@@ -17,7 +17,8 @@ import sys
 
 import httpx
 
-from sparkcap.config import Deployment, SweepPlan
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SweepPlan
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
 from sparkcap.night.progress import live_decode_tok_s
 from sparkcap.servers.sim.server import SimProcess

@@ -45,7 +45,8 @@ from pathlib import Path
 
 import duckdb
 
-from sparkcap.config import Deployment, SearchPlan, SweepPlan, SweepRequest
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SearchPlan, SweepPlan, SweepRequest
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.engine import SimProfile
 from sparkcap.servers.sim.server import SimProcess

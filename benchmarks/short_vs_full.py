@@ -59,7 +59,8 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from sparkcap.config import Deployment, SweepPlan
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SweepPlan
 from sparkcap.loadgen.connections import StreamClients
 from sparkcap.loadgen.plan import WavePlanItem
 from sparkcap.loadgen.procs import ClientPool

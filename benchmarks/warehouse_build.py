@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from sparkcap.config import Deployment
+from sparkcap.config.deployment import Deployment
 from sparkcap.store.arrow_tables import chunk_table
 from sparkcap.store.connection import open_warehouse
 from sparkcap.store.runs import record_run_start

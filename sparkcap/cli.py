@@ -21,8 +21,11 @@ import typer
 from pydantic import ValidationError
 
 from sparkcap import cli_options as opt
-from sparkcap import cli_replay, config
+from sparkcap import cli_replay
+from sparkcap.config import command_line
+from sparkcap.config.deployment import Deployment, deployment_name
 from sparkcap.config.fleet import load_fleet
+from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.errors import CLIError, Interrupted, SparkcapError
 from sparkcap.night.progress import probe_lines
 from sparkcap.publish import terminal, text
@@ -89,24 +92,25 @@ def sweep(
     trial_tokens: opt.TrialTokens = None,
 ) -> None:
     """Sweep one deployment with synchronized waves and record every token timestamp."""
-    searching = config.search_plan(
+    searching = command_line.search_plan(
         search, max_level, trials_max, confidence, sustain_factor, trial_tokens
     )
-    headers, header_env = config.parse_header_options(header)  # a message never echoes a value
-    req = config.SweepRequest(
-        deployment=config.Deployment(
-            name=deployment or config.deployment_name(model),
+    # a message never echoes a value
+    headers, header_env = command_line.parse_header_options(header)
+    req = SweepRequest(
+        deployment=Deployment(
+            name=deployment or deployment_name(model),
             endpoint=endpoint,
             model=model,
             api_key_env=api_key_env,
-            extra_body=config.parse_extra_body(extra_body),
+            extra_body=command_line.parse_extra_body(extra_body),
             headers=headers,  # pydantic wraps the values in SecretStr
             header_env=header_env,
             ca_bundle=ca_bundle,
             continuous_usage=continuous_usage,
         ),
         workload=workload,
-        plan=config.SweepPlan(
+        plan=SweepPlan(
             levels=levels,
             trials=trials,
             warmup=not no_warmup,
@@ -114,7 +118,7 @@ def sweep(
             max_remeasures=max_remeasures,
             client_processes=client_processes,
             search=searching,
-            sessions=config.parse_session_shape(sessions, workload),
+            sessions=command_line.parse_session_shape(sessions, workload),
         ),
     )
     # the options are checked before the stages they run are imported (a typo fails at once)
@@ -175,14 +179,14 @@ def probe(
     """Measure what long prefills and prompt caches do to responsiveness."""
     from sparkcap.night import sweeps  # +0.27 s (the warehouse, the live judge)
 
-    dep = config.Deployment(
-        name=deployment or config.deployment_name(model),
+    dep = Deployment(
+        name=deployment or deployment_name(model),
         endpoint=endpoint,
         model=model,
         api_key_env=api_key_env,
-        extra_body=config.parse_extra_body(extra_body),
+        extra_body=command_line.parse_extra_body(extra_body),
     )
-    options = config.probe_flags(
+    options = command_line.probe_flags(
         name,
         prompt_tokens=prompt_tokens,
         background_streams=background_streams,
@@ -336,7 +340,7 @@ def run(
     from sparkcap.loadgen.sweep import new_run_id  # +0.07 s (httpx, psutil)
     from sparkcap.night import plan, steps  # +0.69 s (dbt, Great Expectations, the report)
 
-    searching = config.search_plan(
+    searching = command_line.search_plan(
         search, max_level, trials_max, confidence, sustain_factor, trial_tokens
     )
     search_opts = searching.model_dump() if searching is not None else None

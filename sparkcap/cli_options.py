@@ -19,7 +19,8 @@ import typer
 from pydantic import ValidationError
 
 from sparkcap import __version__
-from sparkcap.config import ProbeName, Profile, StreamWorkloadName, WorkloadName
+from sparkcap.config.base import Profile, StreamWorkloadName, WorkloadName
+from sparkcap.config.probes import ProbeName
 from sparkcap.publish.text import OutputFormat
 
 

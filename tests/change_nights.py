@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkcap.config import Deployment
+from sparkcap.config.deployment import Deployment
 from sparkcap.loadgen.discover import FactRow
 from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
 from sparkcap.store.connection import open_warehouse

@@ -24,16 +24,10 @@ from pydantic import (
     model_validator,
 )
 
-from sparkcap.config import (
-    Deployment,
-    DeploymentBase,
-    ProbeName,
-    ProbeOptions,
-    SweepPlan,
-    SweepRequest,
-    WorkloadName,
-    planned_wave_count,
-)
+from sparkcap.config.base import WorkloadName
+from sparkcap.config.deployment import Deployment, DeploymentBase
+from sparkcap.config.plan import SweepPlan, SweepRequest, planned_wave_count
+from sparkcap.config.probes import ProbeName, ProbeOptions
 from sparkcap.errors import FleetError
 
 

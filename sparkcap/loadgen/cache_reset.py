@@ -17,7 +17,7 @@ import json
 
 import httpx
 
-from sparkcap.config import Deployment
+from sparkcap.config.deployment import Deployment
 from sparkcap.loadgen.connections import make_client
 
 RESET_ROUTES = ("reset_prefix_cache", "flush_cache")

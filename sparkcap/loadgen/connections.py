@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from sparkcap.config import Deployment
+from sparkcap.config.deployment import Deployment
 from sparkcap.errors import MissingFile
 from sparkcap.loadgen.arrivals import for_running_loop
 

@@ -48,7 +48,7 @@ from urllib.parse import urlsplit
 import httpx
 from pydantic import ConfigDict, Field, TypeAdapter, ValidationError
 
-from sparkcap.config import Deployment, DeploymentBase, url_without_credentials
+from sparkcap.config.deployment import Deployment, DeploymentBase, url_without_credentials
 from sparkcap.config.facts import EngineName, ModelFacts, MoEFacts
 from sparkcap.errors import GGUFError, MissingSecret
 from sparkcap.loadgen.connections import FetchFailed, fetch_bounded, make_client

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkcap.config import Deployment
+from sparkcap.config.deployment import Deployment
 from sparkcap.loadgen.connections import (
     TIMEOUTS_BEFORE_GIVING_UP,
     FetchFailed,

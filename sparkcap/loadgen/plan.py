@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sparkcap.config import SweepPlan
+from sparkcap.config.plan import SweepPlan
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from sparkcap.config import Deployment
+from sparkcap.config.deployment import Deployment
 from sparkcap.config.power import PowerSource
 from sparkcap.loadgen.connections import (
     IDENTITY_ENCODING,

@@ -21,10 +21,10 @@ from typing import Any
 
 import httpx
 
-from sparkcap.config import (
-    MAX_TOKENS,
+from sparkcap.config.base import MAX_TOKENS
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.probes import (
     ContextLadderOptions,
-    Deployment,
     GapAttributionOptions,
     MixedOptions,
     OutputLengthOptions,

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from sparkcap.config import Deployment
+from sparkcap.config.deployment import Deployment
 from sparkcap.errors import ClientProcessError
 from sparkcap.loadgen.arrivals import new_event_loop
 from sparkcap.loadgen.connections import StreamClients

@@ -23,7 +23,8 @@ import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sparkcap.config import Deployment, ReplayOptions
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.probes import ReplayOptions
 from sparkcap.loadgen.connections import make_client
 from sparkcap.loadgen.probes import _Probe, _spec, document
 from sparkcap.loadgen.records import ReplayOffer, RequestRecord, WaveRecord

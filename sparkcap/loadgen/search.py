@@ -19,7 +19,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from sparkcap.config import Deployment, SearchPlan, SweepPlan
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SearchPlan, SweepPlan
 from sparkcap.loadgen.plan import WavePlanItem
 from sparkcap.loadgen.records import SearchDecision, WaveRecord
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkcap.config import SearchPlan, SweepPlan
 from sparkcap.config.fleet import Fleet, load_fleet
+from sparkcap.config.plan import SearchPlan, SweepPlan
 from sparkcap.night.sweeps import DEMO_PROFILE, ProgressFn, RunResult
 from sparkcap.publish import marts
 from sparkcap.publish.text import capacity_words, step_gap_words

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sparkcap.config import MAX_TOKENS, ReplayOptions
+from sparkcap.config.base import MAX_TOKENS
 from sparkcap.config.fleet import Fleet
+from sparkcap.config.probes import ReplayOptions
 from sparkcap.errors import ReplayError, SparkcapError
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.replay import not_replayed, replay

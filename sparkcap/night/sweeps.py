@@ -22,15 +22,10 @@ from typing import Any, TypeVar
 
 import httpx
 
-from sparkcap.config import (
-    Deployment,
-    ProbeOptions,
-    SweepPlan,
-    SweepRequest,
-    planned_wave_count,
-    probe_options,
-)
+from sparkcap.config.deployment import Deployment
 from sparkcap.config.fleet import Fleet
+from sparkcap.config.plan import SweepPlan, SweepRequest, planned_wave_count
+from sparkcap.config.probes import ProbeOptions, probe_options
 from sparkcap.errors import (
     LocalServerError,
     MissingSecret,
@@ -59,7 +54,7 @@ from sparkcap.store.connection import open_warehouse
 from sparkcap.store.links import store_link_results
 from sparkcap.store.runs import record_discovered_facts_to, record_step_to, run_end_to, run_start_to
 from sparkcap.transform.dbt_build import judgement_vars
-from sparkcap.transform.live_judge import ClientSpoiledRule, SearchJudge
+from sparkcap.transform.live_judge import SearchJudge
 
 ProgressFn = Callable[[WaveRecord, int, int], None]
 T = TypeVar("T")
@@ -275,8 +270,7 @@ async def run_sweeps(
         first, *rest = unreachable.values()
         raise PreflightError(first + (f" (and {len(rest)} more)" if rest else ""))
     requests = [r for r in requests if r.deployment.name not in unreachable]
-    # each plan records the tolerances dbt judges this night with (the rule is dbt's own,
-    # compiled below)
+    # a wave is measured again exactly when dbt will call it client-spoiled: one setting each
     judged = await asyncio.to_thread(judgement_vars)
     tolerances = {
         "timing_tolerance": float(judged["timing_error_tolerance"]),
@@ -296,9 +290,6 @@ async def run_sweeps(
     judge = None
     if any(r.plan.search is not None for r in requests):
         judge = await asyncio.to_thread(SearchJudge.compile, threshold_tok_s)
-    # a wave is measured again exactly when dbt will call it client-spoiled: dbt's rule,
-    # compiled with the judge's vars (one compile for both)
-    client_rule = await asyncio.to_thread(ClientSpoiledRule.compile, threshold_tok_s)
     # waves a crashed or blocked earlier run left behind are staged before anything new
     await asyncio.to_thread(spool.stage_spool, db_path)
     run_id = run_id or new_run_id()
@@ -353,7 +344,6 @@ async def run_sweeps(
                 before_wave=before,
                 after_wave=after,
                 judge=judge,
-                client_rule=client_rule,
             )
         except EndpointDown as exc:
             down[dep.name] = str(exc)

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 
-from sparkcap.config import url_without_credentials
+from sparkcap.config.deployment import url_without_credentials
 from sparkcap.loadgen.discover import FactRow
 from sparkcap.loadgen.metrics import labels_text
 from sparkcap.loadgen.records import MAX_COUNT, ReplayOffer, WaveRecord, stored_counts

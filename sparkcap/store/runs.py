@@ -16,7 +16,7 @@ from typing import Any
 import duckdb
 
 from sparkcap import __version__
-from sparkcap.config import Deployment
+from sparkcap.config.deployment import Deployment
 from sparkcap.loadgen.discover import DECLARED, SPARKCAP, FactRow, declared_facts, sparkcap_facts
 from sparkcap.settings import get_settings
 from sparkcap.store.abandoned import ABANDONED, hold_run, mark_abandoned, release_run

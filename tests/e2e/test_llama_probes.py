@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap.config import Deployment
+from sparkcap.config.deployment import Deployment
 from sparkcap.night.sweeps import run_probe
 from sparkcap.transform.dbt_build import build
 

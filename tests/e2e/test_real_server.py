@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.llama import LocalServer, ensure_model, start_local_server
 from sparkcap.store.connection import open_warehouse
@@ -210,7 +211,7 @@ def test_an_open_loop_replay_on_the_real_engine_is_recorded_and_judged(
     with its reasons, is what holds everywhere."""
     import shutil
 
-    from sparkcap.config import ReplayOptions
+    from sparkcap.config.probes import ReplayOptions
     from sparkcap.loadgen.replay import poisson_arrivals, replay
     from sparkcap.store import spool
 

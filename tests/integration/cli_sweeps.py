@@ -30,7 +30,8 @@ from subprocess import CompletedProcess
 
 import pytest
 
-from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
 from tests.integration.helpers import RELAXED_TIMING, cli_in_process, fast_profile, run_cli

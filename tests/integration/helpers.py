@@ -11,7 +11,8 @@ from typing import Any
 
 import duckdb
 
-from sparkcap.config import Deployment, SweepPlan, Timeouts
+from sparkcap.config.deployment import Deployment, Timeouts
+from sparkcap.config.plan import SweepPlan
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
 from sparkcap.servers.sim.engine import SimFaults, SimProfile

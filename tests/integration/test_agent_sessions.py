@@ -23,7 +23,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap.config import Deployment, SearchPlan, SweepPlan, SweepRequest
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SearchPlan, SweepPlan, SweepRequest
 from sparkcap.config.sessions import SessionShape
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer

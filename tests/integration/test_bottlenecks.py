@@ -17,7 +17,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.engine import SimProfile, bandwidth_bound_tok_s
 from sparkcap.servers.sim.server import SimServer

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from sparkcap import cli
-from sparkcap.config import Deployment, SearchPlan, SweepPlan, SweepRequest
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SearchPlan, SweepPlan, SweepRequest
 from sparkcap.night import calibrate as cal
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
@@ -51,8 +52,7 @@ def test_calibrate_with_nothing_clean_is_one_error_line_and_writes_nothing(
     assert exit_.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(
-        "error: this host timed no wave within the tolerances: 2 streams: client release: "
-        "start skew"
+        "error: this host timed no wave within the tolerances: 2 streams: start skew"
     )
     assert not cal.budget_path().exists()
 

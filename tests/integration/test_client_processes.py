@@ -28,7 +28,8 @@ import httpx
 import psutil
 import pytest
 
-from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.errors import ClientProcessError
 from sparkcap.loadgen import procs
 from sparkcap.loadgen.records import Status
@@ -321,7 +322,8 @@ def test_a_script_without_a_main_guard_can_spread_waves(tmp_path: Path) -> None:
             textwrap.dedent(
                 f"""
                 import asyncio
-                from sparkcap.config import Deployment, SweepPlan
+                from sparkcap.config.deployment import Deployment
+                from sparkcap.config.plan import SweepPlan
                 from sparkcap.loadgen.sweep import new_run_id, run_sweep
                 dep = Deployment(name="flat", endpoint="{sim.endpoint}", model="flat")
                 plan = SweepPlan(levels=(2,), trials=1, warmup=False, max_tokens=6,

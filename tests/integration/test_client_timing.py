@@ -18,7 +18,8 @@ from typing import Any
 import duckdb
 import pytest
 
-from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.loadgen import sweep as sweep_module
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.night.sweeps import run_sweeps

@@ -10,7 +10,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap.config import ContextLadderOptions, Deployment
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.probes import ContextLadderOptions
 from sparkcap.night.sweeps import run_probe
 from sparkcap.publish import marts
 from sparkcap.publish.text import context_ladder_line

@@ -12,7 +12,7 @@ from subprocess import CompletedProcess
 import duckdb
 import pytest
 
-from sparkcap.config import SweepPlan, SweepRequest
+from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.dq.offline import remote_resources
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer

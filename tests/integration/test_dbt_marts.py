@@ -14,7 +14,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from sparkcap.config import SweepPlan, SweepRequest
+from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.loadgen.records import RequestRecord, SearchDecision, Status, WaveRecord
 from sparkcap.loadgen.search import level_key
 from sparkcap.night.sweeps import run_sweeps

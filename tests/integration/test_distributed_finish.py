@@ -18,7 +18,7 @@ import duckdb
 import pytest
 import yaml
 
-from sparkcap.config import SweepPlan
+from sparkcap.config.plan import SweepPlan
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
 from sparkcap.night import plan as night_plan
 from sparkcap.night.distributed.parent import record_night_start

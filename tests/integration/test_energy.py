@@ -16,7 +16,8 @@ from typing import Any
 import duckdb
 import pytest
 
-from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import run_models

@@ -12,7 +12,8 @@ from typing import Any
 import duckdb
 import pytest
 
-from sparkcap.config import Deployment, GapAttributionOptions
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.probes import GapAttributionOptions
 from sparkcap.night.sweeps import run_probe
 from sparkcap.servers.sim.engine import SimProfile
 from sparkcap.servers.sim.server import SimServer

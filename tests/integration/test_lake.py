@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap.config import SweepPlan
+from sparkcap.config.plan import SweepPlan
 from sparkcap.errors import LakeError
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import new_run_id, run_sweep

@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from sparkcap.config import Timeouts
+from sparkcap.config.deployment import Timeouts
 from sparkcap.loadgen.records import CountSource, Status
 from sparkcap.night.progress import live_decode_tok_s
 from sparkcap.servers.sim.server import SimServer

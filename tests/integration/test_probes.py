@@ -11,7 +11,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap.config import Deployment, PrefillInterferenceOptions, SweepPlan, SweepRequest
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SweepPlan, SweepRequest
+from sparkcap.config.probes import PrefillInterferenceOptions
 from sparkcap.night.sweeps import run_probe, run_sweeps
 from sparkcap.publish.report import ReportError, render_report
 from sparkcap.servers.sim.engine import SimProfile

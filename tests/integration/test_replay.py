@@ -26,7 +26,9 @@ import pytest
 import yaml
 
 from sparkcap import cli
-from sparkcap.config import Deployment, ReplayOptions, SweepPlan, SweepRequest
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SweepPlan, SweepRequest
+from sparkcap.config.probes import ReplayOptions
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.replay import poisson_arrivals, replay
 from sparkcap.night.sweeps import run_sweeps

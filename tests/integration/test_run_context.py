@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from sparkcap import __version__
-from sparkcap.config import Deployment, SweepPlan, SweepRequest
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.night import plan as night_plan
 from sparkcap.night.distributed.parent import record_night_start
 from sparkcap.night.sweeps import run_sweeps

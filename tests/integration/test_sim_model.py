@@ -10,7 +10,7 @@ import duckdb
 import httpx
 import pytest
 
-from sparkcap.config import SweepPlan, SweepRequest
+from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.night.progress import live_decode_tok_s
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.engine import SimProfile

@@ -10,7 +10,7 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap.config import SweepPlan, SweepRequest
+from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.errors import PreflightError
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer

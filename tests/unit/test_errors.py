@@ -13,7 +13,7 @@ import pytest
 from pydantic_settings import SettingsError
 
 from sparkcap import cli
-from sparkcap.config import parse_extra_body, parse_header_options, search_plan
+from sparkcap.config.command_line import parse_extra_body, parse_header_options, search_plan
 from sparkcap.errors import MissingFile, OptionError, SparkcapError
 
 WORDED = {
@@ -115,7 +115,7 @@ def test_a_part_missing_from_the_install_is_a_missing_file(
 
 
 def test_a_missing_ca_bundle_is_a_missing_file(tmp_path: Path) -> None:
-    from sparkcap.config import Deployment
+    from sparkcap.config.deployment import Deployment
     from sparkcap.loadgen.connections import tls_verify
 
     dep = Deployment(

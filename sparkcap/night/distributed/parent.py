@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sparkcap.config import Deployment
+from sparkcap.config.deployment import Deployment
 from sparkcap.config.fleet import Fleet
 from sparkcap.errors import DistributedError, PreflightError
 from sparkcap.loadgen.discover import DISCOVERY, LISTING, FactRow, discover_facts

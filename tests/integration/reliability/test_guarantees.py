@@ -13,8 +13,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap.config import SweepPlan, SweepRequest
 from sparkcap.config.fleet import load_fleet
+from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.errors import FleetError, PreflightError
 from sparkcap.night.progress import live_decode_tok_s, live_ttft_s
 from sparkcap.night.sweeps import run_sweeps

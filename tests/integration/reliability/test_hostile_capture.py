@@ -19,7 +19,7 @@ import duckdb
 import pytest
 import yaml
 
-from sparkcap.config import SweepPlan, SweepRequest
+from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.loadgen.records import RequestRecord, WaveRecord
 from tests.integration.helpers import cli_in_process, dep
 from tests.integration.reliability.imperfect_nights import (
@@ -454,7 +454,7 @@ def test_an_infinite_timeout_is_refused(tmp_path: Path) -> None:
     fleet file with its line, and wherever a config is built."""
     from pydantic import ValidationError
 
-    from sparkcap.config import Timeouts
+    from sparkcap.config.deployment import Timeouts
     from sparkcap.config.fleet import load_fleet
     from sparkcap.errors import FleetError
 

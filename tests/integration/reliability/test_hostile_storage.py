@@ -21,7 +21,7 @@ from typing import Any
 import duckdb
 import pytest
 
-from sparkcap.config import SweepPlan, SweepRequest
+from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.config.power import PowerSource
 from sparkcap.errors import StorageError
 from sparkcap.loadgen import power as power_module

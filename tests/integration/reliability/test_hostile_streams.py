@@ -116,7 +116,7 @@ def test_a_cut_stream_keeps_exactly_its_n_chunk_timestamps(n: int, tmp_path) -> 
 
     import duckdb
 
-    from sparkcap.config import SweepPlan, SweepRequest
+    from sparkcap.config.plan import SweepPlan, SweepRequest
     from sparkcap.night.sweeps import run_sweeps
     from tests.integration.helpers import dep
 

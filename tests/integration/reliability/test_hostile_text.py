@@ -124,7 +124,8 @@ def refused_night(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
     """One run, built once: ``hostile`` (model ``<!--<script>…``) swept through the library,
     then ``r429`` (every request refused with 429) added by the CLI, which builds the run and
     prints what the marts say; the smallest plans (one level, 8-token outputs)."""
-    from sparkcap.config import Deployment, SweepPlan, SweepRequest
+    from sparkcap.config.deployment import Deployment
+    from sparkcap.config.plan import SweepPlan, SweepRequest
     from sparkcap.night.sweeps import run_sweeps
 
     base = tmp_path_factory.mktemp("refused")

@@ -6,7 +6,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from sparkcap.config import Deployment, SweepPlan
+from sparkcap.config.deployment import Deployment
+from sparkcap.config.plan import SweepPlan
 from sparkcap.loadgen.plan import plan_waves
 from sparkcap.loadgen.wave import build_body, required_tokens_for
 from sparkcap.loadgen.workloads import build_streams, prompts, required_length
@@ -147,8 +148,8 @@ def test_probe_options_are_one_model_per_probe() -> None:
     """Fleet files (options under the probe's name), the CLI and run_probe share the models."""
     from pydantic import ValidationError
 
-    from sparkcap.config import OutputLengthOptions, PromptCacheOptions, probe_options
     from sparkcap.config.fleet import FleetDeployment
+    from sparkcap.config.probes import OutputLengthOptions, PromptCacheOptions, probe_options
 
     d = FleetDeployment.model_validate(
         {
@@ -170,7 +171,8 @@ def test_probe_options_are_one_model_per_probe() -> None:
 
 
 def test_sessions_on_the_command_line_are_the_fleet_files_fields() -> None:
-    from sparkcap.config import SessionShape, parse_session_shape
+    from sparkcap.config.command_line import parse_session_shape
+    from sparkcap.config.sessions import SessionShape
 
     assert parse_session_shape(None, "agent") == SessionShape()
     shape = parse_session_shape(" turns=3, answer_tokens=48,think_s=0.5,reset_cache=false", "agent")
@@ -200,7 +202,7 @@ def test_sessions_on_the_command_line_are_the_fleet_files_fields() -> None:
 def test_a_session_shape_that_cannot_be_taken_is_one_line_naming_the_flag(
     text: str, workload: str, words: str
 ) -> None:
-    from sparkcap.config import parse_session_shape
+    from sparkcap.config.command_line import parse_session_shape
     from sparkcap.errors import OptionError
 
     with pytest.raises(OptionError) as exc:

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from sparkcap.config import ContextLadderOptions, Deployment, probe_flags, probe_options
+from sparkcap.config.command_line import probe_flags
+from sparkcap.config.deployment import Deployment
 from sparkcap.config.fleet import FleetDeployment
+from sparkcap.config.probes import ContextLadderOptions, probe_options
 from sparkcap.loadgen import probes
 from sparkcap.loadgen.discover import FactRow
 from sparkcap.loadgen.probes import ladder_label, ladder_rungs, served_context

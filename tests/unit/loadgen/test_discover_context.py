@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sparkcap.config import Deployment
+from sparkcap.config.deployment import Deployment
 from sparkcap.loadgen.discover import (
     DISCOVERY,
     FactRow,

@@ -9,8 +9,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from sparkcap.config import Deployment, GapAttributionOptions, probe_flags, probe_options
+from sparkcap.config.command_line import probe_flags
+from sparkcap.config.deployment import Deployment
 from sparkcap.config.fleet import FleetDeployment
+from sparkcap.config.probes import GapAttributionOptions, probe_options
 from sparkcap.loadgen import probes
 from sparkcap.loadgen.probes import GAP_VARIANTS, gap_variant_streams
 from sparkcap.loadgen.records import WaveRecord

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from sparkcap.config import Deployment
+from sparkcap.config.deployment import Deployment
 from sparkcap.config.power import PowerSource
 from sparkcap.loadgen import power as power_mod
 from sparkcap.loadgen.power import NVML_MISSING, nvml_readings, page_readings, with_power

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from sparkcap.config import SearchPlan, SweepPlan, search_plan
+from sparkcap.config.command_line import search_plan
+from sparkcap.config.plan import SearchPlan, SweepPlan
 from sparkcap.errors import OptionError
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.search import Bisection, LevelJudgement, dip_check_levels, run_search

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from sparkcap.config import Deployment, Timeouts
+from sparkcap.config.deployment import Deployment, Timeouts
 from sparkcap.config.sessions import SessionShape
 from sparkcap.loadgen import cache_reset
 from sparkcap.loadgen.sessions import CHARS_PER_TOKEN, build_sessions, system_prompt

@@ -11,8 +11,8 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from sparkcap.config import SearchPlan, SweepPlan
 from sparkcap.config.fleet import Distributed, load_fleet
+from sparkcap.config.plan import SearchPlan, SweepPlan
 from sparkcap.errors import DistributedError, FleetError
 from sparkcap.night.distributed.child import ChildSpec, child_limits, peak_streams
 from sparkcap.store.lake import partition

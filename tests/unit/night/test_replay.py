@@ -87,7 +87,8 @@ def test_a_replay_larger_than_one_client_holds_is_refused_before_its_schedule_is
 
 
 def test_a_replays_request_is_bounded_by_its_schedule_plus_a_margin() -> None:
-    from sparkcap.config import Deployment, ReplayOptions
+    from sparkcap.config.deployment import Deployment
+    from sparkcap.config.probes import ReplayOptions
     from sparkcap.loadgen.replay import request_limit_s
 
     dep = Deployment(name="a", endpoint="http://127.0.0.1:9/v1", model="m")  # type: ignore[arg-type]

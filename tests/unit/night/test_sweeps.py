@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from sparkcap.config import Deployment
+from sparkcap.config.deployment import Deployment
 from sparkcap.errors import WarehouseBusy
 from sparkcap.night import sweeps
 
