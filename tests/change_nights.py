@@ -1,4 +1,4 @@
-"""Nightly histories in model time, for change detection (issue 27).
+"""Nightly histories in model time, for change detection.
 
 A night here is what a sweep would have recorded, without the sweep: each level's trials are
 waves whose streams decode 101 tokens at given rates, all released together, written through
@@ -16,10 +16,11 @@ from pathlib import Path
 
 from sparkcap.config.deployment import Deployment
 from sparkcap.loadgen.discover import FactRow
-from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
+from sparkcap.loadgen.records import WaveRecord
 from sparkcap.store.connection import open_warehouse
 from sparkcap.store.runs import record_discovered_facts_to, record_run_end, record_run_start
 from sparkcap.store.staging import stage_wave
+from tests.support.waves import add_ok_stream, decode_ns, wave_record
 
 LEVELS = (1, 2, 4, 8)
 # per-stream decode rates (tok/s) by level: at the 20 tok/s threshold the capacity is 4, and
@@ -92,33 +93,13 @@ def _wave(
     at_ns: int,
     ttft_s: float,
 ) -> WaveRecord:
-    wave = WaveRecord(
-        wave_id=f"{run_id}/{deployment}/code/c{concurrency}/t{trial}",
-        run_id=run_id,
-        deployment=deployment,
-        model="m",
-        endpoint="http://127.0.0.1:9/v1",
-        workload="code",
-        concurrency=concurrency,
-        trial=trial,
-        started_at_ns=at_ns,
-        anchor_perf_ns=0,
+    wave = wave_record(
+        concurrency, trial, run_id=run_id, deployment=deployment, started_at_ns=at_ns
     )
-    for i, rate in enumerate(rates):
-        req = RequestRecord(
-            request_id=f"{wave.wave_id}/s{i}",
-            stream_index=i,
-            prompt_id="p",
-            requested_tokens=TOKENS,
-            required_tokens=TOKENS,
-            temperature=0.0,
-            sent_ns=0,
-        )
-        req.status, req.completion_tokens, req.saw_done = Status.OK, TOKENS, True
-        req.first_token_ns = round(ttft_s * 1e9)
-        req.last_token_ns = req.first_token_ns + int((TOKENS - 1) / rate * 1e9)
-        req.end_ns = req.last_token_ns
-        wave.requests.append(req)
+    first_token_ns = round(ttft_s * 1e9)
+    for rate in rates:
+        last_token_ns = first_token_ns + decode_ns(TOKENS, rate)
+        add_ok_stream(wave, TOKENS, first_token_ns, last_token_ns).end_ns = last_token_ns
     return wave
 
 

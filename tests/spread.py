@@ -1,4 +1,4 @@
-"""The measured side of every timing test's tolerance (issue 35, item 3).
+"""The measured side of every timing test's tolerance.
 
 A client-timing test holds a measured figure (a decode rate against the server's log, a send
 lag, a share) inside a bound; the bound is only as honest as the spread it was set from. Each

@@ -20,11 +20,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from tests.integration.helpers import RELAXED_TIMING, TWIN_TRIALS
 from tests.paths import ROOT
+from tests.support.timing import RELAXED_TIMING
 
 # where `make test` has the twin night built ahead of the tests (unset: the fixture builds it)
 PREBUILT_ENV = "SPARKCAP_TEST_TWIN_DIR"
+# trials per level in the shared twin night (see build_twin_night)
+TWIN_TRIALS = 3
 # how long the fixture waits for the prebuilt night before it says the prebuild is stuck
 WAIT_S = 1800.0
 
@@ -33,8 +35,8 @@ def build_twin_night(base: Path) -> dict[str, object]:
     """The twin fleet through the whole pipeline once (demo profile, three trials a level).
 
     Three trials per level, not the demo's one: GLM code at 4 streams sits ~6 % above the
-    threshold by design (the study's knife edge), and one 64-token wave on a busy CI machine
-    once read it 1 % below. The level median over trials is the study's method. The vars
+    threshold by design (the study's knife edge), and one 64-token wave on a busy machine
+    can read it 1 % below. The level median over trials is the study's method. The vars
     relax the timing rule: the twin's capacities are about the fleet's design, not the
     client's timing (on a machine running tests in parallel a 64-token wave's start skew can
     pass 5 % of its decode span)."""

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import free_port, wait_for_prefect_api
 from tests.paths import ROOT
+from tests.support.servers import free_port, wait_for_prefect_api
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

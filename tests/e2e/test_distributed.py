@@ -24,11 +24,11 @@ from typing import Any
 import duckdb
 import psutil
 import pytest
-import yaml
 
 from sparkcap.servers.sim.engine import SimProfile
-from tests.integration.helpers import RELAXED_TIMING
 from tests.paths import ROOT
+from tests.support.fleets import write_fleet
+from tests.support.timing import RELAXED_TIMING
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -119,8 +119,8 @@ class Pool:
     def kill_tree(self, name: str) -> None:
         """What a host that dies does: the worker and every flow run it started, at once.
         Each is stopped before any is killed: killed one by one, children first, a worker on
-        a busy machine saw its flow run exit -9 and reported it crashed, which no dead host
-        can (a fresh clone's burner run, f855606)."""
+        a busy machine can see its flow run exit -9 and report it crashed, which no dead host
+        can."""
         root = psutil.Process(self.procs[name].pid)
         tree = [root, *root.children(recursive=True)]
         for how in ("suspend", "kill"):
@@ -201,17 +201,15 @@ def _fleet(base: Path, endpoint: str, pool: str, **distributed: Any) -> Path:
             "lake": str(base / "lake"),
             "host_stream_budget": 6,
             "stall_s": 20,
-            # a worker's new process on a loaded 2-core machine took longer than 20 s to its
-            # first beat (a CI run, 2026-12-05); a host killed before it costs this long
+            # a worker's new process on a loaded 2-core machine can take longer than 20 s to
+            # its first beat; a host killed before it costs this long
             "start_s": 120,
             "lease_s": 60,
             "poll_s": 1,
             **distributed,
         },
     }
-    path = base / f"{pool}.yaml"
-    path.write_text(yaml.safe_dump(fleet))
-    return path
+    return write_fleet(base / f"{pool}.yaml", fleet)
 
 
 def _capacities(db: Path) -> dict[tuple[str, str], int]:

@@ -18,18 +18,15 @@ import httpx
 import pytest
 import yaml
 
-from tests.integration.helpers import (
-    RELAXED_TIMING,
-    fast_profile,
-    faulty,
-    wave_census,
-)
 from tests.integration.reliability.imperfect_nights import (
     DEAD,
     assert_the_night_names_the_dead_node,
     q,
 )
 from tests.paths import ROOT
+from tests.support.queries import wave_census
+from tests.support.sims import fast_profile, faulty
+from tests.support.timing import RELAXED_TIMING
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -180,8 +177,8 @@ def test_scheduled_run_completes_on_a_real_prefect_server(prefect_api: str, tmp_
             if not paused:
                 # once the worker holds the first scheduled run, pause the schedule (Prefect
                 # deletes the runs it planned after it): the interval plans runs for ever, and
-                # a second night costs a whole build and validation (the anchored single run
-                # tried instead was never picked up once in a fresh clone, cause not found)
+                # a second night costs a whole build and validation (an anchored single run is
+                # not used: it can go unpicked by the worker)
                 taken = {
                     "flow_runs": {"state": {"type": {"any_": ["PENDING", "RUNNING"]}}},
                     "deployments": this_deployment,
@@ -301,8 +298,8 @@ def another_night_holding(db: Path, released: dict[str, datetime]) -> Iterator[N
 
 @pytest.fixture(scope="module")
 def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> CanaryNights:
-    """Two Prefect nights on one warehouse, built once for the module (issue 35: each test
-    reading them was a night of its own).
+    """Two Prefect nights on one warehouse, built once for the module and read by
+    each test of it (a night apiece would cost a Prefect night each).
 
     - The right API key and custom header, on an imperfect fleet: ``dead`` (nobody listens
       on its port; its prompt-cache probe first), ``live`` (with a probe) and ``bad`` (omits

@@ -7,19 +7,14 @@ import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from sparkcap.config.deployment import Deployment
 from sparkcap.night.sweeps import run_probe
 from sparkcap.transform.dbt_build import build
+from tests.support.queries import q
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
-
-
-def q(db: Path, sql: str) -> list[tuple[object, ...]]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql).fetchall()
 
 
 @pytest.fixture(scope="module")

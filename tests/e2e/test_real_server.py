@@ -19,7 +19,7 @@ from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.llama import LocalServer, ensure_model, start_local_server
 from sparkcap.store.connection import open_warehouse
 from sparkcap.transform.dbt_build import build
-from tests.integration.helpers import SHORT_STREAM_VARS
+from tests.support.timing import SHORT_STREAM_VARS
 
 pytestmark = [pytest.mark.real_server, pytest.mark.integration, pytest.mark.slow]
 
@@ -147,13 +147,13 @@ def test_prompt_reuse_shows_cached_tokens(server: LocalServer, swept: tuple[Path
 def test_the_capacity_gets_a_verdict_from_the_servers_own_facts_and_metrics(
     swept: tuple[Path, str],
 ) -> None:
-    """Issue 26 on a server we did not write: its slots from /props, its weights from
+    """The bottleneck verdict on a server we did not write: its slots from /props, its weights from
     /v1/models' meta, its KV bytes from the GGUF, its queue from llama-server's own gauges,
     the bandwidth declared; a verdict per workload, and what llama.cpp does not publish
     (preemptions) unavailable, never 0."""
     db, run_id = swept
     # the verdict is what this test is about, not the client's timing of 24-token streams on
-    # a shared machine (a level-1 trial read 0.77 % > 0.5 % in a fresh clone's full run)
+    # a shared machine (a level-1 trial can read 0.77 %, past the 0.5 % tolerance)
     # what it reads and every model they are built from, not a whole build
     read = "+int_deployment_facts +fct_bottlenecks +fct_server_evidence +fct_level_bounds"
     build(db, select=read, dbt_vars=SHORT_STREAM_VARS)
@@ -204,7 +204,7 @@ def test_the_capacity_gets_a_verdict_from_the_servers_own_facts_and_metrics(
 def test_an_open_loop_replay_on_the_real_engine_is_recorded_and_judged(
     server: LocalServer, swept: tuple[Path, str], tmp_path: Path
 ) -> None:
-    """Issue 36's replay against a server we did not write: Poisson arrivals of code streams
+    """An open-loop replay against a server we did not write: Poisson arrivals of code streams
     and long prompts, every request timed from its scheduled start, the server's own counts,
     the long prompts' prefills measured beside the streams and a verdict from dbt. Which
     verdict depends on this machine (one thread, beside the other tests); that one is given,

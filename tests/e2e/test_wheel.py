@@ -141,8 +141,8 @@ class WheelNight:
 @pytest.fixture(scope="module")
 def wheel_night(installed: Path, tmp_path_factory: pytest.TempPathFactory) -> WheelNight:
     """`sparkcap demo` from the installed wheel in an empty folder: the Prefect flow on a
-    one-deployment fleet the night launches itself, run once for the module (issue 35: the
-    flow's own whole-night test on the twin fleet was a Prefect night of its own)."""
+    one-deployment fleet the night launches itself, run once for the module and read by its
+    tests (a whole-night test of its own on the twin fleet would cost a Prefect night)."""
     tmp_path = tmp_path_factory.mktemp("wheel-night")
     python = installed / "bin" / "python"
     sparkcap = installed / "bin" / "sparkcap"

@@ -1,6 +1,6 @@
 """Hand-made sweeps into one warehouse, once per test session, built by the CLI's own two
-sweeps and read by the tests of four modules (issue 35: each was a warehouse and a whole dbt
-build of its own):
+sweeps and read by the tests of four modules (a warehouse apiece would cost a whole dbt build
+each):
 
 - three runs made apart (``a``, ``b``, ``a`` again) that one report reads as one
   (``test_combined_report``);
@@ -14,10 +14,10 @@ build of its own):
   but the server (``test_guarantees``); a sweep without the second is refused.
 
 The sweeps run with the timing rule relaxed and streams of 64 tokens (~0.6 s of decoding):
-about the runs, reports, SQL and secrets, not the client's timing. With 12-token streams
-(~0.1 s) the first CLI sweep, a child process started while the llama-server compile held both
-cores, read a timing error bound of 136 % at level 1 (fresh clone idle38): no valid
-measurement, exit 1, and every reader failed."""
+about the runs, reports, SQL and secrets, not the client's timing. 12-token streams (~0.1 s)
+are too short: the first CLI sweep, a child process that may start while the llama-server
+compile holds both cores, can read a timing error bound of 136 % at level 1, leaving no valid
+measurement, exit 1, and every reader failing."""
 
 from __future__ import annotations
 
@@ -34,7 +34,9 @@ from sparkcap.config.deployment import Deployment
 from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
-from tests.integration.helpers import RELAXED_TIMING, cli_in_process, fast_profile, run_cli
+from tests.support.cli import cli_in_process, run_cli
+from tests.support.sims import fast_profile
+from tests.support.timing import RELAXED_TIMING
 
 LITERAL, FROM_ENV = "hdr-literal-6a1f0c93e2b7", "hdr-env-2c8d5e71b4f0"
 HEADER_VAR = "SPARKCAP_CANARY_HDR"

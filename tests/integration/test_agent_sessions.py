@@ -1,4 +1,4 @@
-"""Issue 28, items 1–3: agent sessions measured on simulated servers whose truth is known.
+"""Agent sessions measured on simulated servers whose truth is known.
 
 Four deployments on one simulator, each a known answer:
 - ``oneslot`` has one request slot and a cache that holds every session: each turn decodes
@@ -29,13 +29,14 @@ from sparkcap.config.sessions import SessionShape
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import run_models
-from tests.integration.helpers import RELAXED_TIMING, fast_profile
 from tests.spread import within
+from tests.support.sims import fast_profile
+from tests.support.timing import RELAXED_TIMING
 
 # serial (the timing phase): every test here holds a live turn's TTFT, ~0.01 s at one session
 # on a slot, under a 0.15 s ceiling that a turn waiting behind another's answer (~0.3 s)
-# exceeds; a stall of a tenth of a second in a starved parallel worker crosses it (issue 35,
-# item 3: a simulated server's pace held to a tolerance is a timing test)
+# exceeds; a stall of a tenth of a second in a starved parallel worker crosses it (a
+# simulated server's pace held to a tolerance is a timing test)
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.client_timing]
 
 SHAPE = SessionShape(
@@ -200,11 +201,11 @@ def test_a_search_of_sessions_stops_where_the_turns_start_too_late(
 def test_a_cli_search_of_sessions_on_two_slots_finds_two_and_its_tier_agrees(
     tmp_path: Path,
 ) -> None:
-    """Issue 34, item 4: two slots hold two sessions' turns at once; a third session's turn
+    """Two slots hold two sessions' turns at once; a third session's turn
     waits for a slot behind another's answer, over the TTFT ceiling. `sparkcap sweep --workload
     agent --search` answers 2 sessions, its sustain wave's turns are judged by their own TTFT
     (they held), the tier of record is the capacity, and the sweep's build passes (exit 0)."""
-    from tests.integration.helpers import cli_in_process
+    from tests.support.cli import cli_in_process
 
     shape = ",".join(
         f"{k}={v}"

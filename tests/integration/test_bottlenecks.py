@@ -1,4 +1,4 @@
-"""Issue 26: a verdict per bottleneck, on simulated servers whose truth is known.
+"""A verdict per bottleneck, on simulated servers whose truth is known.
 
 Each deployment is a simulator profile built to be limited by one thing: the memory
 bandwidth (a dense model whose KV traffic grows with the streams), request slots (two slots,
@@ -23,8 +23,9 @@ from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.engine import SimProfile, bandwidth_bound_tok_s
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
-from tests.integration.helpers import SHORT_STREAM_VARS, fast_profile
 from tests.spread import within
+from tests.support.sims import fast_profile
+from tests.support.timing import SHORT_STREAM_VARS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -88,14 +89,14 @@ def test_each_simulated_limit_gets_its_verdict(db_path: Path) -> None:
                 kv_bytes_per_token=8e6,
             ),
             # three rounds of two at 6 streams: a client stall at one round's end can read the
-            # next round's first tokens before this one's last (idle7, 2026-12-05: four
-            # "decoding at once" at 4 streams, so not queued), never all six at once; and the
+            # next round's first tokens before this one's last (four "decoding at once" at 4
+            # streams, so not queued), never all six at once; and the
             # third round's TTFT spread (~2.6 s) clears queued_ttft_min_s (2 s) as well
             _request(slots, "slots", (2, 6)),
             # 12 streams on a cache that holds four: as with the slots, a late read of one
             # round's last chunk (a loop stamp) after the next round's kernel-stamped first
-            # token joined two rounds into "8 decoding at once" beside 8 busy processes
-            # (timing_spread, 2026-12-05); three rounds cannot all join
+            # token can join two rounds into "8 decoding at once" beside 8 busy processes
+            # (benchmarks/timing_spread.py); three rounds cannot all join
             _request(kv, "kv", (2, 12)),
             _request(dip, "dip", (4, 5, 8)),
             _request(prefill, "prefill", (1, 8)),

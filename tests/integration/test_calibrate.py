@@ -17,7 +17,8 @@ from sparkcap.config.plan import SearchPlan, SweepPlan, SweepRequest
 from sparkcap.night import calibrate as cal
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
-from tests.integration.helpers import SHORT_STREAM_VARS, fast_profile
+from tests.support.sims import fast_profile
+from tests.support.timing import SHORT_STREAM_VARS
 
 pytestmark = [pytest.mark.integration]
 

@@ -1,4 +1,4 @@
-"""Issue 27, item 2: capacity tiers from one night's stored streams, no new wave.
+"""Capacity tiers from one night's stored streams, no new wave.
 
 One grid night at 1, 2, 4 and 8 streams, staged in model time (``tests/change_nights.py``,
 no noise), whose median rates (55, 39, 25 and 15 tok/s) put a different capacity at each of
@@ -9,9 +9,9 @@ threshold T, the capacity that a build at `threshold_tok_s = T` (what `sparkcap 
 exceed must cut the tier.
 
 The test is about the marts, so the night is staged, not swept: a live sweep of the simulator
-(one trial a level) put level 1 at ~55 tok/s against the 50 tok/s tier and level 1's TTFT at
+(one trial a level) puts level 1 at ~55 tok/s against the 50 tok/s tier and level 1's TTFT at
 ~0.08 s against the 0.25 s ceiling, where a stalled client could read either on the other
-side (issue 35, item 3).
+side.
 """
 
 from __future__ import annotations

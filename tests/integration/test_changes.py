@@ -1,4 +1,4 @@
-"""Change detection over nightly histories (issue 27): staged through the store, judged by dbt.
+"""Change detection over nightly histories: staged through the store, judged by dbt.
 
 Three histories of twelve nights in one warehouse and one build (tests/change_nights.py, model
 time, no sockets): ``d`` 8 % slower from night 8, when its engine went from sim-1 to sim-2, with

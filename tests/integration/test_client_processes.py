@@ -1,4 +1,4 @@
-"""A wave spread over several load-generating processes (issue 13).
+"""A wave spread over several load-generating processes.
 
 What must hold: each process records its streams against the wave's one anchor (rates agree
 with the server's own log, whatever process ran them); the streams are released together

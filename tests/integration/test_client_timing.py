@@ -1,4 +1,4 @@
-"""One hiccup of the client never collapses a capacity (issue 11).
+"""One hiccup of the client never collapses a capacity.
 
 The client is made to stall once, for 150 ms, inside the two-stream wave of a sweep against the
 twin's GLM (capacity 4 at 20 tok/s): once the server has answered both requests' headers and

@@ -1,4 +1,4 @@
-"""Hand-made sweeps read as one report (issue 17), on the session's hand-made CLI sweeps
+"""Hand-made sweeps read as one report, on the session's hand-made CLI sweeps
 (``tests/integration/cli_sweeps.py``: one warehouse built by the CLI's own sweeps).
 
 - Two deployments swept by hand, each in its own run, then one of them again in a third:

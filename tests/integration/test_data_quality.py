@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from subprocess import CompletedProcess
 
-import duckdb
 import pytest
 
 from sparkcap.config.plan import SweepPlan, SweepRequest
@@ -17,14 +16,10 @@ from sparkcap.dq.offline import remote_resources
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
-from tests.integration.helpers import (
-    RELAXED_TIMING,
-    SHORT_STREAM_VARS,
-    cli_in_process,
-    dep,
-    fast_profile,
-    faulty,
-)
+from tests.support.cli import cli_in_process
+from tests.support.queries import q
+from tests.support.sims import dep, fast_profile, faulty
+from tests.support.timing import RELAXED_TIMING, SHORT_STREAM_VARS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -55,11 +50,6 @@ def sweep_into(sim: SimServer, db: Path, *models: str) -> str:
     return asyncio.run(run_sweeps(reqs, db)).run_id
 
 
-def q(db: Path, sql: str, params: list[object] | None = None) -> list[tuple[object, ...]]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql, params or []).fetchall()
-
-
 def assert_opens_offline(index: Path) -> None:
     pages = [index, *index.parent.rglob("validations/**/*.html")]
     assert len(pages) >= 2
@@ -81,7 +71,7 @@ class CleanNight:
 def clean_night(sim: SimServer, tmp_path_factory: pytest.TempPathFactory) -> CleanNight:
     """A clean sweep, a prompt-cache probe on a server that ends every third reply early (no
     ignore_eos), then a link-check run started after both; validated once, as a person does,
-    with no --run (issue 35: each test reading it validated a night of its own)."""
+    with no --run, and read by every test of it (a validation apiece would cost a night each)."""
     root = tmp_path_factory.mktemp("clean")
     db = root / "clean.duckdb"
     # wider than a test: set up before the autouse fixture relaxes the timing rule, so it
@@ -168,8 +158,8 @@ class BadNight:
 def bad_night(sim: SimServer, tmp_path_factory: pytest.TempPathFactory) -> BadNight:
     """One run of both faulty deployments (one ends every third reply early, the other omits
     every third usage), built, validated and built again, as a night that is validated after
-    its build (issue 35: each case, and the rebuild test, validated a night of its own); each
-    case reads its own deployment's waves."""
+    its build, once for every case and the rebuild test (a validation apiece would cost a night
+    each); each case reads its own deployment's waves."""
     root = tmp_path_factory.mktemp("bad")
     db = root / "bad.duckdb"
     with pytest.MonkeyPatch.context() as relaxed:  # as the clean night: 16-token streams

@@ -15,7 +15,7 @@ import duckdb
 import pytest
 
 from sparkcap.config.plan import SweepPlan, SweepRequest
-from sparkcap.loadgen.records import RequestRecord, SearchDecision, Status, WaveRecord
+from sparkcap.loadgen.records import SearchDecision, WaveRecord
 from sparkcap.loadgen.search import level_key
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.fleet import TWIN, expected_fleet_capacity
@@ -24,13 +24,12 @@ from sparkcap.store.runs import run_end_to, run_start_to
 from sparkcap.store.staging import stage_wave_to
 from sparkcap.transform.dbt_build import build
 from sparkcap.transform.live_judge import SearchJudge
-from tests.integration.helpers import (
-    RELAXED_TIMING,
-    TWIN_TRIALS,
-    cli_in_process,
-    dep,
-    fast_profile,
-)
+from tests.support.cli import cli_in_process
+from tests.support.queries import q
+from tests.support.sims import dep, fast_profile
+from tests.support.timing import RELAXED_TIMING
+from tests.support.waves import add_ok_stream, decode_ns, wave_record
+from tests.twin import TWIN_TRIALS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -48,11 +47,6 @@ PRINTED = (
 @pytest.fixture(scope="module")
 def night(twin_night: dict[str, object]) -> tuple[Path, str]:
     return Path(str(twin_night["db"])), str(twin_night["run_id"])
-
-
-def q(db: Path, sql: str, params: list[object] | None = None) -> list[tuple[object, ...]]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql, params or []).fetchall()
 
 
 def test_twin_capacities_match_the_study(night: tuple[Path, str]) -> None:
@@ -211,9 +205,9 @@ class At35:
 
 @pytest.fixture(scope="module")
 def at_35(night: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> At35:
-    """One whole build, two promises (issue 35: each was a whole build of its own): the nights
-    built at 20 rebuilt at another threshold, and the formulas' dbt unit tests at a threshold
-    other than the project's, asked for as a person does."""
+    """One whole build, two promises (a build apiece would cost a whole build each): the
+    nights built at 20 rebuilt at another threshold, and the formulas' dbt unit tests at a
+    threshold other than the project's, asked for as a person does."""
     from sparkcap.transform import dbt_build
 
     src, run_id = night
@@ -249,8 +243,8 @@ def test_a_changed_threshold_reaches_every_night_already_built(at_35: At35) -> N
     glm = {(r[0], r[1]): r[2] for r in at35}
     assert glm[("glm", "code")] < 4  # 21 tok/s at four streams passes 20, not 35
     # back at 20: what the test reads (fct_capacity, int_levels) and what they are built from,
-    # not a whole build; 18 unit tests sit on those models today, and a build runs none of them
-    # unless asked (`unit_tests`)
+    # not a whole build; the unit tests that sit on those models run only when a build asks
+    # for them (`unit_tests`)
     nightly = build(db, select=CAPACITY)
     assert nightly.n_unit_tests == 0  # a nightly build leaves the unit tests out
     assert q(db, CAPACITY_ROWS, [run_id]) == at_35.at20
@@ -262,7 +256,7 @@ def test_dbt_unit_tests_of_every_formula_pass(at_35: At35) -> None:
     project's: each pins the vars it needs, so none may depend on the night's. (dbt needs
     their models built to know the input columns: the twin night's copy has them.)"""
     assert at_35.build.returncode == 0, at_35.build.stderr
-    assert [n >= 70 for n in at_35.n_unit_tests] == [True]  # every unit test ran (71 today)
+    assert [n >= 70 for n in at_35.n_unit_tests] == [True]  # every unit test ran (71 of them)
 
 
 def test_the_cli_prints_what_the_marts_say(
@@ -331,34 +325,16 @@ def _searched_level_waves(run_id: str) -> list[WaveRecord]:
     waves: list[WaveRecord] = []
     for step, (concurrency, trials) in enumerate(rates.items(), start=1):
         for trial, trial_rates in enumerate(trials, start=1):
-            wave = WaveRecord(
-                wave_id=f"{run_id}/d/code/c{concurrency}/t{trial}",
+            wave = wave_record(
+                concurrency,
+                trial,
                 run_id=run_id,
-                deployment="d",
-                model="m",
-                endpoint="http://127.0.0.1:9/v1",
-                workload="code",
-                concurrency=concurrency,
-                trial=trial,
                 started_at_ns=1_700_000_000_000_000_000 + step * 10**11 + trial * 10**10,
-                anchor_perf_ns=0,
                 method="search",
                 search_step=step,
             )
-            for i, rate in enumerate(trial_rates):
-                req = RequestRecord(
-                    request_id=f"{wave.wave_id}/s{i}",
-                    stream_index=i,
-                    prompt_id="p",
-                    requested_tokens=101,
-                    required_tokens=101,
-                    temperature=0.0,
-                    sent_ns=0,
-                )
-                req.status, req.completion_tokens, req.saw_done = Status.OK, 101, True
-                req.first_token_ns = 100_000_000
-                req.last_token_ns = req.first_token_ns + int(100 / rate * 1e9)
-                wave.requests.append(req)
+            for rate in trial_rates:
+                add_ok_stream(wave, 101, 100_000_000, 100_000_000 + decode_ns(101, rate))
             if trial == len(trials):
                 wave.search_decision = SearchDecision(
                     kind="level",

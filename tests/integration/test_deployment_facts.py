@@ -17,7 +17,7 @@ from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
-from tests.integration.helpers import fast_profile
+from tests.support.sims import fast_profile
 from tests.unit.loadgen.test_gguf import gguf_bytes
 
 pytestmark = pytest.mark.integration

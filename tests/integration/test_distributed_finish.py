@@ -16,7 +16,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-import yaml
 
 from sparkcap.config.plan import SweepPlan
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
@@ -24,7 +23,9 @@ from sparkcap.night import plan as night_plan
 from sparkcap.night.distributed.parent import record_night_start
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.store.lake import ChildKey, Lake
-from tests.integration.helpers import cli_in_process, dep, fast_profile
+from tests.support.cli import cli_in_process
+from tests.support.fleets import write_fleet
+from tests.support.sims import dep, fast_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -45,9 +46,7 @@ def _fleet(base: Path, endpoint: str) -> Path:
     }
     # a probe the finish cannot run: it would measure the fleet now, not that night
     fleet["deployments"][0]["probes"] = {"output-length": {}}  # type: ignore[index]
-    path = base / "three.yaml"
-    path.write_text(yaml.safe_dump(fleet))
-    return path
+    return write_fleet(base / "three.yaml", fleet)
 
 
 def _land(lake: Lake, key: ChildKey, endpoint: str, waves: int | None = None) -> int:

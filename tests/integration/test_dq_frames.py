@@ -13,10 +13,10 @@ import pytest
 
 from sparkcap import resources
 from sparkcap.dq.validate import DQ_MODELS, build_frames, run_validation
-from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
 from sparkcap.store.runs import run_end_to, run_start_to
 from sparkcap.store.staging import stage_wave_to
 from sparkcap.transform.dbt_build import _parsed_manifest, dbt_args
+from tests.support.waves import add_ok_stream, wave_record
 
 pytestmark = pytest.mark.integration
 
@@ -28,32 +28,11 @@ def stage_night(db_path: Path) -> list[str]:
     run_start_to(db_path, RUN_ID, {}, time.time_ns())
     ids = []
     for trial in (0, 1):
-        wave = WaveRecord(
-            wave_id=f"{RUN_ID}/d/code/c2/t{trial}",
-            run_id=RUN_ID,
-            deployment="d",
-            model="m",
-            endpoint="http://127.0.0.1:9/v1",
-            workload="code",
-            concurrency=2,
-            trial=trial,
-            started_at_ns=1_700_000_000_000_000_000 + trial * 10**10,
-            anchor_perf_ns=0,
+        wave = wave_record(
+            2, trial, run_id=RUN_ID, started_at_ns=1_700_000_000_000_000_000 + trial * 10**10
         )
-        for i in range(2):
-            req = RequestRecord(
-                request_id=f"{wave.wave_id}/s{i}",
-                stream_index=i,
-                prompt_id="p",
-                requested_tokens=16,
-                required_tokens=16,
-                temperature=0.0,
-                sent_ns=0,
-            )
-            req.status, req.completion_tokens, req.saw_done = Status.OK, 16, True
-            req.first_token_ns, req.last_token_ns = 200_000_000, 1_000_000_000
-            wave.requests.append(req)
-            ids.append(req.request_id)
+        for _ in range(2):
+            ids.append(add_ok_stream(wave, 16, 200_000_000, 1_000_000_000).request_id)
         stage_wave_to(db_path, wave)
     run_end_to(db_path, RUN_ID, "complete")
     return ids

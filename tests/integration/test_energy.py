@@ -1,4 +1,4 @@
-"""Energy per wave (issue 27 item 3) from the simulator's DCGM-style power page.
+"""Energy per wave from the simulator's DCGM-style power page.
 
 The simulator draws idle_power_w plus power_per_stream_w for each admitted request, so the
 energy of a wave is known from what the client recorded: the idle draw over the readings'
@@ -21,7 +21,8 @@ from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import run_models
-from tests.integration.helpers import SHORT_STREAM_VARS, fast_profile
+from tests.support.sims import fast_profile
+from tests.support.timing import SHORT_STREAM_VARS
 
 pytestmark = pytest.mark.integration
 
@@ -118,8 +119,8 @@ def rows(con: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> list[di
 
 def test_energy_marts_match_the_simulated_integral(db_path: Path) -> None:
     # 150-token waves (~1.5 s at one stream): the sampler's first and last readings land up to
-    # a request inside the wave's edges, and in a 60-token wave (0.6 s) that cut a whole fifth
-    # of the energy on a loaded machine (idle17: one stream read 59.8 W, under the idle 60 W)
+    # a request inside the wave's edges, and in a 60-token wave (0.6 s) that can cut a whole fifth
+    # of the energy on a loaded machine (one stream can read under the idle 60 W)
     plan = SweepPlan(levels=(1, 4), trials=1, warmup=False, max_tokens=150, max_remeasures=0)
     short = SweepPlan(levels=(1,), trials=1, warmup=False, max_tokens=40, max_remeasures=0)
     power = dict(idle_power_w=IDLE_W, power_per_stream_w=PER_STREAM_W)
@@ -208,7 +209,7 @@ def test_energy_marts_match_the_simulated_integral(db_path: Path) -> None:
         assert measured == pytest.approx(from_readings[d], rel=1e-9), d
         # and the readings are the simulated draw. A reading stands for the midpoint of its
         # request, while the server read its counter somewhere inside it: on a loaded machine
-        # (CI: 3 % under the lower bound once) the window's edges move by up to half a request,
+        # (3 % under the lower bound is possible) the window's edges move by up to half a request,
         # so 10 % either way; a trapezoid may also miss half a gap's share at each of the
         # 5 streams' two transitions. Dropping the streams' share would read ~40 % low.
         lower, upper, gap_s = known[d]
@@ -218,8 +219,8 @@ def test_energy_marts_match_the_simulated_integral(db_path: Path) -> None:
         assert levels[1]["mean_power_w"] > levels[0]["mean_power_w"] > 0
         # A mean power is the counter's rise over its readings' span, each reading stamped at
         # its read's midpoint while the server read its counter somewhere inside it: on a
-        # loaded client one stream once read 55.4 W, under the idle 60 W nothing can draw less
-        # than (idle24, 2026-12-06). The marts state the range the reads' round trips allow,
+        # loaded client one stream can read 55.4 W, under the idle 60 W nothing can draw less
+        # than. The marts state the range the reads' round trips allow,
         # and whatever the load, it holds a draw the simulator can make: between idle and
         # idle plus every stream of the level (a trapezoid's range is its mean: 0 s of doubt)
         for c, r in ((1, levels[0]), (4, levels[1])):

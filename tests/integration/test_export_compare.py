@@ -17,9 +17,9 @@ import duckdb
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkcap import cli
 from sparkcap.transform.dbt_build import build
 from tests.change_nights import History, Night, stage_history
+from tests.support.cli import cli_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -47,18 +47,8 @@ def exported(path: Path) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
     }
 
 
-def exit_code(argv: list[str]) -> int:
-    try:
-        cli.main(argv)
-    except SystemExit as exc:
-        return int(exc.code or 0)
-    return 0
-
-
 @pytest.mark.reliability
-def test_export_parses_back_and_compare_gates_a_slower_night(
-    db_path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_export_parses_back_and_compare_gates_a_slower_night(db_path: Path, tmp_path: Path) -> None:
     first, equal, slower = nights(db_path)
     build(db_path, select=READ)
     with duckdb.connect(str(db_path), read_only=True) as con:
@@ -72,8 +62,9 @@ def test_export_parses_back_and_compare_gates_a_slower_night(
 
     prom = tmp_path / "textfile" / "sparkcap.prom"
     prom.parent.mkdir()
-    assert exit_code(["export", "--prometheus", str(prom), *db]) == 0
-    assert f"wrote {prom}: run {slower}" in capsys.readouterr().out
+    p = cli_in_process("export", "--prometheus", str(prom), *db)
+    assert p.returncode == 0
+    assert f"wrote {prom}: run {slower}" in p.stdout
     got = exported(prom)
     pair = (("deployment", "m"), ("workload", "code"))
     at_20 = tuple(sorted((*pair, ("threshold_tok_s", "20"))))
@@ -82,44 +73,45 @@ def test_export_parses_back_and_compare_gates_a_slower_night(
     assert got["sparkcap_capacity_measured"] == {pair: 1.0}
     assert list(prom.parent.iterdir()) == [prom]  # no temporary file left for the collector
 
-    assert exit_code(["export", "--prometheus", str(prom), "--run", first, *db]) == 0
+    assert cli_in_process("export", "--prometheus", str(prom), "--run", first, *db).returncode == 0
     assert exported(prom)["sparkcap_capacity_streams"] == {at_20: 4.0}
-    capsys.readouterr()
 
     # a bad target: one error line, non-zero, the last good file kept
-    assert exit_code(["export", "--prometheus", str(prom.parent), *db]) == 1
-    err = capsys.readouterr().err.strip().splitlines()
+    p = cli_in_process("export", "--prometheus", str(prom.parent), *db)
+    assert p.returncode == 1
+    err = p.stderr.strip().splitlines()
     assert err == [f"error: cannot write {prom.parent}: it is a directory"]
     assert exported(prom)["sparkcap_capacity_streams"] == {at_20: 4.0}
 
     # the gate: equal nights pass, the slower one fails with exit 3 and says why
-    assert exit_code(["compare", first, equal, "--fail-on", "regression", *db]) == 0
-    assert "regression" not in capsys.readouterr().err
-    assert exit_code(["compare", equal, slower, "--fail-on", "regression", *db]) == 3
-    out = capsys.readouterr()
-    assert "capacity" in out.out  # the comparison itself is printed as before
-    lines = out.err.strip().splitlines()
+    p = cli_in_process("compare", first, equal, "--fail-on", "regression", *db)
+    assert p.returncode == 0
+    assert "regression" not in p.stderr
+    p = cli_in_process("compare", equal, slower, "--fail-on", "regression", *db)
+    assert p.returncode == 3
+    assert "capacity" in p.stdout  # the comparison itself is printed as before
+    lines = p.stderr.strip().splitlines()
     assert "regression: m/code capacity 2 streams, below 4 in " + equal in lines[0], lines
     assert lines[-1].startswith(f"error: run {slower} regressed against {equal}: ")
     # without --fail-on the comparison's exit status is unchanged
-    assert exit_code(["compare", equal, slower, *db]) == 0
-    capsys.readouterr()
+    assert cli_in_process("compare", equal, slower, *db).returncode == 0
 
     # a later night without the pair the earlier one measured (its deployment down, or a night
     # of another fleet) regressed: never measured, so never shown to hold
     (other,) = stage_history(db_path, History.exact("other", [Night()], RATES_TOK_S), seed=36)
     build(db_path, select=READ)
-    assert exit_code(["compare", equal, other, "--fail-on", "regression", *db]) == 3
-    lines = capsys.readouterr().err.strip().splitlines()
+    p = cli_in_process("compare", equal, other, "--fail-on", "regression", *db)
+    assert p.returncode == 3
+    lines = p.stderr.strip().splitlines()
     assert f"regression: m/code not in {other}'s night (4 streams in {equal})" in lines[0], lines
     assert lines[-1].startswith(f"error: run {other} regressed against {equal}: "), lines
     # a later night never built (staged after the last build, or its build stopped): one line,
     # non-zero, and no table of dashes before it
     (unbuilt,) = stage_history(db_path, History.exact("late", [Night()], RATES_TOK_S), seed=37)
-    assert exit_code(["compare", equal, unbuilt, "--fail-on", "regression", *db]) == 1
-    got = capsys.readouterr()
-    assert got.out == "", got.out
-    assert got.err.strip().splitlines() == [
+    p = cli_in_process("compare", equal, unbuilt, "--fail-on", "regression", *db)
+    assert p.returncode == 1
+    assert p.stdout == "", p.stdout
+    assert p.stderr.strip().splitlines() == [
         f"error: run {unbuilt} has no built capacity (never built, or its build stopped): run "
         f"`sparkcap build --db {db_path}`; the gate compares nothing until it is"
     ]

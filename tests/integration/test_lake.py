@@ -20,7 +20,7 @@ from sparkcap.servers.sim.server import SimServer
 from sparkcap.store import spool
 from sparkcap.store.lake import TABLES, ChildKey, Lake, stage_lake
 from sparkcap.store.runs import run_start_to
-from tests.integration.helpers import dep, fast_profile
+from tests.support.sims import dep, fast_profile
 
 pytestmark = pytest.mark.integration
 
@@ -124,10 +124,10 @@ def test_a_damaged_or_unfinished_wave_is_named_never_staged(
 def test_a_hostile_lake_file_costs_its_wave_or_child_never_the_run(
     measured: Measured, tmp_path: Path
 ) -> None:
-    """Issue 38: a truncated manifest raised JSONDecodeError and staged nothing, the good wave
-    included; a second manifest naming the same parts under another wave id staged the rows
-    twice; a status file holding ``[]`` raised AttributeError and a heartbeat of text
-    ValueError in ``run --finish``. Each now costs only its wave or child, with the reason."""
+    """A truncated manifest, a second manifest naming the same parts under another wave id,
+    a status file holding ``[]`` and a heartbeat of text in ``run --finish`` each cost only
+    their wave or child, with the reason: never an exception that stages nothing (the good
+    wave included), and never the same rows staged twice."""
     waves, run_id, key = measured.waves, measured.run_id, measured.key
     lake = Lake(tmp_path / "lake")
     db = measured.warehouse(tmp_path / "w.duckdb")
@@ -200,7 +200,7 @@ def test_sparkcap_stage_stages_a_lake_a_parent_left(
     tmp_path: Path,
 ) -> None:
     """A parent that died after its children finished: the lake is staged by hand, once."""
-    from tests.integration.helpers import cli_in_process
+    from tests.support.cli import cli_in_process
 
     waves, run_id = measured.waves, measured.run_id
     lake = Lake(tmp_path / "lake")

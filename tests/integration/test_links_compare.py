@@ -18,7 +18,7 @@ from sparkcap.night.sweeps import run_link_check
 from sparkcap.publish.compare import compare
 from sparkcap.transform.dbt_build import build
 from tests.change_nights import History, Night, stage_history
-from tests.integration.helpers import cli_in_process
+from tests.support.cli import cli_in_process
 
 pytestmark = pytest.mark.integration
 
@@ -114,9 +114,9 @@ def test_link_check_with_real_iperf3(tmp_path: Path, db_path: Path) -> None:
 
 def test_compare_two_runs(db_path: Path) -> None:
     """Two nights staged in model time, the second 60 % slower at every level and both with
-    capacity 2: compare says so. (Two live sweeps of 30-token streams once read the fast
-    night's level 2 at -4.6 % of the slow one's: one stall of a starved test process in one
-    wave, fresh clone idle42.)"""
+    capacity 2: compare says so. (Staged, not swept: in two live sweeps of 30-token streams
+    one stall of a starved test process in one wave can read the fast night's level 2 below
+    the slow one's.)"""
     slower = History.exact("m", [Night(), Night(speed=0.4)], {1: 120.0, 2: 100.0})
     runs = stage_history(db_path, slower, seed=35)
     # the marts compare reads (sparkcap/publish/compare.py), not a night's whole build

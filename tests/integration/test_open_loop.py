@@ -1,4 +1,4 @@
-"""Issue 58: open-loop capacity against a brute-force simulation of the engine it stands for.
+"""Open-loop capacity against a brute-force simulation of the engine it stands for.
 
 Two engines of known truth, each swept in model time (``tests/change_nights.py``: 101-token
 streams, every stream of a level at its rate, a 0.1 s first token at the low levels):

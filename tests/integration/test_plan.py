@@ -1,4 +1,4 @@
-"""The plan (issue 36 item 1) on the twin night: dbt's routing carries exactly as many streams
+"""The plan on the twin night: dbt's routing carries exactly as many streams
 of the mix as a brute force over every allocation finds, every replica stays inside its
 capacity line, and ``sparkcap plan`` prints what the marts say and refuses a mix it cannot
 mean."""
@@ -14,10 +14,11 @@ from pathlib import Path
 
 import duckdb
 import pytest
-import yaml
 
 from sparkcap import cli
 from sparkcap.servers.sim.fleet import TWIN
+from tests.support.cli import cli_in_process
+from tests.support.fleets import write_fleet
 
 
 @pytest.fixture
@@ -159,25 +160,17 @@ def _fleet(path: Path, names: list[str]) -> Path:
     """A fleet file of the twin's deployments by name, each at a port nothing listens on."""
     workloads = {"levels": [1, 2], "trials": 1}
     deployments = [{"name": n, "model": n, "endpoint": "http://127.0.0.1:9/v1"} for n in names]
-    path.write_text(
-        yaml.safe_dump(
-            {"name": "down", "workloads": {"code": workloads, "prose": workloads},
-             "deployments": deployments}
-        ),
-        encoding="utf-8",
-    )  # fmt: skip
-    return path
+    fleet = {
+        "name": "down",
+        "workloads": {"code": workloads, "prose": workloads},
+        "deployments": deployments,
+    }
+    return write_fleet(path, fleet)
 
 
 def _replay_exit(args: list[str]) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    code = 0
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            cli.main(["replay", "--duration", "5", "--long-prompts", "0", *args])
-        except SystemExit as exc:
-            code = int(exc.code or 0)
-    return code, out.getvalue(), err.getvalue()
+    p = cli_in_process("replay", "--duration", "5", "--long-prompts", "0", *args)
+    return p.returncode, p.stdout, p.stderr
 
 
 @pytest.mark.reliability
@@ -215,16 +208,10 @@ def test_a_replay_never_holds_without_a_planned_deployment(
 
 
 def _one_error_line(args: list[str]) -> str:
-    out, err = io.StringIO(), io.StringIO()
-    with (
-        contextlib.redirect_stdout(out),
-        contextlib.redirect_stderr(err),
-        pytest.raises(SystemExit) as exit_,
-    ):
-        cli.main(args)
-    lines = err.getvalue().strip().splitlines()
-    assert exit_.value.code == 1 and len(lines) == 1, (args, out.getvalue(), err.getvalue())
-    assert lines[0].startswith("error: ") and out.getvalue() == "", (args, lines)
+    p = cli_in_process(*args)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1, (args, p.stdout, p.stderr)
+    assert lines[0].startswith("error: ") and p.stdout == "", (args, lines)
     return lines[0]
 
 

@@ -8,7 +8,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from sparkcap.config.deployment import Deployment
@@ -19,7 +18,9 @@ from sparkcap.publish.report import ReportError, render_report
 from sparkcap.servers.sim.engine import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
-from tests.integration.helpers import RELAXED_TIMING, SHORT_STREAM_VARS, fast_profile
+from tests.support.queries import q
+from tests.support.sims import fast_profile
+from tests.support.timing import RELAXED_TIMING, SHORT_STREAM_VARS
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -33,15 +34,11 @@ def _sim_deployment(sim: SimServer) -> Deployment:
     )
 
 
-def q(db: Path, sql: str) -> list[tuple[object, ...]]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql).fetchall()
-
-
 @dataclass(frozen=True)
 class ProbedNights:
-    """Four runs of one deployment and one of another, in one warehouse built once (issue 35:
-    the probes' report test and the previous-run report test each built one of their own)."""
+    """Four runs of one deployment and one of another, in one warehouse built once, read by
+    the probes' report test and the previous-run report test (a warehouse apiece would cost a
+    build each)."""
 
     db: Path
     before_probes: str  # a one-wave sweep
@@ -193,8 +190,8 @@ def test_output_length_and_mixed_probes(db_path: Path, monkeypatch: pytest.Monke
         prefill_tok_s=100_000,
         acceptance_noise="low",
     )
-    # outputs of 60+ tokens: a wave of ~0.5 s (20 tokens) sat at 0.4 % of the 0.5 % client-timing
-    # tolerance here and was judged invalid on a busy CI machine
+    # outputs of 60+ tokens: a wave of ~0.5 s (20 tokens) sits at 0.4 % against the 0.5 %
+    # client-timing tolerance, and a busy machine's stall pushes it past
     with SimServer([prof]) as sim:
         dep = _sim_deployment(sim)
         asyncio.run(

@@ -23,7 +23,7 @@ from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.settings import get_settings
 from sparkcap.transform.dbt_build import build
-from tests.integration.helpers import fast_profile
+from tests.support.sims import fast_profile
 
 pytestmark = pytest.mark.integration
 

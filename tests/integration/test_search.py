@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from subprocess import CompletedProcess
 
-import duckdb
 import pytest
 
 from sparkcap.config.deployment import Deployment
@@ -20,15 +19,12 @@ from sparkcap.servers.sim.engine import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
 from tests.spread import within
+from tests.support.queries import q
+from tests.support.waves import add_ok_stream, decode_ns, wave_record
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 THRESHOLD = 50.0  # a higher bar than 20 tok/s keeps the simulated waves short
-
-
-def q(db: Path, sql: str) -> list[tuple[object, ...]]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql).fetchall()
 
 
 def searched_night(
@@ -80,9 +76,9 @@ def _searched_night(
     return result.run_id
 
 
-# its rates at 4 and 5 streams sit 12 % and 6 % from the threshold (56 and 47 against 50): in
-# the parallel phase beside a CPU burner, level 5 read above 50 and passed (a fresh clone,
-# burn37), so it runs with the timing tests, alone
+# its rates at 4 and 5 streams sit 12 % and 6 % from the threshold (56 and 47 against 50): a
+# stall of a starved parallel worker can read level 5 above 50 and pass it, so it runs with the
+# timing tests, alone
 @pytest.mark.client_timing
 def test_search_path_live_equals_record_and_a_fallen_sustain(db_path: Path) -> None:
     # no drafts: each stream's rate is set by the batch and the context alone. 20-token trials:
@@ -166,34 +162,10 @@ def _wave(
 ) -> object:
     """A wave whose streams decode 100 tokens at these rates, all at once (or, ``queued``,
     one after another: a server with one slot)."""
-    from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
-
-    wave = WaveRecord(
-        wave_id=f"w{trial}",
-        run_id="r",
-        deployment="d",
-        model="m",
-        endpoint="e",
-        workload="code",
-        concurrency=len(rates),
-        trial=trial,
-        started_at_ns=0,
-        anchor_perf_ns=0,
-        client_spoiled_live=spoiled,
-    )
+    wave = wave_record(len(rates), trial, wave_id=f"w{trial}", client_spoiled_live=spoiled)
     for i, rate in enumerate(rates):
-        req = RequestRecord(
-            request_id=f"{trial}-{i}",
-            stream_index=i,
-            prompt_id="p",
-            requested_tokens=101,
-            required_tokens=101,
-            temperature=0.0,
-        )
-        req.status, req.completion_tokens = Status.OK, 101
         start = int(i * 100 / rate * 1e9) + i if queued else 0
-        req.first_token_ns, req.last_token_ns = start, start + int(100 / rate * 1e9)
-        wave.requests.append(req)
+        add_ok_stream(wave, 101, start, start + decode_ns(101, rate))
     return wave
 
 
@@ -255,10 +227,10 @@ def cli_search(tmp_path_factory: pytest.TempPathFactory) -> CliSearch:
     (the grid's 1, 2, 4 would say 2); the sustain wave runs twice the output length.
 
     A stall can only slow a stream, so the margin that matters is the one above the threshold:
-    25 % at 3 streams (it was 13.5 %, 22.7 tok/s, with 50 / (1 + 0.6 (c - 1)): a stall of
-    ~0.35 s at a 60-token stream's end would have read it under 20 in a starved parallel
-    worker, issue 35 item 3)."""
-    from tests.integration.helpers import RELAXED_TIMING, cli_in_process
+    25 % at 3 streams. At 13.5 % (22.7 tok/s, as 50 / (1 + 0.6 (c - 1)) gives) a stall of
+    ~0.35 s at a 60-token stream's end, as a starved parallel worker has, reads it under 20."""
+    from tests.support.cli import cli_in_process
+    from tests.support.timing import RELAXED_TIMING
 
     root = tmp_path_factory.mktemp("cli-search")
     prof = SimProfile(model="m", step_s1=0.008, batch_slowdown=2.0, draft_tokens=0)
@@ -317,7 +289,7 @@ def test_report_shows_the_search(cli_search: CliSearch, tmp_path: Path) -> None:
 def test_cli_sweep_search_prints_what_the_marts_say(cli_search: CliSearch) -> None:
     """The CLI's line is the marts': 3 streams, failing at 4, by search, the sustain wave
     held; and a search option without --search is one error line."""
-    from tests.integration.helpers import cli_in_process
+    from tests.support.cli import cli_in_process
 
     res, db = cli_search.result, cli_search.db
     assert res.returncode == 0, res.stderr[-2000:]
@@ -357,10 +329,9 @@ def test_short_trials_on_a_server_sending_three_tokens_a_chunk_are_judged_at_ful
     ratio below proves the trials were judged at full length, not by the study's formula
     (which reads a 32-token trial (3 - 1) / 31 = 6.5 % fast).
 
-    The rates were 250 / (...) once, 48.1 at 8: two trials' bootstrap interval there reached
-    49.6-50.0 tok/s, and past 50 in both fresh clones' runs at f855606 and dce137f, so the
-    search took 8 as straddling and went on to 16. At 5 % slower the interval's edges stay
-    3-5 % from the threshold at 7 and at 8."""
+    The rates stay 3-5 % from the threshold at 7 and at 8, at the interval's edges: at 48.1
+    tok/s at 8 (250 / (...)) two trials' bootstrap interval can reach past 50, and the search
+    takes 8 as straddling and goes on to 16."""
     prof = SimProfile(
         model="m",
         step_s1=0.0042,
@@ -399,7 +370,7 @@ def test_short_trials_on_a_server_sending_three_tokens_a_chunk_are_judged_at_ful
     within("short / windowed decode rate", float(ratio), 0.915, 0.985, rates)  # type: ignore[arg-type]
 
 
-# Issue 34, item 3: a server whose only limit is its memory bandwidth, decoding at 0.8 of the
+# A server whose only limit is its memory bandwidth, decoding at 0.8 of the
 # bound. The KV traffic dominates a step, so a stream decodes slower the longer the context:
 # the short trials (40 of 160 tokens, a mean context of ~94 tokens) pass at 8 streams
 # (~30 tok/s), the full-length streams (~155 tokens) hold 7 (~21.4) and fall at 8 (~18.8).
@@ -423,7 +394,7 @@ def test_a_bandwidth_limited_search_is_judged_at_the_context_each_wave_ran(
     over the short trials that passed there: capacity 7, no lower bound, memory-bandwidth."""
     from sparkcap.servers.sim.engine import bandwidth_bound_tok_s
     from sparkcap.transform.dbt_build import run_models
-    from tests.integration.helpers import RELAXED_TIMING, SHORT_STREAM_VARS
+    from tests.support.timing import RELAXED_TIMING, SHORT_STREAM_VARS
 
     for k, v in RELAXED_TIMING.items():
         monkeypatch.setenv(k, v)
@@ -494,8 +465,8 @@ def test_a_bandwidth_limited_search_is_judged_at_the_context_each_wave_ran(
         truth = bandwidth_bound_tok_s(BANDWIDTH, streams, context)
         assert bound == pytest.approx(truth, rel=0.01), (streams, bound, truth)
         # the simulator's efficiency, 0.8, within 0.04: beside 8 busy processes the one-stream
-        # short trial read 0.8 + 0.024 at worst (benchmarks/timing_spread.py, 10 runs,
-        # 2026-12-05); the defect this guards, a bound taken at the wrong context, moves the
+        # short trial reads up to 0.8 + 0.024 (benchmarks/timing_spread.py measures it); the
+        # defect this guards, a bound taken at the wrong context, moves the
         # share by ~35 % (the short trials' ~94 tokens against the sustain waves' ~155)
         within("measured / bound - 0.8", share - 0.8, -0.04, 0.04, (streams, kind, share))
     assert cap[:3] == (true_capacity, 8, False), cap

@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sparkcap.servers.sim.engine import MetricStyle, SimProfile
 from sparkcap.servers.sim.server import SimServer, build_info
-from tests.integration.helpers import fast_profile
+from tests.support.sims import fast_profile
 
 pytestmark = pytest.mark.integration
 

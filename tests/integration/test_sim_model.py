@@ -17,7 +17,8 @@ from sparkcap.servers.sim.engine import SimProfile
 from sparkcap.servers.sim.fleet import expected_tokens_per_step
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
-from tests.integration.helpers import SHORT_STREAM_VARS, dep, fast_profile, sweep
+from tests.support.sims import dep, fast_profile, sweep
+from tests.support.timing import SHORT_STREAM_VARS
 
 pytestmark = pytest.mark.integration
 
@@ -42,9 +43,10 @@ async def _chat(
 
 @pytest.mark.client_timing
 def test_rate_falls_with_concurrency_and_chunks_carry_several_tokens() -> None:
-    # Steps of 50 ms and a 4x batch cost put the modelled ratio at 0.25: even if a loaded CI
+    # Steps of 50 ms and a 4x batch cost put the modelled ratio at 0.25: even if a loaded
     # machine adds 50 ms of scheduling lateness to every step the ratio stays near 0.4, well
-    # under the 0.7 asserted (an earlier 20 ms / 1.9x version read 0.8 on a busy runner).
+    # under the 0.7 asserted (20 ms steps and a 1.9x cost leave too little room: a busy
+    # machine can read them at 0.8).
     prof = fast_profile("m", step_s1=0.05, batch_slowdown=1.0, draft_tokens=3)
     with SimServer([prof]) as s:
         w1, w4 = sweep(s.endpoint, "m", levels=(1, 4), max_tokens=40)

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import (
-    cli_in_process,
-)
+from tests.support.cli import cli_in_process
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

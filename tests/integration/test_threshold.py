@@ -6,9 +6,9 @@ tested levels are about 50, 23, 16 and 12.5 tok/s, so at 15 tok/s it sustains 6 
 the default 20 only 4. A CLI that applied its own rule, or the default threshold, would print
 another number than ``marts.fct_capacity``.
 
-One night, run once in a pseudo-terminal, read by both tests (issue 35: each was a whole
-night, build and validation of its own). The simulated rates sit near the threshold: with the
-parallel workers and a CPU burner beside it, a starved simulator missed its schedule (23 -> 17
+One night, run once in a pseudo-terminal, read by both tests (a night apiece would
+cost a whole night, build and validation each). The simulated rates sit near the threshold:
+beside the parallel workers and a CPU burner a starved simulator misses its schedule (23 -> 17
 tok/s; a bucket dip gone), so the night runs with the timing tests, alone (both tests are
 marked ``client_timing`` for that; the terminal test's own bound is generous).
 """
@@ -30,8 +30,8 @@ import pytest
 import yaml
 
 from sparkcap.servers.sim.server import SimServer
-from tests.integration.helpers import fast_profile
 from tests.spread import within
+from tests.support.sims import fast_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.client_timing]
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 from pathlib import Path
 
 import duckdb
@@ -17,7 +16,8 @@ from sparkcap.servers.sim.server import SimServer
 from sparkcap.store.connection import open_warehouse
 from sparkcap.store.staging import stage_wave
 from tests.integration.cli_sweeps import CliSweeps
-from tests.integration.helpers import cli_in_process, dep, fast_profile, faulty
+from tests.support.cli import cli_in_process
+from tests.support.sims import dep, fast_profile, faulty
 
 pytestmark = pytest.mark.integration
 
@@ -141,14 +141,6 @@ def test_unreachable_endpoint_fails_preflight(db_path: Path) -> None:
     assert not db_path.exists()
 
 
-def _cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """In this process: these tests are about what the commands do and say, not about a
-    process (a child would pay ~7 s of CPU importing dbt, Great Expectations and Prefect)."""
-    import os
-
-    return cli_in_process(*args, env={**os.environ, **(env or {})})
-
-
 def test_cli_sweep_then_sql(cli_sweeps: CliSweeps) -> None:
     """`sparkcap sweep` (the session's first hand-made CLI sweep, in a child process), then
     `sparkcap sql` on what it recorded (its run, whose second deployment joined later)."""
@@ -156,7 +148,7 @@ def test_cli_sweep_then_sql(cli_sweeps: CliSweeps) -> None:
     assert p.returncode == 0, p.stderr
     assert "run id:" in p.stdout and "capacity at 20 tok/s" in p.stdout
     mine = f"waves.run_id = '{cli_sweeps.joined_run}' and waves.deployment = 'a'"
-    q = _cli(
+    q = cli_in_process(
         "sql",
         "select concurrency, count(*) n from raw.requests join raw.waves "
         f"using (wave_id) where trial > 0 and {mine} group by 1 order by 1",
@@ -167,7 +159,7 @@ def test_cli_sweep_then_sql(cli_sweeps: CliSweeps) -> None:
     )
     assert q.returncode == 0, q.stderr
     assert json.loads(q.stdout) == [{"concurrency": 1, "n": 1}, {"concurrency": 2, "n": 2}]
-    c = _cli(
+    c = cli_in_process(
         "sql",
         f"select count(*) as n from raw.waves where {mine}",
         "--db",
@@ -180,7 +172,7 @@ def test_cli_sweep_then_sql(cli_sweeps: CliSweeps) -> None:
 
 def test_sql_is_read_only(sim: SimServer, db_path: Path) -> None:
     _run(sim, db_path, levels=(1,), trials=1)
-    p = _cli("sql", "delete from raw.waves", "--db", str(db_path))
+    p = cli_in_process("sql", "delete from raw.waves", "--db", str(db_path))
     assert p.returncode == 1
     assert p.stderr.startswith("error: SQL failed") and len(p.stderr.strip().splitlines()) == 1
     with duckdb.connect(str(db_path), read_only=True) as con:
@@ -242,7 +234,7 @@ def test_sql_is_read_only(sim: SimServer, db_path: Path) -> None:
 def test_bad_input_gives_one_error_line(args: list[str], needle: str, tmp_path: Path) -> None:
     if "--db" not in args:
         args = [*args, "--db", str(tmp_path / "x.duckdb")]
-    p = _cli(*args)
+    p = cli_in_process(*args)
     assert p.returncode != 0
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), p.stderr

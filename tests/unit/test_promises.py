@@ -33,7 +33,7 @@ def test_reliability_marker_selects_every_promised_test() -> None:
         cwd=ROOT,
         timeout=300,
         # the collection is read line by line: a -v from the caller's PYTEST_ADDOPTS would turn
-        # it into a tree and hide every name (seen in a verbose CI run)
+        # it into a tree and hide every name
         env={**os.environ, "PYTEST_ADDOPTS": ""},
     )
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]

@@ -1,6 +1,6 @@
 """One imperfect fleet through `sparkcap run --no-prefect`, once per test session, read by the
-tests of what such a night must survive (each was a night of its own, ~60 CPU-s and a whole
-dbt build and GX validation apiece; issue 35: build once, read many):
+tests of what such a night must survive (built once, read many: a night apiece would cost
+~60 CPU-s and a whole dbt build and GX validation each):
 
 - ``dead``: nobody listens on its port; its preflight and its prompt-cache probe fail, and
   the night names it as not measured (``test_imperfect_night``);
@@ -27,11 +27,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import duckdb
-import yaml
-
-from tests.integration.helpers import RELAXED_TIMING, cli_in_process, fast_profile
 from tests.integration.reliability.rawserver import RawServer
+from tests.support.cli import cli_in_process
+from tests.support.fleets import write_fleet
+from tests.support.queries import q
+from tests.support.sims import fast_profile
+from tests.support.timing import RELAXED_TIMING
 
 DEAD = "http://127.0.0.1:9/v1"
 CANARY = "sk-canary-night-3e71b09d5a2c"
@@ -189,8 +190,9 @@ def run_imperfect_night(root: Path) -> ImperfectNight:
         RawServer(lambda o: [absurd]) as bad,
         RawServer(huge_page, head=plain_head) as page,
     ):
-        path = root / "imperfect.yaml"
-        path.write_text(yaml.safe_dump(fleet(probe, bad.endpoint, sim.endpoint, page.port)))
+        path = write_fleet(
+            root / "imperfect.yaml", fleet(probe, bad.endpoint, sim.endpoint, page.port)
+        )
         saved_launched = night_plan.launched
         night_plan.launched = counted  # type: ignore[assignment]
         try:
@@ -219,11 +221,6 @@ def run_imperfect_night(root: Path) -> ImperfectNight:
         workers_stderr=workers_log.read_text(errors="replace"),
         launches=launches,
     )
-
-
-def q(db: Path, sql: str) -> list[tuple[object, ...]]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql).fetchall()
 
 
 def assert_the_night_names_the_dead_node(

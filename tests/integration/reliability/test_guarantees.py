@@ -23,14 +23,6 @@ from sparkcap.store import spool
 from sparkcap.store.connection import warehouse_key
 from sparkcap.store.runs import run_start_to
 from tests.integration.cli_sweeps import FROM_ENV, LITERAL, CliSweeps
-from tests.integration.helpers import (
-    SHORT_STREAM_VARS,
-    cli_in_process,
-    dep,
-    fast_profile,
-    run_cli,
-    wave_census,
-)
 from tests.integration.reliability.imperfect_nights import (
     CANARY as NIGHT_CANARY,
 )
@@ -40,16 +32,12 @@ from tests.integration.reliability.imperfect_nights import (
 from tests.integration.reliability.imperfect_nights import ImperfectNight, root_logging_into
 from tests.paths import ROOT
 from tests.spread import within
+from tests.support.cli import cli_in_process, run_cli
+from tests.support.queries import wave_census
+from tests.support.sims import dep, fast_profile
+from tests.support.timing import SHORT_STREAM_VARS
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
-
-
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return cli_in_process(*args, env={**os.environ, **(env or {})})
-
-
-def cli_child(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return run_cli(*args, env={**os.environ, **(env or {})}, timeout=120)
 
 
 def one_sweep(
@@ -108,7 +96,7 @@ def test_second_writer_gets_database_is_busy_and_nothing_is_lost(
             assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
             # a child process: DuckDB's file lock is per process, and the busy database is
             # what a second sparkcap process meets
-            p = cli_child(
+            p = run_cli(
                 "sweep",
                 "--endpoint",
                 sim.endpoint,
@@ -126,7 +114,12 @@ def test_second_writer_gets_database_is_busy_and_nothing_is_lost(
                 "0",
                 "--db",
                 str(db_path),
-                env={"SPARKCAP_BUSY_WAIT_S": "1", "SPARKCAP_HOME": str(tmp_path / "h")},
+                env={
+                    **os.environ,
+                    "SPARKCAP_BUSY_WAIT_S": "1",
+                    "SPARKCAP_HOME": str(tmp_path / "h"),
+                },
+                timeout=120,
             )
             assert p.returncode == 1
             assert p.stderr.strip().splitlines() == [
@@ -138,7 +131,9 @@ def test_second_writer_gets_database_is_busy_and_nothing_is_lost(
             assert holder.stdout is not None
             holder.stdout.close()
     # once the writer is gone, readers work and the earlier run is intact
-    q = cli("sql", "select count(*) as n from raw.waves", "--db", str(db_path), "--format", "csv")
+    q = cli_in_process(
+        "sql", "select count(*) as n from raw.waves", "--db", str(db_path), "--format", "csv"
+    )
     assert q.returncode == 0 and q.stdout.splitlines() == ["n", "4"]
 
 
@@ -460,7 +455,7 @@ def test_malformed_fleet_files_give_one_line_with_location(
         load_fleet(f)
     assert needle in str(err.value) and str(f) in str(err.value)
     db = tmp_path / "x.duckdb"
-    p = cli("run", "--fleet", str(f), "--db", str(db), "--no-prefect")
+    p = cli_in_process("run", "--fleet", str(f), "--db", str(db), "--no-prefect")
     assert p.returncode != 0
     assert len(p.stderr.strip().splitlines()) == 1 and p.stderr.startswith("error:")
     assert not db.exists()
@@ -499,8 +494,8 @@ def test_server_dying_mid_sweep_leaves_an_incomplete_but_usable_run(
         ).fetchall()
     assert len(outcome) == 1 and outcome[0][:2] == ("sweep", "failed")
     assert "stopped answering" in outcome[0][2]
-    # the finished waves are reportable: the trials they hold are built and judged (issue 35:
-    # the selection this test reads, not a whole build)
+    # the finished waves are reportable: the trials they hold are built and judged (the
+    # selection this test reads, not a whole build)
     build(db_path, select="+fct_trials", dbt_vars=SHORT_STREAM_VARS)
     with duckdb.connect(str(db_path), read_only=True) as con:
         trials = con.execute(
@@ -511,8 +506,8 @@ def test_server_dying_mid_sweep_leaves_an_incomplete_but_usable_run(
     # and nothing of the server's death in its verdict: valid, or spoiled only on the client's
     # side. A parallel worker starved for longer than a wave's decoding reads its timing bound
     # past even the relaxed 95 %, or reads a stream's buffered chunks at once under one stamp
-    # (no measurable rate) — verdicts on the client, which this test is not about (a
-    # bursty-load run, session 10, with 8-token streams: "assert 0 == 1" on the valid count)
+    # (no measurable rate) — verdicts on the client, which this test is not about (with
+    # 8-token streams under bursty load the valid count can be 0)
     assert [c for c, _, _ in trials] == [1], trials
     ((_, valid, reasons),) = trials
     client_side = ("client timing:", "client release:", "no measurable stream rate")
@@ -540,11 +535,11 @@ def test_multi_token_chunks_counted_by_usage_and_rate_matches_server_log(
         "fixed_chunk_tokens": k,
         "prefill_tok_s": 100000,
     }
-    # 40 decode steps (2 s) whatever k. The tolerance is the worst seen with margin: at
-    # niceness -5 beside a fresh clone's saturated parallel phase the client read 1.2 % (0.8 s
-    # streams) and 2.1 % (2 s streams) slower than the server's log, once each; at make test's
-    # -15 now, 10 runs beside 8 busy processes read 0.20 % at worst over 528 streams
-    # (benchmarks/timing_spread.py, 2026-12-05)
+    # 40 decode steps (2 s) whatever k. The tolerance is the worst measured with
+    # margin: at niceness -5 beside a saturated parallel phase the client can read 1.2 % (0.8 s
+    # streams) and 2.1 % (2 s streams) slower than the server's log; at make test's -15, 10
+    # runs beside 8 busy processes read 0.20 % at worst over 528 streams
+    # (benchmarks/timing_spread.py)
     tokens = 40 * k + 1
     with SimProcess({"profiles": [profile]}) as sim:
         result = one_sweep(sim.endpoint, db_path, levels=(3,), max_tokens=tokens)
@@ -557,12 +552,11 @@ def test_multi_token_chunks_counted_by_usage_and_rate_matches_server_log(
             # beyond what the wave itself says its loop's stalls may have put into a rate
             # (timing_error_bound, in the warehouse beside the trial): a stall the client saw
             # and reported is the product being honest, not wrong. Spread of this figure
-            # (benchmarks/timing_spread.py -k multi_token, 2026-12-06): 20 runs beside 3
-            # burners at niceness 0, 960 streams, worst +0.17 %; 6 runs beside 2 burners at
-            # the tests' own -15, 288 streams, worst +0.21 %. idle26's make test once read
-            # 3.5 % for one k=4 stream (cause not found: neither load reproduces it); the
-            # failure message now carries the wave's bound and loop lag, which say whether
-            # the client or the server side stalled.
+            # (benchmarks/timing_spread.py -k multi_token): 20 runs beside 3 burners at
+            # niceness 0, 960 streams, worst +0.17 %; 6 runs beside 2 burners at the tests'
+            # own -15, 288 streams, worst +0.21 %. A rare outlier (3.5 % for one k=4 stream)
+            # reproduces under neither load, so the failure message carries the wave's bound
+            # and loop lag, which say whether the client or the server side stalled.
             own_bound = w.timing_error_bound or 0.0
             within(
                 "|client rate / server log - 1| - timing error bound",

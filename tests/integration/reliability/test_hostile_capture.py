@@ -1,5 +1,5 @@
 """Hostile servers and inputs on the capture side cost one stream, never a wave or a night
-(issue 23: absurd usage, compression, URL credentials and query strings, malformed answers,
+(absurd usage, compression, URL credentials and query strings, malformed answers,
 bad config values). Every server here is a raw socket on 127.0.0.1 (``rawserver.py``)."""
 
 from __future__ import annotations
@@ -21,13 +21,14 @@ import yaml
 
 from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.loadgen.records import RequestRecord, WaveRecord
-from tests.integration.helpers import cli_in_process, dep
 from tests.integration.reliability.imperfect_nights import (
     TOKENS,
     ImperfectNight,
     stream_with_usage,
 )
 from tests.integration.reliability.rawserver import RawServer, vllm_stream
+from tests.support.cli import cli_in_process
+from tests.support.sims import dep
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 
@@ -112,8 +113,8 @@ ABSURD_USAGE = {
 
 
 def test_absurd_usage_counts_are_stored_as_null_with_the_reason(tmp_path: Path) -> None:
-    """One wave, one stream per kind of impossible usage: every wave is staged (today 2^31 or
-    ``true`` raise in Arrow and the wave is lost), each stream's counts are NULL with
+    """One wave, one stream per kind of impossible usage: every wave is staged (2^31 or ``true``
+    would raise in Arrow and lose the wave), each stream's counts are NULL with
     ``count_source = 'invalid_usage'`` and the reason in ``error``, and nothing is wrapped
     (per-chunk counts that went down are NULL, not negative)."""
     bodies = [stream_with_usage(u, per_chunk) for u, per_chunk in ABSURD_USAGE.values()]
@@ -173,11 +174,11 @@ def test_staging_never_wraps_or_raises_on_a_count_a_server_sent() -> None:
 
 def test_token_lengths_beyond_the_int32_columns_are_refused_up_front(tmp_path: Path) -> None:
     """``--max-tokens 3000000000`` and a fleet file's ``max_tokens`` are refused with one
-    line before anything is sent (today the CLI goes on to the server)."""
+    line before anything is sent (never left for the server to refuse)."""
     from sparkcap.config.fleet import load_fleet
     from sparkcap.errors import FleetError
 
-    p = cli(
+    p = cli_in_process(
         "sweep",
         "--endpoint",
         DEAD,
@@ -211,11 +212,11 @@ def test_a_fleet_night_with_absurd_usage_from_one_deployment_publishes_the_other
     deployment, one whose server reports ``completion_tokens`` 2^31 and ``prompt_tokens:
     true`` on every stream. The night is swept, staged, built and reported; the good
     deployment has its capacity, the absurd one's streams are stored with NULL counts and the
-    reason (once staging raised in Arrow and the night published nothing), and its capacity
+    reason (staging never raises in Arrow, which would publish nothing), and its capacity
     is no measurement, never "below 20 tok/s" (every stream's content came in one chunk: no
     decode window, no rate). A third deployment streams well but its /metrics counters and
-    gauges grow by 1e20 a scrape (issue 38): a bigint cast of such a count broke every later
-    build of the warehouse; now each reading is unavailable with what it read, and the night
+    gauges grow by 1e20 a scrape: each reading is unavailable with what it read (a bigint cast
+    of such a count would break every later build of the warehouse), and the night
     publishes."""
     p = imperfect_cli_night
     assert "Traceback" not in p.stderr, p.stderr[-3000:]
@@ -287,7 +288,7 @@ def test_url_credentials_are_sent_but_stored_and_printed_nowhere(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``http://user:pw@host/v1?api-version=…``: the server gets Basic auth and the query
-    string on every request (the models probe and each stream: today the query is mangled
+    string on every request (the models probe and each stream: the query is never mangled
     into the path); the credentials are in no byte of the DuckDB file or the spool, in no log
     line at DEBUG, in no fleet dump and in no error line."""
     from sparkcap.config.fleet import load_fleet
@@ -345,7 +346,7 @@ def test_url_credentials_are_sent_but_stored_and_printed_nowhere(
     # in this process: the preflight fails before any wave, so no load-generating process
     # writes to the terminal, and what a child would log to its stderr is in caplog
     with caplog.at_level(logging.DEBUG):
-        p = cli(
+        p = cli_in_process(
             "sweep",
             "--endpoint",
             dead,
@@ -362,8 +363,8 @@ def test_url_credentials_are_sent_but_stored_and_printed_nowhere(
 
 
 def test_every_url_built_from_the_endpoint_keeps_its_query_string() -> None:
-    """Azure's ``?api-version=`` goes on every request, after the path (today it is mangled
-    into it: ``/v1?api-version=…/chat/completions``)."""
+    """Azure's ``?api-version=`` goes on every request, after the path (never mangled into
+    it: ``/v1?api-version=…/chat/completions``)."""
     d = dep("https://u:p@example.org/openai/v1/?api-version=2024-06-01", "m")
     q = "?api-version=2024-06-01"
     assert d.chat_url == f"https://example.org/openai/v1/chat/completions{q}"
@@ -470,11 +471,6 @@ def test_an_infinite_timeout_is_refused(tmp_path: Path) -> None:
         load_fleet(path)
 
 
-def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if k != "SPARKCAP_UNSET_HEADER_VAR"}
-    return cli_in_process(*args, env={**base, **(env or {})})
-
-
 def assert_one_error_line(p: subprocess.CompletedProcess[str], needle: str) -> None:
     lines = p.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:"), p.stderr[-2000:]
@@ -498,14 +494,15 @@ def assert_one_error_line(p: subprocess.CompletedProcess[str], needle: str) -> N
     ],
 )
 def test_bad_request_settings_give_one_error_line_before_anything_is_sent(
-    args: list[str], needle: str, tmp_path: Path
+    args: list[str], needle: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``NaN`` in ``--extra-body`` (sent as ``null`` today), a non-ASCII header value (a
-    traceback today) and a header whose variable is unset (dropped silently today) each end
-    with one ``error:`` line naming the problem, and no run is written."""
+    """``NaN`` in ``--extra-body`` (unchecked, sent as ``null``), a non-ASCII header value
+    (unchecked, a traceback) and a header whose variable is unset (unchecked, dropped silently)
+    each end with one ``error:`` line naming the problem, and no run is written."""
+    monkeypatch.delenv("SPARKCAP_UNSET_HEADER_VAR", raising=False)  # the unset variable
     with RawServer(lambda o: [vllm_stream(TOKENS)]) as srv:
         db = tmp_path / "x.duckdb"
-        p = cli(
+        p = cli_in_process(
             "sweep",
             "--endpoint",
             srv.endpoint,

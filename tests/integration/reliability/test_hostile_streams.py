@@ -7,8 +7,8 @@ import tracemalloc
 
 import pytest
 
-from tests.integration.helpers import sweep
 from tests.integration.reliability.rawserver import RawServer, vllm_stream
+from tests.support.sims import sweep
 
 pytestmark = pytest.mark.reliability
 
@@ -118,7 +118,7 @@ def test_a_cut_stream_keeps_exactly_its_n_chunk_timestamps(n: int, tmp_path) -> 
 
     from sparkcap.config.plan import SweepPlan, SweepRequest
     from sparkcap.night.sweeps import run_sweeps
-    from tests.integration.helpers import dep
+    from tests.support.sims import dep
 
     events = vllm_stream(TOKENS).split(b"\r\n\r\n")
     head, content = events[:2], events[2 : 2 + n]
@@ -144,9 +144,9 @@ def test_a_cut_stream_keeps_exactly_its_n_chunk_timestamps(n: int, tmp_path) -> 
     assert (status, n_chunks, saw_done) == ("truncated", n, False)
     assert [c[0] for c in chunks] == list(range(n))
     times = [c[1] for c in chunks]
-    # in order; sent 20 ms apart they are separate reads, except where a starved client read
-    # two at once (parallel tests beside processes at niceness -15, 2026-12-06): one read,
-    # one arrival stamp for both, as a night records it
+    # in order; sent 20 ms apart they are separate reads, except where a starved client reads
+    # two at once (beside parallel tests and processes at niceness -15): one read, one arrival
+    # stamp for both, as a night records it
     assert times == sorted(times)
     assert (first, last) == (times[0], times[-1])
     assert [c[2] for c in chunks] == [len(t) for t in TOKENS[:n]]

@@ -2,7 +2,7 @@
 nothing says so, and a Ctrl-C leaves one error line and a run row that says what happened.
 
 - Rich markup: ``--model '[/oops]'``, a server's model id ``[bold]x`` and ``[rank0]`` /
-  ``[/v1/…]`` in ``sparkcap sql`` cells reach the terminal literally (issue 23, item 4).
+  ``[/v1/…]`` in ``sparkcap sql`` cells reach the terminal literally (item 4).
 - Every request refused: the CLI prints the mart's verdict ("no valid measurement at level 1:
   2 of 2 rejected (429)"), never "below 20 tok/s", and exits non-zero; the report, the Prefect
   artifact and compare show the same verdict (item 5).
@@ -26,12 +26,14 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import pandas as pd
 import pytest
 
 from sparkcap.servers.sim.server import SimServer
-from tests.integration.helpers import cli_in_process, fast_profile, faulty, one_deployment_fleet
+from tests.support.cli import cli_in_process
+from tests.support.fleets import one_deployment_fleet
+from tests.support.queries import q
+from tests.support.sims import fast_profile, faulty
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
 
@@ -39,26 +41,16 @@ HOSTILE_MODEL = "<!--<script>m</script>&x"
 REFUSED = "no valid measurement at level 1: 2 of 2 rejected (429)"
 
 
-def cli(*args: str) -> tuple[int, str, str]:
-    """``sparkcap ARGS`` in this process: (exit status, stdout, stderr)."""
-    p = cli_in_process(*args)
-    return p.returncode, p.stdout, p.stderr
-
-
-def q(db: Path, sql: str, params: list[object] | None = None) -> list[tuple[object, ...]]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(sql, params or []).fetchall()
-
-
 # --- item 4: markup ---------------------------------------------------------------------------
 
 
 def test_a_model_name_that_looks_like_markup_is_printed_as_text(tmp_path: Path) -> None:
     with SimServer([fast_profile("m")]) as sim:
-        code, _, err = cli(
+        p = cli_in_process(
             "sweep", "--endpoint", sim.endpoint, "--model", "[/oops]", "--workload", "code",
             "--db", str(tmp_path / "w.duckdb"),
         )  # fmt: skip
+        code, err = p.returncode, p.stderr
     assert code == 1
     assert err.splitlines() == [
         f"error: unknown model '[/oops]' at {sim.endpoint} (server offers: m)"
@@ -67,10 +59,11 @@ def test_a_model_name_that_looks_like_markup_is_printed_as_text(tmp_path: Path) 
 
 def test_a_servers_model_id_is_printed_literally(tmp_path: Path) -> None:
     with SimServer([fast_profile("[bold]x")]) as sim:
-        code, _, err = cli(
+        p = cli_in_process(
             "sweep", "--endpoint", sim.endpoint, "--model", "m", "--workload", "code",
             "--db", str(tmp_path / "w.duckdb"),
         )  # fmt: skip
+        code, err = p.returncode, p.stderr
     assert code == 1
     assert err.splitlines() == [
         f"error: unknown model 'm' at {sim.endpoint} (server offers: [bold]x)"
@@ -83,19 +76,21 @@ def test_escape_sequences_from_a_server_or_a_cell_never_reach_the_terminal(
     """Markup off is not enough: ESC sequences in a model id or a stored error would clear,
     retitle or recolour the terminal. They are spelled out (``\\x1b``) wherever text prints."""
     with SimServer([fast_profile("x\x1b[2Jy")]) as sim:
-        code, _, err = cli(
+        p = cli_in_process(
             "sweep", "--endpoint", sim.endpoint, "--model", "m", "--workload", "code",
             "--db", str(tmp_path / "w.duckdb"),
         )  # fmt: skip
+        code, err = p.returncode, p.stderr
     assert code == 1 and "\x1b" not in err
     assert "(server offers: x\\x1b[2Jy)" in err, err
     from sparkcap.store.connection import ensure_schema, open_warehouse
 
     with open_warehouse(tmp_path / "w.duckdb") as con:
         ensure_schema(con)
-    code, out, err = cli(
+    p = cli_in_process(
         "sql", "select chr(27) || ']0;pwned' || chr(7) as e", "--db", str(tmp_path / "w.duckdb")
     )
+    code, out, err = p.returncode, p.stdout, p.stderr
     assert code == 0 and "\x1b" not in out and "\\x1b]0;pwned\\x07" in out, out
 
 
@@ -105,12 +100,13 @@ def test_sql_table_cells_keep_their_brackets(tmp_path: Path) -> None:
     db = tmp_path / "w.duckdb"
     with open_warehouse(db) as con:
         ensure_schema(con)
-    code, out, err = cli(
+    p = cli_in_process(
         "sql",
         "select '[rank0]: CUDA error: out of memory' as error, '[/v1/chat/completions]' as path",
         "--db",
         str(db),
     )
+    code, out, err = p.returncode, p.stdout, p.stderr
     assert (code, err) == (0, "")
     assert "[rank0]: CUDA error: out of memory" in out
     assert "[/v1/chat/completions]" in out
@@ -142,11 +138,12 @@ def refused_night(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
                 ),
             )
             first = asyncio.run(run_sweeps([hostile], db))
-            code, out, err = cli(
+            p = cli_in_process(
                 "sweep", "--endpoint", sim.endpoint, "--model", "r429", "--workload", "code",
                 "--levels", "1", "--trials", "2", "--max-tokens", "8", "--client-processes", "1",
                 "--run", first.run_id, "--db", str(db),
             )  # fmt: skip
+            code, out, err = p.returncode, p.stdout, p.stderr
         yield {"db": db, "run_id": first.run_id, "code": code, "out": out, "err": err}
     finally:
         mp.undo()

@@ -1,4 +1,5 @@
-"""A deployment's declared facts (issue 26's bound) are checked where the fleet file is read."""
+"""A deployment's declared facts (the bottleneck diagnosis's bound) are checked where the
+fleet file is read."""
 
 from __future__ import annotations
 

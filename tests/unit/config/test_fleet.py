@@ -32,7 +32,7 @@ BOMB = "".join(
 def _refused(tmp_path: Path, body: str | bytes) -> tuple[str, float, int]:
     """The one-line refusal, the CPU seconds it took and the traced memory it peaked at
     (bytes). CPU time, not wall time: beside a CPU burner and the parallel suite a refusal
-    that costs ~0.2 s of CPU read 2.5 s on the wall clock (a fresh clone, 2026-12-05)."""
+    that costs ~0.2 s of CPU can take 2.5 s on the wall clock."""
     f = tmp_path / "fleet.yaml"
     f.write_bytes(body if isinstance(body, bytes) else body.encode())
     tracemalloc.start()

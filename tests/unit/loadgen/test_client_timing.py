@@ -14,6 +14,7 @@ from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
 from sparkcap.loadgen.sweep import client_spoiled, worth_remeasuring
 from sparkcap.loadgen.wave import LoopMonitor, timing_error_bound
 from tests.paths import ROOT
+from tests.support.waves import wave_record
 
 MS = 1_000_000
 
@@ -34,7 +35,7 @@ def stream(i: int, first_ms: int, last_ms: int, status: Status = Status.OK) -> R
 
 
 def wave(requests: list[RequestRecord], trial: int = 1) -> WaveRecord:
-    w = WaveRecord("w", "r", "d", "m", "http://x/v1", "code", len(requests), trial, 0, 0)
+    w = wave_record(len(requests), trial, wave_id="w")
     w.requests = requests
     return w
 

@@ -113,10 +113,10 @@ def test_a_long_array_is_walked_past_not_kept(
 def test_many_short_arrays_keep_a_bounded_number_of_values_and_reading_has_a_deadline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 38: 64 MiB of short arrays, each kept, held 2.8-4.1 GB, and discovery's 5 s
-    timeout ended its wait but not the thread reading on. The file's kept values are
-    bounded (past the bound an array keeps its count, not its values), and a deadline given
-    to the reader stops the reading itself."""
+    """The file's kept values are bounded (past the bound an array keeps its count, not its
+    values: 64 MiB of short arrays, each kept, would hold 2.8-4.1 GB), and a deadline given to
+    the reader stops the reading itself (a timeout that ends only the wait leaves a thread
+    reading on)."""
     monkeypatch.setattr(gguf, "MAX_KEPT_ITEMS", 1000)
     kvs = [(f"a{i}", 9, (0, [i % 256] * 300)) for i in range(10)] + [("after", 4, 9)]
     path = write(tmp_path, gguf_bytes(kvs))
@@ -224,7 +224,7 @@ def test_what_is_not_a_regular_file_is_refused(tmp_path: Path) -> None:
 
 
 # with the real-server tests, after make test's llama-server build has assembled the model: in
-# the parallel run it skipped whenever the build had not got that far yet (fresh clone burn42)
+# the parallel run it would skip whenever the build had not got that far yet
 @pytest.mark.real_server
 def test_the_cached_gemma_gguf_when_present() -> None:
     """The real file ``sparkcap.servers.llama.ensure_model`` assembles (never fetched here):

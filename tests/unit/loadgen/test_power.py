@@ -15,6 +15,7 @@ from sparkcap.config.power import PowerSource
 from sparkcap.loadgen import power as power_mod
 from sparkcap.loadgen.power import NVML_MISSING, nvml_readings, page_readings, with_power
 from sparkcap.loadgen.records import WaveRecord
+from tests.support.waves import wave_record
 
 DCGM = PowerSource(kind="dcgm", url="http://dcgm:9400/metrics")
 
@@ -157,21 +158,6 @@ def test_nvml_na_is_unavailable_never_zero_and_missing_nvml_says_so() -> None:
     assert nvml_readings(nvml, None) == [(None, None, None, None, NVML_MISSING)]
 
 
-def wave() -> WaveRecord:
-    return WaveRecord(
-        wave_id="w",
-        run_id="r",
-        deployment="d",
-        model="m",
-        endpoint="http://x/v1",
-        workload="code",
-        concurrency=1,
-        trial=1,
-        started_at_ns=0,
-        anchor_perf_ns=0,
-    )
-
-
 def test_the_hooks_read_before_during_and_after_a_wave(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(power_mod, "pynvml", None)  # whatever this host has
     dep = Deployment(
@@ -189,7 +175,7 @@ def test_the_hooks_read_before_during_and_after_a_wave(monkeypatch: pytest.Monke
         calls.append("metrics after")
 
     before, after = with_power(dep, (metrics_before, metrics_after))
-    w = wave()
+    w = wave_record(1, wave_id="w")
 
     async def run() -> None:
         await before(w)
@@ -252,7 +238,7 @@ def test_a_pages_reads_share_one_client_per_wave_made_before_it_and_closed_after
     before, after = with_power(dep, (noop, noop))
 
     async def one_wave() -> WaveRecord:
-        w = wave()
+        w = wave_record(1, wave_id="w")
         await before(w)
         assert len(made) == len(waves) + 1 and not made[-1].closed  # made before the streams
         async with asyncio.timeout(30):

@@ -129,10 +129,10 @@ def test_a_hostile_slot_list_is_no_reset_and_erases_nothing(body: bytes) -> None
 def test_a_reset_answer_that_trickles_or_floods_ends_within_its_deadline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 38: the reset read each answer whole with no total deadline: a 200 trickling a
-    byte every 1.5 s held a sweep 150-180 s despite `total_s: 10`, and a 400 MiB answer
-    peaked at 1.4 GB. The whole reset ends within the deployment's deadline, and an answer
-    is read no further than 1 MiB."""
+    """The whole reset ends within the deployment's deadline, and an answer is read no
+    further than 1 MiB: read whole with no total deadline, a 200 trickling a byte every 1.5 s
+    would hold a sweep 150-180 s despite `total_s: 10`, and a 400 MiB answer peak at
+    1.4 GB."""
 
     async def trickle() -> AsyncIterator[bytes]:
         for _ in range(1000):

@@ -14,6 +14,7 @@ from sparkcap.config.plan import SearchPlan, SweepPlan, SweepRequest
 from sparkcap.loadgen.records import ProcessTiming, RequestRecord, Status, WaveRecord
 from sparkcap.night import calibrate as cal
 from sparkcap.night.sweeps import within_host_budget
+from tests.support.waves import wave_record
 
 
 def figures(streams: int, spoiled: str | None = None, procs: int = 1) -> cal.SizeFigures:
@@ -69,18 +70,7 @@ def test_the_ladder_doubles_up_to_the_cap_and_tries_the_cap_itself() -> None:
 
 
 def _wave(skew_ms: float, span_ms: float, n: int = 4, failed: int = 0) -> WaveRecord:
-    w = WaveRecord(
-        wave_id="w",
-        run_id="r",
-        deployment="calibrate",
-        model="calibrate",
-        endpoint="http://127.0.0.1:9/v1",
-        workload="code",
-        concurrency=n,
-        trial=1,
-        started_at_ns=0,
-        anchor_perf_ns=0,
-    )
+    w = wave_record(n, wave_id="w", deployment="calibrate", model="calibrate")
     for i in range(n):
         r = RequestRecord(f"w/s{i}", i, "p", 120, 120, 0.0)
         r.first_token_ns, r.last_token_ns = 1_000_000, 1_000_000 + int(span_ms * 1e6)
@@ -197,9 +187,9 @@ def test_a_damaged_budget_file_is_one_error_line(tmp_path: Path) -> None:
 def test_a_tampered_budget_file_is_one_error_line_never_a_traceback_or_an_escape(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 38: 400 digits of `budget_streams` raised OverflowError where the budget is
-    divided by its processes, and a `host` holding an escape sequence reached the terminal
-    through the "calibrated on another host" warning. Each is a file calibrate never wrote."""
+    """400 digits of `budget_streams` (an OverflowError where the budget is divided by its
+    processes) and a `host` holding an escape sequence (which the "calibrated on another host"
+    warning would print) are each a file calibrate never wrote."""
     path = tmp_path / "host-budget.json"
     monkeypatch.setattr(cal, "host_cpus", lambda: (0, 1))
     cal.write_budget(budget(), path)

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 from pydantic import ValidationError
 
 from sparkcap.config.fleet import Distributed, load_fleet
@@ -16,21 +14,23 @@ from sparkcap.config.plan import SearchPlan, SweepPlan
 from sparkcap.errors import DistributedError, FleetError
 from sparkcap.night.distributed.child import ChildSpec, child_limits, peak_streams
 from sparkcap.store.lake import partition
+from tests.support.cli import run_cli
+from tests.support.fleets import write_fleet
 
 
 def _fleet(tmp_path: Path, **extra: object) -> Path:
-    doc = {
-        "name": "f",
-        "workloads": {"code": {"levels": [1, 2, 8]}},
-        "deployments": [
-            {"name": "a", "model": "m", "endpoint": "http://127.0.0.1:9/v1", "shares": ["n1"]},
-            {"name": "b", "model": "m", "endpoint": "http://127.0.0.1:9/v1"},
-        ],
-        **extra,
-    }
-    path = tmp_path / "f.yaml"
-    path.write_text(yaml.safe_dump(doc))
-    return path
+    return write_fleet(
+        tmp_path / "f.yaml",
+        {
+            "name": "f",
+            "workloads": {"code": {"levels": [1, 2, 8]}},
+            "deployments": [
+                {"name": "a", "model": "m", "endpoint": "http://127.0.0.1:9/v1", "shares": ["n1"]},
+                {"name": "b", "model": "m", "endpoint": "http://127.0.0.1:9/v1"},
+            ],
+            **extra,
+        },
+    )
 
 
 def test_a_child_holds_its_target_its_shares_and_its_peak_streams(tmp_path: Path) -> None:
@@ -81,12 +81,10 @@ def test_partition_values_are_path_safe() -> None:
 
 
 def _cli(*args: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """In a child process, with ``home`` as its SPARKCAP_HOME and no Prefect server named."""
     env = {**os.environ, "SPARKCAP_HOME": str(home)}
     env.pop("PREFECT_API_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "sparkcap.cli", *args],
-        capture_output=True, text=True, env=env, timeout=120,
-    )  # fmt: skip
+    return run_cli(*args, env=env, timeout=120)
 
 
 def test_distributed_needs_prefect_and_a_server(tmp_path: Path) -> None:
@@ -157,7 +155,7 @@ def test_a_distributed_child_caps_its_search_at_this_hosts_calibrated_budget(
 def test_a_child_the_parent_gave_up_sends_nothing_and_says_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A CI run gave back a child whose process was only slow to start, and it measured on both
+    """A child given back while its process was only slow to start must not measure on both
     hosts: a stood-down attempt beats (so the parent can tell it lived) and stops there, before
     its preflight, with no status for the parent to read as a sweep."""
     from sparkcap.night.distributed import child

@@ -100,8 +100,9 @@ def test_silence_is_judged_only_past_stall_s() -> None:
 
 
 def test_a_child_not_yet_started_is_judged_by_start_s_alone() -> None:
-    """A CI run gave back a child whose worker process was still importing 20 s after taking
-    it (the test's stall): the first beat gets ``start_s``, every later silence ``stall_s``."""
+    """A worker process can still be importing 20 s after taking its child (longer than a
+    stall), and a child given back then is lost for nothing: the first beat gets ``start_s``,
+    every later silence ``stall_s``."""
     start_s = 3 * STALL_S
     for state in ("PENDING", "RUNNING"):
         assert _verdict(state, None, NOW_S - 2 * STALL_S, start_s=start_s) is W

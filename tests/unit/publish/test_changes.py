@@ -1,4 +1,4 @@
-"""Issue 27's marts as the CLI and the Prefect artifact read them: none from a warehouse built
+"""The change marts as the CLI and the Prefect artifact read them: none from a warehouse built
 before them (or part-way), typed rows once they are there, and the change list in words: one
 line per flagged change with its size, p-value, baseline and what else changed, one line when
 nothing changed, nothing without a baseline; a night prints them under its capacities."""
@@ -180,9 +180,9 @@ def test_the_change_artifact_lists_flagged_changes_each_in_its_cells() -> None:
 
 @pytest.mark.reliability
 def test_a_servers_text_in_the_change_artifact_renders_as_text() -> None:
-    """Issue 38: a model's `root` reaches "what else changed", and the artifact is Markdown:
-    an HTML comment hid the rest of it, a <script> or an image beacon passed. Every cell is
-    escaped so it renders as the characters the server sent."""
+    """A model's `root` reaches "what else changed", and the artifact is Markdown, where an
+    HTML comment would hide the rest of it and a <script> or an image beacon would pass: every
+    cell is escaped so it renders as the characters the server sent."""
     root = (
         "<!-- x --> <script>alert(1)</script> ![b](http://198.51.100.7/p.png) "
         "[link](http://x) `code` a & b"

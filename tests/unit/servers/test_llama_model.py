@@ -17,8 +17,8 @@ def test_two_callers_at_once_get_one_whole_model(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """make test's background build assembles the model the moment a test waiting on the
-    build lock asks for it too: both wrote one file and its checksum failed (stop 31's fresh
-    clone). Now one assembles, into a temporary file renamed when whole; the other waits."""
+    build lock asks for it too: if both wrote one file its checksum would fail. One assembles,
+    into a temporary file renamed when whole; the other waits."""
     calls: list[Path] = []
     block = b"gguf" * 4096
 

@@ -1,4 +1,4 @@
-"""The simulator's known truths for issue 26's bottleneck diagnosis, in model time.
+"""The simulator's known truths for the bottleneck diagnosis, in model time.
 
 A diagnosis is only testable against a server whose truth is known: a bandwidth-bound decode
 whose rate is exactly its efficiency times the physical bound (dense and MoE), a KV cache that

@@ -2,7 +2,7 @@
 
 The twin's capacities sit on knife edges (GLM code at 4 streams is designed at ~21 tok/s against
 a 20 tok/s threshold). If the engine forgot every late wake-up, a busy shared machine would
-slow the *simulated hardware* and move those capacities: the CI failure that prompted this.
+slow the *simulated hardware* and move those capacities.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ def _rate(arrivals: list[int]) -> float:
 
 
 # its rate is the event loop's wall-clock pace, held 2 % from its bound (49 tok/s against
-# 47.5): in the parallel phase beside a CPU burner it read 47.42 (fresh clone burn40), so it
-# runs with the timing tests, alone
+# 47.5): in the parallel phase beside a CPU burner it can read under 47.5, so it runs with
+# the timing tests, alone
 @pytest.mark.client_timing
 def test_short_stalls_are_caught_up() -> None:
     # The loop is blocked for 40 ms (two steps) every 40 ms: forgetting each lag loses about a

@@ -1,6 +1,6 @@
 """The simulator's stream interval: generated tokens are held and sent k at a time, the first
-chunk included, as vLLM's ``--stream-interval`` and buffering proxies do (issue 25: the server
-that made short trials read 3 % fast sent 3 tokens in every chunk).
+chunk included, as vLLM's ``--stream-interval`` and buffering proxies do (a server
+sending 3 tokens in every chunk makes short trials read 3 % fast).
 
 The engine's chunk sizes are exact (``Engine.schedule`` runs the model without waiting); the
 served stream is driven through the ASGI app in-process, no socket.
@@ -111,9 +111,9 @@ def test_served_chunks_count_their_own_tokens_and_the_log_is_of_the_chunks_sent(
     # step 2 (the third token) and step 9, 7 steps apart where one-token chunks are 9 apart
     # (lateness on a busy machine delays a chunk, never advances it; the engine catches up,
     # so up to two steps of one late last chunk are allowed: still short of one-token
-    # chunks' 9 steps, which are never early. Half a step flaked in a parallel test run; a
-    # late *first* chunk shortens the span, by 0.1 % of it in a fresh clone's full run, so
-    # up to one step of that is allowed too)
+    # chunks' 9 steps, which are never early (half a step is too little in a parallel run); a
+    # late *first* chunk shortens the span, by about 0.1 % of it in a full run, so up to one
+    # step of that is allowed too)
     assert entry.first_token_ns is not None and entry.last_token_ns is not None
     span_s = (entry.last_token_ns - entry.first_token_ns) / 1e9
     assert 6 * STEP_S <= span_s < 9 * STEP_S * 0.999
