@@ -45,7 +45,7 @@ def one_wave() -> tuple[int, int, float]:
     from sparkcap.config.deployment import Deployment
     from sparkcap.config.plan import SweepPlan, SweepRequest
     from sparkcap.night.sweeps import run_sweeps
-    from sparkcap.servers.sim.engine import SimProfile
+    from sparkcap.servers.sim.profile import SimProfile
     from sparkcap.servers.sim.server import SimServer
 
     # the suite's fast engine (tests/integration/helpers.fast_profile) with two slots

@@ -48,7 +48,7 @@ import duckdb
 from sparkcap.config.deployment import Deployment
 from sparkcap.config.plan import SearchPlan, SweepPlan, SweepRequest
 from sparkcap.night.sweeps import run_sweeps
-from sparkcap.servers.sim.engine import SimProfile
+from sparkcap.servers.sim.profile import SimProfile
 from sparkcap.servers.sim.server import SimProcess
 from sparkcap.transform.dbt_build import build
 

@@ -73,8 +73,10 @@ from sparkcap.loadgen.records import (
 )
 from sparkcap.loadgen.sweep import WaveRunner, client_process_count, new_run_id, wave_id
 from sparkcap.loadgen.workloads import build_streams
-from sparkcap.servers.sim.engine import Engine, SimProfile, SimRequest
-from sparkcap.servers.sim.server import SimProcess, prompt_text
+from sparkcap.servers.sim.engine import Engine, SimRequest
+from sparkcap.servers.sim.profile import SimProfile
+from sparkcap.servers.sim.routes import prompt_text
+from sparkcap.servers.sim.server import SimProcess
 from sparkcap.store import spool
 from sparkcap.store.arrow_tables import wave_tables
 from sparkcap.store.connection import open_warehouse

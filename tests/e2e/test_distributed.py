@@ -25,7 +25,7 @@ import duckdb
 import psutil
 import pytest
 
-from sparkcap.servers.sim.engine import SimProfile
+from sparkcap.servers.sim.profile import SimProfile
 from tests.paths import ROOT
 from tests.support.fleets import write_fleet
 from tests.support.timing import RELAXED_TIMING

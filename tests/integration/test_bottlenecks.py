@@ -20,7 +20,8 @@ import pytest
 from sparkcap.config.deployment import Deployment
 from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.night.sweeps import run_sweeps
-from sparkcap.servers.sim.engine import SimProfile, bandwidth_bound_tok_s
+from sparkcap.servers.sim.physics import bandwidth_bound_tok_s
+from sparkcap.servers.sim.profile import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
 from tests.spread import within

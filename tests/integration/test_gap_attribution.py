@@ -15,7 +15,7 @@ import pytest
 from sparkcap.config.deployment import Deployment
 from sparkcap.config.probes import GapAttributionOptions
 from sparkcap.night.sweeps import run_probe
-from sparkcap.servers.sim.engine import SimProfile
+from sparkcap.servers.sim.profile import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
 from tests.spread import within

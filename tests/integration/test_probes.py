@@ -15,7 +15,7 @@ from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.config.probes import PrefillInterferenceOptions
 from sparkcap.night.sweeps import run_probe, run_sweeps
 from sparkcap.publish.report import ReportError, render_report
-from sparkcap.servers.sim.engine import SimProfile
+from sparkcap.servers.sim.profile import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
 from tests.support.queries import q

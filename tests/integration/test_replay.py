@@ -29,7 +29,7 @@ from sparkcap.config.probes import ReplayOptions
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.replay import poisson_arrivals, replay
 from sparkcap.night.sweeps import run_sweeps
-from sparkcap.servers.sim.engine import SimProfile
+from sparkcap.servers.sim.profile import SimProfile
 from sparkcap.servers.sim.server import SimProcess, SimServer
 from sparkcap.store import spool
 from sparkcap.transform.dbt_build import build

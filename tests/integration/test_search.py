@@ -15,7 +15,7 @@ import pytest
 from sparkcap.config.deployment import Deployment
 from sparkcap.config.plan import SearchPlan, SweepPlan, SweepRequest
 from sparkcap.night.sweeps import run_sweeps
-from sparkcap.servers.sim.engine import SimProfile
+from sparkcap.servers.sim.profile import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
 from tests.spread import within
@@ -392,7 +392,7 @@ def test_a_bandwidth_limited_search_is_judged_at_the_context_each_wave_ran(
     short trials' at their length, the sustain waves' at full length), and the measured rate
     is the server's efficiency of it at every level; the sustain wave that fell at 8 decides
     over the short trials that passed there: capacity 7, no lower bound, memory-bandwidth."""
-    from sparkcap.servers.sim.engine import bandwidth_bound_tok_s
+    from sparkcap.servers.sim.physics import bandwidth_bound_tok_s
     from sparkcap.transform.dbt_build import run_models
     from tests.support.timing import RELAXED_TIMING, SHORT_STREAM_VARS
 

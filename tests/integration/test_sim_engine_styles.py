@@ -12,8 +12,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkcap.servers.sim.engine import MetricStyle, SimProfile
-from sparkcap.servers.sim.server import SimServer, build_info
+from sparkcap.servers.sim.profile import MetricStyle, SimProfile
+from sparkcap.servers.sim.routes import build_info
+from sparkcap.servers.sim.server import SimServer
 from tests.support.sims import fast_profile
 
 pytestmark = pytest.mark.integration

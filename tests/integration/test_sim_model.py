@@ -13,8 +13,8 @@ import pytest
 from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.night.progress import live_decode_tok_s
 from sparkcap.night.sweeps import run_sweeps
-from sparkcap.servers.sim.engine import SimProfile
 from sparkcap.servers.sim.fleet import expected_tokens_per_step
+from sparkcap.servers.sim.profile import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
 from tests.support.sims import dep, fast_profile, sweep

@@ -9,7 +9,7 @@ from sparkcap.config.deployment import Deployment, Timeouts
 from sparkcap.config.plan import SweepPlan
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.sweep import new_run_id, run_sweep
-from sparkcap.servers.sim.engine import SimFaults, SimProfile
+from sparkcap.servers.sim.profile import SimFaults, SimProfile
 
 
 def fast_profile(model: str = "m", **kw: Any) -> SimProfile:

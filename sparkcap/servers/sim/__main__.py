@@ -10,8 +10,8 @@ import json
 import os
 import sys
 
-from sparkcap.servers.sim.engine import SimProfile
 from sparkcap.servers.sim.fleet import twin_profiles
+from sparkcap.servers.sim.profile import SimProfile
 from sparkcap.servers.sim.server import SimServer
 
 

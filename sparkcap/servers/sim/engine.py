@@ -1,6 +1,9 @@
-"""A model of a continuous-batching LLM serving engine, for tests and the demo fleet.
+"""A model of a continuous-batching LLM serving engine, for tests and the demo fleet: the
+loop that admits, prefills and steps every deployment's streams.
 
-It is a test double, not a performance oracle. What it models, and why each part exists:
+It is a test double, not a performance oracle. A deployment is a profile (``sim.profile``);
+the formulas a step runs are ``sim.physics``'s; this module is the scheduler that applies
+them to requests in time. What it models, and why each part exists:
 
 - **Batched decode.** One engine iteration advances every running stream. The iteration time is
   ``step_s1 * (1 + batch_slowdown * (n - 1)) * (1 + context_slowdown * mean_context / 1000)``,
@@ -40,7 +43,7 @@ truth is known; each is off unless its profile fields are set.
   ``E·(1 − (1 − k/E)^n)`` distinct experts a batch of n touches, times ``moe_expert_bytes``)
   plus every running stream's context × ``kv_bytes_per_token``, at ``bandwidth_efficiency``
   of the peak, plus ``step_overhead_s``; padding and drafts act as above (a step's tokens
-  cost the same bytes). :func:`bandwidth_bound_tok_s` is the physical bound the diagnosis
+  cost the same bytes). ``physics.bandwidth_bound_tok_s`` is the physical bound the diagnosis
   must reproduce: a profile without drafts or overhead decodes at exactly its efficiency
   times it, so "% of the bound" has a known right answer.
 - **KV capacity.** With ``kv_capacity_tokens`` admitted requests share a cache of that many
@@ -50,7 +53,7 @@ truth is known; each is off unless its profile fields are set.
   generated tokens prefilled again on readmission. Its stream stalls meanwhile, so the level
   whose total context passes the capacity decodes slower and ``preemptions_total`` grows:
   the KV verdict's evidence, which no level below the capacity shows.
-- **Acceptance by workload and temperature.** :func:`base_acceptance`: the workload's
+- **Acceptance by workload and temperature.** ``physics.base_acceptance``: the workload's
   acceptance times ``1 − temperature_penalty × temperature``, so a probe that sends code at
   prose's temperature knows how much of the code–prose gap temperature explains.
 - **Engine-style metrics.** ``metric_style`` makes the server show a deployment's counters
@@ -63,14 +66,13 @@ truth is known; each is off unless its profile fields are set.
 
 Tokens are counted by the engine and reported in ``usage``; "text" is synthetic.
 Faults (short outputs, cut streams, in-band errors, rejections, stalls, missing usage) are
-switches on :class:`SimFaults`, applied to every ``every``-th request of a deployment.
+switches on ``profile.SimFaults``, applied to every ``every``-th request of a deployment.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import itertools
 import math
 import random
 import time
@@ -79,330 +81,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from sparkcap.servers.sim.physics import base_acceptance, decode_step_s
+from sparkcap.servers.sim.profile import SimFaults, SimProfile
+from sparkcap.servers.sim.text import (
+    CHARS_PER_TOKEN,
+    CODE_WORDS,
+    PROSE_WORDS,
+    count_prompt_tokens,
+    looks_like_code,
+)
 
-CHARS_PER_TOKEN = 4
-MetricStyle = Literal["sim", "vllm", "sglang", "llamacpp", "tgi", "trtllm"]
 # histogram bounds of the engine-style /metrics pages (queue time, TTFT; request lengths)
 SECONDS_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 TOKEN_BUCKETS = tuple(float(2**i) for i in range(17))  # 1 .. 65536 tokens
 SPEC_ACCEPT_WINDOW_ITERATIONS = 64  # "recently" for sglang:spec_accept_length
 MAX_CATCH_UP_S = 1.0  # how far behind its schedule the engine may fall and still catch up
-CODE_WORDS = (
-    "def ",
-    "return ",
-    "self",
-    ".",
-    "(",
-    ")",
-    ":",
-    "\n    ",
-    "for ",
-    "in ",
-    "if ",
-    "else",
-    "x",
-    "value",
-    "items",
-    "=",
-    "+",
-    "1",
-    "None",
-    "key",
-    "[",
-    "]",
-    ", ",
-    "import ",
-    "class ",
-)
-PROSE_WORDS = (
-    "the ",
-    "light",
-    "house ",
-    "and ",
-    "of ",
-    "a ",
-    "river ",
-    "was ",
-    "in ",
-    "that ",
-    "to ",
-    "with ",
-    "morning ",
-    "slowly ",
-    "town ",
-    ", ",
-    ". ",
-    "people ",
-    "long ",
-    "sea ",
-    "it ",
-)
-
-
-class SimFaults(BaseModel):
-    """Misbehaviour switches; each applies to requests ``i`` with ``i % every == every - 1``."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    every: int = Field(1, ge=1)
-    short_output_tokens: int | None = Field(
-        None, ge=1, description="end with finish_reason=stop after this many tokens"
-    )
-    cut_after_tokens: int | None = Field(None, ge=0, description="drop the connection")
-    end_without_done_after_tokens: int | None = Field(
-        None, ge=0, description="end cleanly, no [DONE], no finish_reason"
-    )
-    error_after_tokens: int | None = Field(None, ge=0, description="in-band error event")
-    stall_after_tokens: int | None = Field(None, ge=0, description="stop sending, keep open")
-    trickle_interval_s: float | None = Field(None, gt=0, description="one token per interval")
-    reject_status: Literal[429, 503] | None = None
-    retry_after_s: int = 7
-    omit_usage: bool = False
-
-
-class SimProfile(BaseModel):
-    """One simulated deployment (the twin's: :func:`bandwidth_calibrated` in ``sim.fleet``)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    model: str
-    step_s1: float = Field(0.05, gt=0, description="decode iteration at batch 1, seconds")
-    batch_slowdown: float = Field(0.2, ge=0)
-    context_slowdown: float = Field(0.03, ge=0, description="per 1000 tokens of mean context")
-    draft_tokens: int = Field(3, ge=0)
-    acceptance_code: float = Field(0.8, ge=0, le=0.99)
-    acceptance_prose: float = Field(0.6, ge=0, le=0.99)
-    temperature_penalty: float = Field(0.0, ge=0, le=1)
-    prompt_acceptance_spread: float = Field(0.04, ge=0, le=0.5)
-    acceptance_noise: Literal["geometric", "low"] = Field(
-        "geometric",
-        description="geometric: drafts accepted one by one; low: the same mean tokens per step "
-        "with the least variance (stable headline numbers from short demo outputs)",
-    )
-    fixed_chunk_tokens: int | None = Field(None, ge=1)
-    reasoning_tokens: int = Field(
-        0,
-        ge=0,
-        description="a thinking model: each stream's first this many tokens are reasoning, "
-        "streamed in reasoning_field and counted in usage's completion_tokens_details, unless "
-        "the request turns thinking off (chat_template_kwargs.enable_thinking false)",
-    )
-    reasoning_field: Literal["reasoning_content", "reasoning"] = Field(
-        "reasoning_content",
-        description="the delta field reasoning arrives in: vLLM's older reasoning_content or "
-        "its 2025 reasoning (llama-server and SGLang send reasoning_content)",
-    )
-    prefill_tok_s: float = Field(4000.0, gt=0)
-    prefill_chunk: int = Field(2048, ge=1)
-    max_slots: int = Field(256, ge=1)
-    prefix_cache: bool = True
-    cache_block_tokens: int = Field(64, ge=1)
-    cache_capacity_tokens: int = Field(1_000_000, ge=0)
-    stream_interval_tokens: int = Field(
-        1,
-        ge=1,
-        le=64,
-        description="tokens held until at least this many are unsent, then sent as one chunk "
-        "(and the rest at the finish), the first chunk included: vLLM's --stream-interval and "
-        "buffering proxies, whose first k - 1 tokens no chunk interval times",
-    )
-    batch_buckets: list[int] | None = Field(
-        None,
-        description="batch sizes a decode step runs at (ascending): n streams cost a step of "
-        "the smallest bucket >= n (n itself past the largest), like vLLM's CUDA-graph capture "
-        "sizes, which pad 5 streams to 8 and 10 to 16; None: every n runs at n",
-    )
-    bucket_pad_slowdown: float = Field(
-        0.0,
-        ge=0,
-        description="a padded step (n below its bucket) costs (1 + this) times the bucket's "
-        "step: the 17-25 % dips reported on DGX Spark at padded sizes, so that a level just "
-        "past a bucket edge is slower than the bucket itself",
-    )
-    memory_bandwidth_gb_s: float | None = Field(
-        None,
-        gt=0,
-        description="peak memory bandwidth, GB/s: when set, a decode step takes the time its "
-        "bytes (weights it touches + every running stream's KV) need at "
-        "bandwidth_efficiency of it, plus step_overhead_s, instead of the step_s1 formula",
-    )
-    bandwidth_efficiency: float = Field(
-        0.8, gt=0, le=1, description="share of the peak bandwidth a decode step achieves"
-    )
-    weight_bytes: float | None = Field(
-        None, gt=0, description="dense model: the weight bytes every decode step reads"
-    )
-    moe_experts: int | None = Field(None, ge=1, description="MoE: routed experts per layer (E)")
-    moe_experts_per_token: int | None = Field(
-        None, ge=1, description="MoE: experts each token is routed to (k)"
-    )
-    moe_expert_bytes: float | None = Field(
-        None, gt=0, description="MoE: bytes of one routed expert summed over all MoE layers"
-    )
-    moe_shared_bytes: float | None = Field(
-        None,
-        ge=0,
-        description="MoE: bytes every step reads whatever the routing (attention, embeddings, "
-        "shared experts)",
-    )
-    kv_bytes_per_token: float = Field(
-        0.0, ge=0, description="KV cache bytes one token of context holds (read every step)"
-    )
-    step_overhead_s: float = Field(
-        0.0, ge=0, description="bandwidth model: fixed time per decode step (launches, sampling)"
-    )
-    kv_capacity_tokens: int | None = Field(
-        None,
-        ge=1,
-        description="tokens of context the KV cache holds across admitted requests: past it "
-        "the most recently admitted request is preempted and later recomputed (vLLM's "
-        "recompute preemption); None: unbounded",
-    )
-    n_ctx: int = Field(32768, ge=1, description="context one request may fill (/props, models)")
-    cache_reset: Literal["works", "ignored", "absent"] = Field(
-        "works",
-        description="POST /reset_prefix_cache: drops the prefix cache (vLLM), answers 200 and "
-        "forgets nothing (a broken route the verification must catch), or is not served",
-    )
-    n_params: int | None = Field(
-        None, ge=1, description="parameters, for llama-server's /v1/models meta (default: none)"
-    )
-    n_embd: int = Field(4096, ge=1, description="embedding width, for llama-server's meta")
-    metric_style: MetricStyle = Field(
-        "sim",
-        description="whose /metrics names and /v1/models facts the server shows for this "
-        "deployment: the simulator's own, or vLLM's, SGLang's, llama-server's, TGI's, "
-        "TensorRT-LLM's",
-    )
-    idle_power_w: float = Field(
-        60.0, ge=0, le=1e4, description="the GPU's draw with no request admitted (/dcgm/metrics)"
-    )
-    power_per_stream_w: float = Field(
-        15.0, ge=0, le=1e4, description="the draw each admitted request adds (/dcgm/metrics)"
-    )
-    engine_version: str = Field(
-        "sim-1",
-        min_length=1,
-        max_length=80,
-        description="the engine's version its server reports: vLLM-style GET /version, "
-        "llama-server-style /props build_info (as b<N>-<hash>), for change detection",
-    )
-    seed: int = 0
-    faults: SimFaults = Field(default_factory=lambda: SimFaults())
-
-    @model_validator(mode="after")
-    def _one_weight_model(self) -> SimProfile:
-        moe = (
-            self.moe_experts,
-            self.moe_experts_per_token,
-            self.moe_expert_bytes,
-            self.moe_shared_bytes,
-        )
-        if any(v is not None for v in moe) and any(v is None for v in moe):
-            raise ValueError(
-                "moe_experts, moe_experts_per_token, moe_expert_bytes and moe_shared_bytes "
-                "are declared together"
-            )
-        is_moe = self.moe_experts is not None
-        if is_moe and self.weight_bytes is not None:
-            raise ValueError("declare weight_bytes (dense) or the moe_* fields, not both")
-        if (
-            self.moe_experts is not None
-            and self.moe_experts_per_token is not None
-            and self.moe_experts_per_token > self.moe_experts
-        ):
-            raise ValueError("moe_experts_per_token cannot exceed moe_experts")
-        if self.memory_bandwidth_gb_s is not None and not is_moe and self.weight_bytes is None:
-            raise ValueError("memory_bandwidth_gb_s needs weight_bytes or the moe_* fields")
-        return self
-
-    @field_validator("batch_buckets")
-    @classmethod
-    def _ascending_buckets(cls, v: list[int] | None) -> list[int] | None:
-        if v is None:
-            return v
-        if not v:
-            raise ValueError("batch_buckets must name at least one size (or be left out)")
-        if any(b < 1 for b in v):
-            raise ValueError(f"batch_buckets must be positive, got {v}")
-        if any(a >= b for a, b in itertools.pairwise(v)):
-            raise ValueError(f"batch_buckets must be strictly ascending, got {v}")
-        return v
-
-    def padded_batch(self, n_streams: int) -> int:
-        """The batch a step of ``n_streams`` runs at: its bucket, or itself past the last."""
-        for bucket in self.batch_buckets or ():
-            if bucket >= n_streams:
-                return bucket
-        return n_streams
-
-
-def expected_unique_experts(experts: int, experts_per_token: int, n_tokens: int) -> float:
-    """E·(1 − (1 − k/E)^n): the distinct experts per layer a batch of n tokens, each routed to
-    k of E uniformly, touches on average; why a MoE step reads more weights at more streams."""
-    return experts * (1.0 - (1.0 - experts_per_token / experts) ** n_tokens)
-
-
-def step_weight_bytes(profile: SimProfile, n_streams: int) -> float:
-    """Weight bytes a decode step of ``n_streams`` reads: all of a dense model, a MoE model's
-    shared layers plus the experts the batch is expected to touch."""
-    if profile.weight_bytes is not None:
-        return profile.weight_bytes
-    if (
-        profile.moe_experts is None
-        or profile.moe_experts_per_token is None
-        or profile.moe_expert_bytes is None
-        or profile.moe_shared_bytes is None
-    ):
-        raise ValueError(f"{profile.model}: no weight_bytes or moe_* fields declared")
-    unique = expected_unique_experts(profile.moe_experts, profile.moe_experts_per_token, n_streams)
-    return profile.moe_shared_bytes + unique * profile.moe_expert_bytes
-
-
-def model_weight_bytes(profile: SimProfile) -> float | None:
-    """Bytes of the whole model (every expert), what a GGUF's size says; None: not declared."""
-    if profile.weight_bytes is not None:
-        return profile.weight_bytes
-    if profile.moe_experts is None or profile.moe_expert_bytes is None:
-        return None
-    return (profile.moe_shared_bytes or 0.0) + profile.moe_experts * profile.moe_expert_bytes
-
-
-def decode_step_bytes(profile: SimProfile, n_streams: int, context_tokens_total: float) -> float:
-    """Bytes one decode step moves: the weights it touches plus the KV of every running
-    stream's context (prompt + generated), summed over streams."""
-    return step_weight_bytes(profile, n_streams) + context_tokens_total * profile.kv_bytes_per_token
-
-
-def bandwidth_bound_tok_s(profile: SimProfile, n_streams: int, mean_context_tokens: float) -> float:
-    """The truth the bottleneck diagnosis is tested against: the per-stream decode rate,
-    tokens/s, that ``n_streams`` at a mean context of ``mean_context_tokens`` cannot exceed
-    when every step moves its bytes at the full peak bandwidth (efficiency 1, no drafts, no
-    step overhead, no padding). A profile decodes at ``bandwidth_efficiency`` times it when
-    ``step_overhead_s`` is 0 and it has no drafts."""
-    if profile.memory_bandwidth_gb_s is None:
-        raise ValueError(f"{profile.model}: memory_bandwidth_gb_s is not set")
-    step_bytes = decode_step_bytes(profile, n_streams, n_streams * mean_context_tokens)
-    return profile.memory_bandwidth_gb_s * 1e9 / step_bytes
-
-
-def base_acceptance(profile: SimProfile, *, is_code: bool, temperature: float) -> float:
-    """A request's draft acceptance before its prompt's own shift: the workload's
-    (``acceptance_code`` or ``acceptance_prose``) times ``1 − temperature_penalty ×
-    temperature``, at least 0. So code at prose's temperature accepts
-    ``acceptance_code × (1 − penalty × T_prose)``: the attribution probe's known answer."""
-    base = profile.acceptance_code if is_code else profile.acceptance_prose
-    return max(0.0, base * (1.0 - profile.temperature_penalty * temperature))
-
-
-def count_prompt_tokens(text: str) -> int:
-    return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
-
-
-def looks_like_code(text: str) -> bool:
-    t = text.lower()
-    return "python" in t or "code" in t or "function" in t or "implement" in t
 
 
 @dataclass(slots=True)
@@ -715,23 +408,8 @@ class Engine:
 
     # -- the loop ----------------------------------------------------------------------------
     def _decode_step_s(self) -> float:
-        p = self.p
-        n = len(self.running)
         context_total = sum(r.prompt_tokens + r.generated for r in self.running)
-        batch = p.padded_batch(n)
-        if p.memory_bandwidth_gb_s is not None:
-            bytes_per_s = p.memory_bandwidth_gb_s * 1e9 * p.bandwidth_efficiency
-            step_s = decode_step_bytes(p, batch, context_total) / bytes_per_s + p.step_overhead_s
-        else:
-            ctx = context_total / n
-            step_s = (
-                p.step_s1
-                * (1 + p.batch_slowdown * (batch - 1))
-                * (1 + p.context_slowdown * ctx / 1000)
-            )
-        if batch > n:
-            step_s *= 1 + p.bucket_pad_slowdown
-        return step_s
+        return decode_step_s(self.p, len(self.running), context_total)
 
     def _tokens_this_step(self, req: SimRequest) -> int:
         p = self.p
@@ -839,8 +517,8 @@ class Engine:
                 await asyncio.sleep(delay)
             else:
                 # Late: this process was starved (a busy shared machine), not the simulated
-                # hardware. Catching up keeps the designed rate; forgetting the lag made every
-                # stall permanent and the twin's knife-edge levels read 5-10 % slow under load.
+                # hardware. Catching up keeps the designed rate; forgetting the lag would make
+                # every stall permanent and read as a slower engine than the profile declares.
                 # Only a lag past MAX_CATCH_UP_S (a paused process) is forgotten, so a resumed
                 # engine does not burst a long backlog.
                 if -delay > MAX_CATCH_UP_S:

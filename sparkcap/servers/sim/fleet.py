@@ -2,7 +2,7 @@
 
 Eight DGX Sparks host four deployments: two Qwen replicas (one node each), GLM (two nodes)
 and DeepSeek (four nodes, ring). The twin decodes as the hardware it stands in for does: a
-decode step is memory traffic (the bandwidth model of ``sim.engine``), and the twin carries
+decode step is memory traffic (the bandwidth model of ``sim.physics``), and the twin carries
 the facts of that traffic, so the diagnosis can set every level beside its bound and a reader
 of ``fleets/twin.yaml`` finds the same numbers:
 
@@ -35,7 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sparkcap.servers.sim.engine import SimProfile
+from sparkcap.servers.sim.profile import SimProfile
 
 DRAFT_TOKENS = 4
 ACCEPTANCE_CODE = 0.85

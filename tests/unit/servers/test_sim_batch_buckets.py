@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sparkcap.servers.sim.engine import Engine, SimProfile, SimRequest
+from sparkcap.servers.sim.engine import Engine, SimRequest
+from sparkcap.servers.sim.profile import SimProfile
 
 STEP_S = 0.01
 SLOWDOWN = 0.2

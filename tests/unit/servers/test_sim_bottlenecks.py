@@ -11,16 +11,15 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from sparkcap.servers.sim.engine import (
-    Engine,
-    SimProfile,
-    SimRequest,
+from sparkcap.servers.sim.engine import Engine, SimRequest
+from sparkcap.servers.sim.fleet import expected_tokens_per_step
+from sparkcap.servers.sim.physics import (
     bandwidth_bound_tok_s,
     base_acceptance,
     expected_unique_experts,
     step_weight_bytes,
 )
-from sparkcap.servers.sim.fleet import expected_tokens_per_step
+from sparkcap.servers.sim.profile import SimProfile
 
 GB10_GB_S = 273.0
 EFFICIENCY = 0.8

@@ -14,8 +14,9 @@ import time
 import httpx
 import pytest
 
-from sparkcap.servers.sim.engine import MAX_CATCH_UP_S, Engine, SimProfile, SimRequest
-from sparkcap.servers.sim.server import create_app, prompt_text
+from sparkcap.servers.sim.engine import MAX_CATCH_UP_S, Engine, SimRequest
+from sparkcap.servers.sim.profile import SimProfile
+from sparkcap.servers.sim.routes import create_app, prompt_text
 
 STEP_S = 0.02  # one token per 20 ms: 50 tok/s by design
 

@@ -16,8 +16,9 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from sparkcap.servers.sim.engine import Engine, LogEntry, SimProfile, SimRequest
-from sparkcap.servers.sim.server import create_app
+from sparkcap.servers.sim.engine import Engine, LogEntry, SimRequest
+from sparkcap.servers.sim.profile import SimProfile
+from sparkcap.servers.sim.routes import create_app
 
 STEP_S = 0.02
 

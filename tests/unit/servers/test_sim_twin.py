@@ -14,7 +14,6 @@ import pytest
 
 from sparkcap.config.fleet import load_fleet
 from sparkcap.resources import bundled_fleet
-from sparkcap.servers.sim.engine import bandwidth_bound_tok_s, expected_unique_experts
 from sparkcap.servers.sim.fleet import (
     NODE_BANDWIDTH_GB_S,
     PROSE_TEMPERATURE,
@@ -25,6 +24,7 @@ from sparkcap.servers.sim.fleet import (
     expected_tokens_per_step,
     twin_profiles,
 )
+from sparkcap.servers.sim.physics import bandwidth_bound_tok_s, expected_unique_experts
 
 THRESHOLD_TOK_S = 20.0
 LEVELS = (1, 2, 4, 8, 16)

@@ -21,8 +21,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sparkcap.loadgen.metrics import parse_gauges, parse_prometheus
 from sparkcap.servers.llama import LLAMA_CPP_PYTHON_SHA256, LLAMA_CPP_PYTHON_VERSION
-from sparkcap.servers.sim.engine import MetricStyle
-from sparkcap.servers.sim.server import ENGINE_METRICS
+from sparkcap.servers.sim.metrics_pages import ENGINE_METRICS
+from sparkcap.servers.sim.profile import MetricStyle
 from tests.paths import ROOT
 
 PAGES_DIR = ROOT / "tests" / "data" / "metrics_pages"
