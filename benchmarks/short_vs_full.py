@@ -73,10 +73,8 @@ from sparkcap.loadgen.records import (
 )
 from sparkcap.loadgen.sweep import WaveRunner, client_process_count, new_run_id, wave_id
 from sparkcap.loadgen.workloads import build_streams
-from sparkcap.servers.sim.engine import Engine, SimRequest
-from sparkcap.servers.sim.profile import SimProfile
-from sparkcap.servers.sim.routes import prompt_text
-from sparkcap.servers.sim.server import SimProcess
+from sparkcap.servers.sim.engine import Engine, SimProfile, SimRequest
+from sparkcap.servers.sim.server import SimProcess, prompt_text
 from sparkcap.store import spool
 from sparkcap.store.arrow_tables import wave_tables
 from sparkcap.store.connection import open_warehouse
@@ -186,8 +184,8 @@ async def measure(cases: Sequence[Case], endpoint: str, db: Path, chunk_usage: b
     (the waves a search would ask for cannot be planned through it: it searches)."""
     judged = await asyncio.to_thread(judgement_vars)
     tolerances = {
-        "timing_tolerance": float(judged["timing_error_tolerance"]),
-        "skew_tolerance": float(judged["start_skew_tolerance"]),
+        "timing_error_tolerance": float(judged["timing_error_tolerance"]),
+        "start_skew_tolerance": float(judged["start_skew_tolerance"]),
     }
     run_id = new_run_id()
     deps = [deployment(c, endpoint, chunk_usage) for c in cases]

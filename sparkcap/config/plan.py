@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 
 from sparkcap.config.base import MAX_TOKENS, Strict, WorkloadName
 from sparkcap.config.deployment import Deployment
@@ -59,13 +59,27 @@ class SweepPlan(Strict):
     # server, so it is measured again, at most this many extra times; the spoiled wave stays in
     # raw, marked superseded. Server-side failures are findings and are never re-run.
     max_remeasures: int = Field(2, ge=0, le=5)
-    # The tolerances dbt judges with (vars timing_error_tolerance, start_skew_tolerance; a unit
-    # test keeps these defaults equal): relative rate error from loop stalls, and start skew as
-    # a share of the median stream's decode span. A night (runner.run_sweeps) always fills them
-    # from dbt's vars as this environment sets them (SPARKCAP_DBT_VARS); a value given here
-    # reaches only a sweep run without the runner.
-    timing_tolerance: float = Field(0.005, gt=0, lt=1)
-    skew_tolerance: float = Field(0.05, gt=0, lt=1)
+    # The tolerances dbt judges a wave's client timing with, named as dbt's vars (a unit test
+    # keeps these defaults equal to the project's): the largest relative rate error loop
+    # stalls may cause (the wave's timing_error_bound), and start skew as a share of the median
+    # stream's decode span. A night fills them from dbt's vars as this environment sets them
+    # (SPARKCAP_DBT_VARS), so the plan recorded with a run says what its waves were judged by.
+    # The names timing_tolerance and skew_tolerance are deprecated: still read (a fleet file,
+    # a run recorded before the rename), never written.
+    timing_error_tolerance: float = Field(
+        0.005,
+        gt=0,
+        lt=1,
+        validation_alias=AliasChoices("timing_error_tolerance", "timing_tolerance"),
+        description="dbt var timing_error_tolerance (deprecated name: timing_tolerance)",
+    )
+    start_skew_tolerance: float = Field(
+        0.05,
+        gt=0,
+        lt=1,
+        validation_alias=AliasChoices("start_skew_tolerance", "skew_tolerance"),
+        description="dbt var start_skew_tolerance (deprecated name: skew_tolerance)",
+    )
     # Load-generating processes a wave is spread over (None: one per core this process may
     # use). 1 runs every stream on the sweep's own event loop. See loadgen/procs.py.
     client_processes: int | None = Field(None, ge=1, le=256)
@@ -99,6 +113,16 @@ class SweepPlan(Strict):
             raise ValueError("concurrency levels must be distinct")
         object.__setattr__(self, "levels", tuple(sorted(self.levels)))
         return self
+
+    @property
+    def timing_tolerance(self) -> float:
+        """Deprecated name of :attr:`timing_error_tolerance` (dbt's var name)."""
+        return self.timing_error_tolerance
+
+    @property
+    def skew_tolerance(self) -> float:
+        """Deprecated name of :attr:`start_skew_tolerance` (dbt's var name)."""
+        return self.start_skew_tolerance
 
 
 class SweepRequest(Strict):

@@ -273,8 +273,8 @@ async def run_sweeps(
     # a wave is measured again exactly when dbt will call it client-spoiled: one setting each
     judged = await asyncio.to_thread(judgement_vars)
     tolerances = {
-        "timing_tolerance": float(judged["timing_error_tolerance"]),
-        "skew_tolerance": float(judged["start_skew_tolerance"]),
+        "timing_error_tolerance": float(judged["timing_error_tolerance"]),
+        "start_skew_tolerance": float(judged["start_skew_tolerance"]),
     }
     requests = [
         # validated, not copied over: a var the plan cannot hold is one error line before a wave
