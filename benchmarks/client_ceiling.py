@@ -15,7 +15,8 @@ server instants are directly comparable. Printed per stream count, from one run:
   and the signed median (a bias shows there, not in |err|);
 - how late the client stamped first and last tokens (median, ms): the cause of any bias;
 - start skew, loop lag p99 (worst process), CPU per process, and whether the wave would be
-  re-measured as client-spoiled (``loadgen.sweep.client_spoiled`` with dbt's tolerances);
+  re-measured as client-spoiled (dbt's ``client_spoiled_waves``, compiled:
+  ``transform.live_judge.ClientSpoiledRule``);
 - the ceilings, in streams and per client core: the largest stream count none of whose waves
   was client-spoiled, and the largest at which every process's loop lag p99 stays < 5 ms.
 
@@ -46,10 +47,11 @@ import httpx
 
 from sparkcap.config.deployment import Deployment
 from sparkcap.config.plan import SweepPlan
-from sparkcap.loadgen.sweep import client_spoiled, new_run_id, run_sweep
+from sparkcap.loadgen.sweep import new_run_id, run_sweep
 from sparkcap.night.calibrate import host_cpus, judged_plan, parse_cpus, pinned, split_cpus
 from sparkcap.night.progress import live_decode_tok_s
 from sparkcap.servers.sim.server import SimProcess
+from sparkcap.transform.live_judge import ClientSpoiledRule
 
 TOK_S = 60.0
 CHUNK_TOKENS = 3
@@ -100,6 +102,7 @@ def sparkcap_level(sim: SimProcess, level: int, args: argparse.Namespace) -> dic
         skew_tolerance=judged.skew_tolerance,
         **plan_kw,
     )
+    spoiled_by = ClientSpoiledRule.compile()  # dbt's rule, as this environment sets its vars
     server_log(sim.base_url)  # clear
     waves = asyncio.run(run_sweep(dep, "code", plan, new_run_id()))
     log = server_log(sim.base_url)
@@ -126,7 +129,7 @@ def sparkcap_level(sim: SimProcess, level: int, args: argparse.Namespace) -> dic
                 "lag_p99_ms": max(p.loop_lag_p99_ms or 0.0 for p in procs),
                 "cpu_pct": [p.cpu_pct for p in procs],
                 "n_procs": len(procs),
-                "spoiled": client_spoiled(w, plan),
+                "spoiled": spoiled_by(w),
             }
         )
     out["err"] = summarize(errs)

@@ -8,10 +8,10 @@ wave in flight.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import inspect
 import secrets
-import statistics
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -36,6 +36,10 @@ from sparkcap.settings import read_secret
 
 WaveCallback = Callable[[WaveRecord], Awaitable[None] | None]
 ProgressCallback = Callable[[WaveRecord, int, int], None]
+# Why the client, not the server, spoiled a wave just measured (None: it did not). The rule is
+# dbt's (macro client_spoiled_waves): the night compiles it (transform.live_judge
+# .ClientSpoiledRule) and hands it in, so this layer neither restates it nor reads dbt.
+ClientRule = Callable[[WaveRecord], str | None]
 
 
 class EndpointDown(RuntimeError):
@@ -54,35 +58,6 @@ def endpoint_down(wave: WaveRecord) -> bool:
         and any(k in (r.error or "") for k in _CONNECT_FAILURES)
         for r in reqs
     )
-
-
-def client_spoiled(wave: WaveRecord, plan: SweepPlan) -> str | None:
-    """Why the client, not the server, made this wave untrustworthy (``None``: it did not).
-
-    Only two causes qualify, both judged relative to the streams' own durations: loop stalls
-    near first/last tokens (``timing_error_bound``) and a ragged release (start skew against
-    the median decode span). dbt applies the same rule with the same tolerances to the stored
-    measurements; this copy only decides whether to measure the wave again.
-    """
-    reasons = []
-    bound = wave.timing_error_bound
-    if bound is not None and bound > plan.timing_tolerance:
-        reasons.append(
-            f"timing error bound {100 * bound:.2f}% > {100 * plan.timing_tolerance:.2f}%"
-        )
-    spans = [
-        r.last_token_ns - r.first_token_ns
-        for r in wave.requests
-        if r.first_token_ns is not None and r.last_token_ns is not None
-    ]
-    if wave.start_skew_ms is not None and spans:
-        median_span_ms = statistics.median(spans) / 1e6
-        if median_span_ms > 0 and wave.start_skew_ms / median_span_ms > plan.skew_tolerance:
-            reasons.append(
-                f"start skew {wave.start_skew_ms:.1f} ms > {100 * plan.skew_tolerance:.0f}% "
-                f"of the median decode span"
-            )
-    return "; ".join(reasons) or None
 
 
 def worth_remeasuring(wave: WaveRecord) -> bool:
@@ -237,9 +212,10 @@ async def _one_wave(
 
 
 class WaveRunner:
-    """Runs one planned wave with the sweep's client: re-measures a wave the client spoiled,
-    hands every attempt to the callbacks, and stops the sweep when the endpoint is gone. The
-    grid and the search (loadgen/search.py) both measure through it."""
+    """Runs one planned wave with the sweep's client: re-measures a wave the client spoiled
+    (as ``client_rule`` judges; without one, no wave is measured again), hands every attempt to
+    the callbacks, and stops the sweep when the endpoint is gone. The grid and the search
+    (loadgen/search.py) both measure through it."""
 
     def __init__(
         self,
@@ -254,6 +230,7 @@ class WaveRunner:
         before_wave: Callable[[WaveRecord], Awaitable[None]] | None,
         after_wave: Callable[[WaveRecord], Awaitable[None]] | None,
         planned: int,
+        client_rule: ClientRule | None = None,
     ) -> None:
         self.client = client
         self.deployment = deployment
@@ -265,6 +242,7 @@ class WaveRunner:
         self.before_wave = before_wave
         self.after_wave = after_wave
         self.planned = planned
+        self.client_rule = client_rule
         self.headers = request_headers(deployment)
         self.waves: list[WaveRecord] = []
         self.n_items = 0
@@ -288,7 +266,10 @@ class WaveRunner:
                 self.before_wave,
                 self.after_wave,
             )
-            spoiled = client_spoiled(wave, self.plan) if worth_remeasuring(wave) else None
+            spoiled = None
+            if self.client_rule is not None and worth_remeasuring(wave):
+                # off the loop: a parallel deployment's wave may be timing on it
+                spoiled = await asyncio.to_thread(self.client_rule, wave)
             wave.client_spoiled_live = spoiled
             retry = spoiled is not None and attempt <= self.plan.max_remeasures
             if retry:
@@ -323,9 +304,11 @@ async def run_sweep(
     before_wave: Callable[[WaveRecord], Awaitable[None]] | None = None,
     after_wave: Callable[[WaveRecord], Awaitable[None]] | None = None,
     judge: Judge | None = None,
+    client_rule: ClientRule | None = None,
 ) -> list[WaveRecord]:
     """Sweep the plan's levels as a grid, or search them when the plan says so (then
-    ``judge`` decides each level; see loadgen/search.py)."""
+    ``judge`` decides each level; see loadgen/search.py). ``client_rule``: dbt's client-spoiled
+    rule, compiled (see :class:`WaveRunner`)."""
     n_procs = client_process_count(plan, workload)
     client_cm: contextlib.AbstractAsyncContextManager[StreamClients | ClientPool] = (
         ClientPool(deployment, n_procs, plan.min_streams_per_process)
@@ -344,6 +327,7 @@ async def run_sweep(
             before_wave=before_wave,
             after_wave=after_wave,
             planned=planned_wave_count(plan),
+            client_rule=client_rule,
         )
         if plan.search is not None:
             if judge is None:

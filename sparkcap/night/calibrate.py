@@ -7,10 +7,11 @@ README's 256 streams per 2-core host) is a guess on any other. The test releases
 growing size through the capture path a night uses (``loadgen.sweep.WaveRunner``, the same
 worker processes) against the simulator, a server whose work is known and small: fixed chunks
 at a constant per-stream rate, pinned to a core of its own where the host has two or more, so
-what spoils a wave is the client's timing alone. Each wave is judged by the capture-time rule
-(``loadgen.sweep.client_spoiled``: timing error bound and start skew) with dbt's tolerances as
-this environment sets them (``transform.dbt_build.judgement_vars``); the budget is the last
-size clean before the first one that is not.
+what spoils a wave is the client's timing alone. Each wave is judged by dbt's client-spoiled
+rule (macro ``client_spoiled_waves``: timing error bound and start skew, compiled by
+``transform.live_judge.ClientSpoiledRule`` with dbt's vars as this environment sets them), the
+rule a night re-measures by; the budget is the last size clean before the first one that is
+not.
 
 The budget is kept with the client processes its wave was dealt over (``loadgen.procs``: one
 per core the client may use; on a 2-core host the test's client has one core, the simulator
@@ -45,15 +46,16 @@ from sparkcap.loadgen.plan import WavePlanItem
 from sparkcap.loadgen.procs import ClientPool, available_cores
 from sparkcap.loadgen.records import Status, WaveRecord
 from sparkcap.loadgen.sweep import (
+    ClientRule,
     EndpointDown,
     WaveRunner,
     client_process_count,
-    client_spoiled,
     new_run_id,
 )
 from sparkcap.servers.sim.server import SimProcess
 from sparkcap.settings import get_settings
 from sparkcap.transform.dbt_build import judgement_vars
+from sparkcap.transform.live_judge import ClientSpoiledRule
 
 log = logging.getLogger(__name__)
 
@@ -236,8 +238,9 @@ def _profile(stream_tok_s: float) -> dict[str, Any]:
 
 
 def judged_plan(levels: Sequence[int]) -> SweepPlan:
-    """A plan holding dbt's tolerances as this environment sets them (the rule of record);
-    nothing is measured again: a spoiled wave is the finding."""
+    """A plan holding dbt's tolerances as this environment sets them (recorded with the
+    budget; the rule itself is dbt's, compiled); nothing is measured again: a spoiled wave is
+    the finding."""
     judged = judgement_vars()
     return SweepPlan(
         levels=tuple(levels),
@@ -248,9 +251,9 @@ def judged_plan(levels: Sequence[int]) -> SweepPlan:
     )
 
 
-def size_figures(streams: int, waves: Sequence[WaveRecord], plan: SweepPlan) -> SizeFigures:
+def size_figures(streams: int, waves: Sequence[WaveRecord], spoiled_by: ClientRule) -> SizeFigures:
     """One size's figures and verdict: clean only if every counted wave was, all its streams
-    ended as asked, and the capture-time rule finds nothing the client spoiled."""
+    ended as asked, and dbt's client-spoiled rule (``spoiled_by``) finds nothing."""
 
     def worst(values: Iterable[float | None]) -> float | None:
         present = [v for v in values if v is not None]
@@ -269,7 +272,7 @@ def size_figures(streams: int, waves: Sequence[WaveRecord], plan: SweepPlan) -> 
                 + (f": {first.error[:120]}" if first.error else "")
                 + ")"
             )
-        why = client_spoiled(w, plan)
+        why = spoiled_by(w)
         if why is not None:
             reasons.append(why)
         spans += [
@@ -292,7 +295,12 @@ def size_figures(streams: int, waves: Sequence[WaveRecord], plan: SweepPlan) -> 
 
 
 async def _ladder(
-    endpoint: str, sizes: Sequence[int], plan: SweepPlan, trials: int, stream_tokens: int
+    endpoint: str,
+    sizes: Sequence[int],
+    plan: SweepPlan,
+    spoiled_by: ClientRule,
+    trials: int,
+    stream_tokens: int,
 ) -> list[SizeFigures]:
     dep = Deployment(name="calibrate", endpoint=endpoint, model=MODEL)
     n_procs = client_process_count(plan)
@@ -324,7 +332,7 @@ async def _ladder(
                 ]
             except EndpointDown as exc:
                 raise CalibrationError(f"the simulator stopped answering: {exc}") from None
-            figures.append(size_figures(n, waves, plan))
+            figures.append(size_figures(n, waves, spoiled_by))
             if figures[-1].spoiled is not None:
                 break  # the first size the client could not time ends the ladder
     return figures
@@ -351,6 +359,7 @@ def calibrate(
         raise CalibrationError(f"trials must be between 1 and 5, got {trials}")
     tried = tuple(sorted(set(sizes))) if sizes else ladder(max_streams)
     plan = judged_plan(tried)
+    spoiled_by = ClientSpoiledRule.compile()
     server_cpus, client_cpus = split_cpus(host_cpus(), 1)
     with (
         SimProcess({"profiles": [_profile(stream_tok_s)]}) as sim,
@@ -358,7 +367,7 @@ def calibrate(
     ):
         if not ok:
             server_cpus, client_cpus = (), host_cpus()
-        figures = asyncio.run(_ladder(sim.endpoint, tried, plan, trials, stream_tokens))
+        figures = asyncio.run(_ladder(sim.endpoint, tried, plan, spoiled_by, trials, stream_tokens))
     budget = budget_from(figures)
     if budget == 0:
         first = figures[0]

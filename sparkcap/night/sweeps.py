@@ -54,7 +54,7 @@ from sparkcap.store.connection import open_warehouse
 from sparkcap.store.links import store_link_results
 from sparkcap.store.runs import record_discovered_facts_to, record_step_to, run_end_to, run_start_to
 from sparkcap.transform.dbt_build import judgement_vars
-from sparkcap.transform.live_judge import SearchJudge
+from sparkcap.transform.live_judge import ClientSpoiledRule, SearchJudge
 
 ProgressFn = Callable[[WaveRecord, int, int], None]
 T = TypeVar("T")
@@ -270,7 +270,8 @@ async def run_sweeps(
         first, *rest = unreachable.values()
         raise PreflightError(first + (f" (and {len(rest)} more)" if rest else ""))
     requests = [r for r in requests if r.deployment.name not in unreachable]
-    # a wave is measured again exactly when dbt will call it client-spoiled: one setting each
+    # each plan records the tolerances dbt judges this night with (the rule is dbt's own,
+    # compiled below)
     judged = await asyncio.to_thread(judgement_vars)
     tolerances = {
         "timing_error_tolerance": float(judged["timing_error_tolerance"]),
@@ -290,6 +291,9 @@ async def run_sweeps(
     judge = None
     if any(r.plan.search is not None for r in requests):
         judge = await asyncio.to_thread(SearchJudge.compile, threshold_tok_s)
+    # a wave is measured again exactly when dbt will call it client-spoiled: dbt's rule,
+    # compiled with the judge's vars (one compile for both)
+    client_rule = await asyncio.to_thread(ClientSpoiledRule.compile, threshold_tok_s)
     # waves a crashed or blocked earlier run left behind are staged before anything new
     await asyncio.to_thread(spool.stage_spool, db_path)
     run_id = run_id or new_run_id()
@@ -344,6 +348,7 @@ async def run_sweeps(
                 before_wave=before,
                 after_wave=after,
                 judge=judge,
+                client_rule=client_rule,
             )
         except EndpointDown as exc:
             down[dep.name] = str(exc)

@@ -53,7 +53,8 @@ def test_calibrate_with_nothing_clean_is_one_error_line_and_writes_nothing(
     assert exit_.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(
-        "error: this host timed no wave within the tolerances: 2 streams: start skew"
+        "error: this host timed no wave within the tolerances: 2 streams: client release: "
+        "start skew"
     )
     assert not cal.budget_path().exists()
 

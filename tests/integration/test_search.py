@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 from subprocess import CompletedProcess
+from typing import Any
 
 import pytest
 
@@ -187,7 +188,9 @@ def test_a_search_judges_at_the_threshold_the_environment_sets_unless_the_fleet_
     assert named.judge("k", rates, 0.9).verdict == "pass"  # type: ignore[arg-type]
 
 
-def test_the_live_judge_runs_dbts_rule_and_skips_what_the_client_spoiled() -> None:
+def test_the_live_judge_runs_dbts_rule_and_skips_what_the_client_spoiled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     from sparkcap.transform.live_judge import SearchJudge
 
     judge = SearchJudge.compile(20.0)
@@ -198,7 +201,7 @@ def test_the_live_judge_runs_dbts_rule_and_skips_what_the_client_spoiled() -> No
     near = judge.judge("k", [_wave(1, [18.0, 19.5, 20.5, 22.0])], 0.9)  # type: ignore[list-item]
     assert near.verdict == "straddles" and near.passes_median
     # a wave the client's own timing spoiled never feeds the interval
-    spoiled = _wave(2, [5.0, 5.0, 5.0, 5.0], spoiled="timing error bound 1% > 0.5%")
+    spoiled = _wave(2, [5.0, 5.0, 5.0, 5.0], spoiled="client timing: error bound 1% > 0.5%")
     mixed = judge.judge("k", [_wave(1, [30.0, 31.0, 32.0, 33.0]), spoiled], 0.9)  # type: ignore[list-item]
     assert mixed.n_valid_trials == 1 and mixed.verdict == "pass"
     # a wave whose streams never decoded together was queued (dbt's overlap rule): as in the
@@ -211,6 +214,21 @@ def test_the_live_judge_runs_dbts_rule_and_skips_what_the_client_spoiled() -> No
     assert with_queued.why is not None and with_queued.why.startswith("queued")
     one = judge.judge("k", [_wave(1, [50.0])], 0.9)  # type: ignore[list-item]
     assert one.verdict == "straddles"  # one stream's rate is no interval
+    # the capture's re-measure rule is dbt's client_spoiled, compiled with the same vars: it
+    # says what int_trial_validity will record, in its words
+    from sparkcap.transform.live_judge import ClientSpoiledRule
+
+    monkeypatch.delenv("SPARKCAP_DBT_VARS")  # the project's tolerances, not the suite's relaxed
+    rule = ClientSpoiledRule.compile(20.0)
+    stalled: Any = _wave(1, [20.0, 20.0])  # 5 s decode spans
+    assert rule(stalled) is None
+    stalled.timing_error_bound, stalled.start_skew_ms = 0.006, 300.0
+    assert rule(stalled) == (
+        "client timing: error bound 0.60% > 0.50%; "
+        "client release: start skew 300.0 ms > 5% of the median decode span"
+    )
+    stalled.timing_error_bound = 0.005  # at the tolerance: not spoiled by timing
+    assert rule(stalled) == "client release: start skew 300.0 ms > 5% of the median decode span"
 
 
 @dataclass(frozen=True)

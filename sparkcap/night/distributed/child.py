@@ -33,7 +33,7 @@ from sparkcap.night.schedule import ensure_limit
 from sparkcap.night.sweeps import ProgressFn, preflight
 from sparkcap.settings import get_settings
 from sparkcap.store.lake import ATTEMPTS, ChildKey, Lake
-from sparkcap.transform.live_judge import SearchJudge
+from sparkcap.transform.live_judge import ClientSpoiledRule, SearchJudge
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +179,8 @@ def sweep_child(spec: ChildSpec, progress: ProgressFn | None = None) -> ChildOut
             if plan.search is not None:
                 judge = SearchJudge.compile(fleet.threshold_tok_s)
             with _holding(child_limits(fd, plan, settings, host), settings.lease_s):
+                # dbt's client-spoiled rule, with the judge's vars (one compile for both)
+                client_rule = ClientSpoiledRule.compile(fleet.threshold_tok_s)
                 before, after = with_power(dep, scrape_into(dep))
                 asyncio.run(
                     run_sweep(
@@ -190,6 +192,7 @@ def sweep_child(spec: ChildSpec, progress: ProgressFn | None = None) -> ChildOut
                         before_wave=before,
                         after_wave=after,
                         judge=judge,
+                        client_rule=client_rule,
                     )
                 )
         except (PreflightError, EndpointDown, DistributedError) as exc:

@@ -1,7 +1,9 @@
-"""The timing-error bound a wave records, and the re-measure decision made from it."""
+"""The timing-error bound a wave records, and the re-measure decision made from it (the rule
+is dbt's client_spoiled: its verdicts are dbt unit tests of int_trial_validity)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from array import array
 from pathlib import Path
@@ -9,9 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from sparkcap.config.deployment import Deployment
 from sparkcap.config.plan import SweepPlan
+from sparkcap.loadgen import sweep
+from sparkcap.loadgen.plan import WavePlanItem
 from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
-from sparkcap.loadgen.sweep import client_spoiled, worth_remeasuring
+from sparkcap.loadgen.sweep import worth_remeasuring
 from sparkcap.loadgen.wave import LoopMonitor, timing_error_bound
 from tests.paths import ROOT
 from tests.support.waves import wave_record
@@ -78,19 +83,66 @@ def test_a_long_stream_shrugs_off_the_stall_a_short_one_cannot() -> None:
     assert long is not None and long == 0.001  # 50 ms of a 50 s stream
 
 
-def test_remeasure_only_client_spoiled_counted_waves_with_every_stream_ok() -> None:
-    plan = SweepPlan()
-    w = wave([stream(0, 500, 1500), stream(1, 500, 1500)])
-    w.timing_error_bound, w.start_skew_ms = 0.004, 10.0
-    assert client_spoiled(w, plan) is None
-    w.timing_error_bound = 0.006
-    assert "timing error bound 0.60% > 0.50%" in (client_spoiled(w, plan) or "")
-    w.timing_error_bound, w.start_skew_ms = 0.0, 60.0  # 6 % of a 1 s median span
-    assert "start skew 60.0 ms" in (client_spoiled(w, plan) or "")
-    assert worth_remeasuring(w)
-    assert not worth_remeasuring(wave(w.requests, trial=0))  # warm-ups never count
-    failed = wave([stream(0, 500, 1500), stream(1, 500, 900, Status.SHORT)])
-    assert not worth_remeasuring(failed)  # a server failure is a finding, never re-run
+def test_remeasure_what_the_handed_rule_calls_spoiled_in_its_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sweep re-measures a counted wave with every stream ok when the rule it was handed
+    (dbt's client_spoiled, compiled by the night) calls it spoiled, in the rule's words; a
+    warm-up, a wave with a failed stream, or a sweep handed no rule, never."""
+    verdict = "client timing: error bound 0.60% > 0.50%"
+    calls: list[str] = []
+
+    def rule(w: WaveRecord) -> str | None:
+        calls.append(w.wave_id)
+        return verdict if w.attempt == 1 else None
+
+    async def measured(
+        client: object,
+        dep: object,
+        workload: str,
+        plan: SweepPlan,
+        run_id: str,
+        item: WavePlanItem,
+        attempt: int,
+        *_: object,
+    ) -> WaveRecord:
+        ok = [stream(0, 500, 1500), stream(1, 500, 1500)]
+        failed = [stream(0, 500, 1500), stream(1, 500, 900, Status.SHORT)]
+        w = wave(failed if item.concurrency == 3 else ok, trial=item.trial)
+        w.wave_id, w.attempt = f"c{item.concurrency}t{item.trial}a{attempt}", attempt
+        return w
+
+    monkeypatch.setattr(sweep, "_one_wave", measured)
+    dep = Deployment(name="d", endpoint="http://127.0.0.1:9/v1", model="m")  # type: ignore[arg-type]
+
+    def runner(client_rule: sweep.ClientRule | None) -> sweep.WaveRunner:
+        return sweep.WaveRunner(
+            None,  # type: ignore[arg-type]
+            dep,
+            "code",
+            SweepPlan(max_remeasures=1),
+            "r",
+            on_wave=None,
+            progress=None,
+            before_wave=None,
+            after_wave=None,
+            planned=1,
+            client_rule=client_rule,
+        )
+
+    judged = runner(rule)
+    kept = asyncio.run(judged.measure(WavePlanItem(2, 1)))
+    first, last = judged.waves
+    assert first.superseded_reason == f"re-measured (attempt 2): {verdict}"
+    assert first.client_spoiled_live == verdict and last is kept and kept.attempt == 2
+    assert kept.superseded_reason is None and kept.client_spoiled_live is None
+    calls.clear()
+    asyncio.run(judged.measure(WavePlanItem(2, 0)))  # warm-ups never count
+    asyncio.run(judged.measure(WavePlanItem(3, 1)))  # a server failure is a finding
+    assert calls == [] and len(judged.waves) == 4
+    unjudged = runner(None)
+    assert asyncio.run(unjudged.measure(WavePlanItem(2, 1))).attempt == 1
+    assert worth_remeasuring(first) and not worth_remeasuring(wave(first.requests, trial=0))
 
 
 def test_capture_time_tolerances_are_dbt_s() -> None:
