@@ -18,6 +18,9 @@ PLAN_MODELS = (
     "int_plan_servers",
     "int_plan_states",
     "int_plan_chosen",
+    "int_plan_deployment_routing",
+    "int_plan_mixed_check",
+    "int_plan_prefill_budget",
     "fct_plan_routing",
     "fct_plan",
     # the open-loop model and the plan in rates (think_time_s moves the users figure)
