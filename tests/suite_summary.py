@@ -7,8 +7,8 @@ tests in parallel, and the llama-server build followed by the real-server tests)
 given as the second it ended at, and the whole as its own.
 
 Each part's CPU seconds (the ``times`` of the shell that ran it, in LOGS/<part>.cpu) and each
-test's (noted by tests/conftest.py) are given too: on 2 saturated cores the suite's time is
-its CPU, so these say where the next minute can come from.
+test's (noted by tests/support/scheduling.py) are given too: on 2 saturated cores the suite's
+time is its CPU, so these say where the next minute can come from.
 
     python tests/suite_summary.py BUILD_LOG LINT_S PARALLEL_S TIMING_S REAL_SERVER_S TOTAL_S [LOGS]
 """

@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-import yaml
 
 from tests.integration.reliability.imperfect_nights import (
     DEAD,
@@ -24,6 +23,7 @@ from tests.integration.reliability.imperfect_nights import (
     q,
 )
 from tests.paths import ROOT
+from tests.support.fleets import write_fleet
 from tests.support.queries import wave_census
 from tests.support.sims import fast_profile, faulty
 from tests.support.timing import RELAXED_TIMING
@@ -145,7 +145,7 @@ def test_scheduled_run_completes_on_a_real_prefect_server(prefect_api: str, tmp_
             "workloads": {"code": {"levels": [1, 2], "trials": 1, "max_tokens": 16}},
             "deployments": [{"name": "qwen", "model": "qwen", "launch": {"kind": "sim"}}],
         }
-        (tmp_path / "scheduled.yaml").write_text(yaml.safe_dump(fleet))
+        write_fleet(tmp_path / "scheduled.yaml", fleet)
         params = {
             "fleet": str(tmp_path / "scheduled.yaml"),
             "profile": "full",
@@ -374,7 +374,7 @@ def canary_nights(harness: None, tmp_path_factory: pytest.TempPathFactory) -> Ca
                     "deployments": deployments,
                 }
                 path = root / f"{var}.yaml"
-                path.write_text(yaml.safe_dump(fleet))
+                write_fleet(path, fleet)
                 with contextlib.ExitStack() as imperfect:
                     imperfect.enter_context(imperfections)
                     if search is not None:

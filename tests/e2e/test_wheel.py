@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.paths import ROOT
+from tests.support.fleets import write_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -158,21 +158,20 @@ def wheel_night(installed: Path, tmp_path_factory: pytest.TempPathFactory) -> Wh
     before = _files(package)
 
     fleet = tmp_path / "one.yaml"
-    fleet.write_text(
-        yaml.safe_dump(
-            {
-                "name": "wheel",
-                "workloads": {"code": {"levels": [1, 2], "trials": 1, "max_tokens": 24}},
-                "deployments": [
-                    {
-                        "name": "glm",
-                        "model": "glm",
-                        "launch": {"kind": "sim"},
-                        "extra_body": {"ignore_eos": True},
-                    }
-                ],
-            }
-        )
+    write_fleet(
+        fleet,
+        {
+            "name": "wheel",
+            "workloads": {"code": {"levels": [1, 2], "trials": 1, "max_tokens": 24}},
+            "deployments": [
+                {
+                    "name": "glm",
+                    "model": "glm",
+                    "launch": {"kind": "sim"},
+                    "extra_body": {"ignore_eos": True},
+                }
+            ],
+        },
     )
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-import yaml
 
 from sparkcap.config.fleet import load_fleet
 from sparkcap.night.sweeps import run_link_check
@@ -19,6 +18,7 @@ from sparkcap.publish.compare import compare
 from sparkcap.transform.dbt_build import build
 from tests.change_nights import History, Night, stage_history
 from tests.support.cli import cli_in_process
+from tests.support.fleets import write_fleet
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +69,7 @@ def test_link_check_with_real_iperf3(tmp_path: Path, db_path: Path) -> None:
             ],
         }
         path = tmp_path / "links.yaml"
-        path.write_text(yaml.safe_dump(fleet))
+        write_fleet(path, fleet)
         run_id, results = run_link_check(load_fleet(path), db_path)
     finally:
         server.kill()

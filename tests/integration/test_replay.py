@@ -21,7 +21,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-import yaml
 
 from sparkcap.config.deployment import Deployment
 from sparkcap.config.plan import SweepPlan, SweepRequest
@@ -35,6 +34,7 @@ from sparkcap.store import spool
 from sparkcap.transform.dbt_build import build
 from tests.spread import within
 from tests.support.cli import cli_in_process
+from tests.support.fleets import write_fleet
 from tests.support.timing import RELAXED_TIMING
 
 # a replay is valid only while the client keeps its schedule (vars replay_max_send_lag_s,
@@ -105,20 +105,17 @@ def test_the_plan_holds_open_loop_at_its_rate_and_fails_at_1_3x_where_the_model_
         build(db, dbt_vars={"bootstrap_samples": 20})
         fleet = tmp_path / "fleet.yaml"
         workloads = {"levels": list(LEVELS), "trials": 1, "warmup": False, "max_tokens": TOKENS}
-        fleet.write_text(
-            yaml.safe_dump(
-                {
-                    "name": "replayed",
-                    "threshold_tok_s": 20,
-                    "workloads": {"code": workloads, "prose": workloads},
-                    "deployments": [
-                        {"name": n, "model": n, "endpoint": endpoints[n],
-                         "extra_body": {"ignore_eos": True}}
-                        for n in PROFILES
-                    ],
-                }
-            )
-        )  # fmt: skip
+        deployments = [
+            {"name": n, "model": n, "endpoint": endpoints[n], "extra_body": {"ignore_eos": True}}
+            for n in PROFILES
+        ]
+        fleet_doc = {
+            "name": "replayed",
+            "threshold_tok_s": 20,
+            "workloads": {"code": workloads, "prose": workloads},
+            "deployments": deployments,
+        }
+        write_fleet(fleet, fleet_doc)
         common = ["--fleet", str(fleet), "--db", str(db), "--long-prompts", "0", "--duration"]
         at_plan = _cli("replay", *common, "32", "--seed", "3", exits=(0, 3))
         over = _cli("replay", *common, "32", "--seed", "3", "--rate-factor", "1.3", exits=(3,))

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-import yaml
 
 from sparkcap import __version__
 from sparkcap.config.deployment import Deployment
@@ -23,6 +22,7 @@ from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.settings import get_settings
 from sparkcap.transform.dbt_build import build
+from tests.support.fleets import write_fleet
 from tests.support.sims import fast_profile
 
 pytestmark = pytest.mark.integration
@@ -81,15 +81,14 @@ def test_a_restarted_server_with_a_new_engine_shows_in_int_run_context(
 def test_a_distributed_parent_discovers_before_its_children(db_path: Path, tmp_path: Path) -> None:
     with SimServer([fast_profile("v", metric_style="vllm", engine_version="0.10.1")]) as sim:
         fleet_path = tmp_path / "fleet.yaml"
-        fleet_path.write_text(
-            yaml.safe_dump(
-                {
-                    "name": "one",
-                    "workloads": {"code": {"levels": [1], "trials": 1, "warmup": False}},
-                    "deployments": [{"name": "v", "model": "v", "endpoint": sim.endpoint}],
-                    "distributed": {"enabled": True, "lake": str(tmp_path / "lake")},
-                }
-            )
+        write_fleet(
+            fleet_path,
+            {
+                "name": "one",
+                "workloads": {"code": {"levels": [1], "trials": 1, "warmup": False}},
+                "deployments": [{"name": "v", "model": "v", "endpoint": sim.endpoint}],
+                "distributed": {"enabled": True, "lake": str(tmp_path / "lake")},
+            },
         )
         fleet = night_plan.fleet_for(fleet_path)
         night = night_plan.Night(fleet, db_path, tmp_path / "reports", distributed=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import cli_in_process
+from tests.support.fleets import write_fleet
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -74,7 +75,6 @@ def test_link_check_prints_dbts_verdict_for_each_link(tmp_path: Path) -> None:
     """`sparkcap link-check` words each link as the marts judge it (int_link_health): a link
     at its nominal rate is ok, one below the fleet's share is UNHEALTHY, one whose probe
     measured nothing FAILED with the probe's error; any but ok exits 1."""
-    import yaml
 
     links = [
         {"name": "fast", "nominal_gbps": 12.5, "command": "echo gbps=12.5", "format": "plain"},
@@ -82,18 +82,17 @@ def test_link_check_prints_dbts_verdict_for_each_link(tmp_path: Path) -> None:
         {"name": "gone", "nominal_gbps": 100, "command": "echo nothing", "format": "plain"},
     ]
     fleet = tmp_path / "links.yaml"
-    fleet.write_text(
-        yaml.safe_dump(
-            {
-                "name": "links",
-                "workloads": {"code": {"levels": [1]}},
-                "link_min_share": 0.8,
-                "deployments": [
-                    {"name": "ring", "model": "m", "endpoint": "http://127.0.0.1:9/v1"}
-                    | {"links": links}
-                ],
-            }
-        )
+    write_fleet(
+        fleet,
+        {
+            "name": "links",
+            "workloads": {"code": {"levels": [1]}},
+            "link_min_share": 0.8,
+            "deployments": [
+                {"name": "ring", "model": "m", "endpoint": "http://127.0.0.1:9/v1"}
+                | {"links": links}
+            ],
+        },
     )
     env = {**os.environ, "SPARKCAP_HOME": str(tmp_path / "home")}
     p = cli_in_process(

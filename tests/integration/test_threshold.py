@@ -27,10 +27,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-import yaml
 
 from sparkcap.servers.sim.server import SimServer
 from tests.spread import within
+from tests.support.fleets import write_fleet
 from tests.support.sims import fast_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.client_timing]
@@ -76,18 +76,17 @@ def night(tmp_path_factory: pytest.TempPathFactory) -> TerminalNight:
     }
     with SimServer([profile]) as sim:
         fleet = tmp_path / "t15.yaml"
-        fleet.write_text(
-            yaml.safe_dump(
-                {
-                    "name": "t15",
-                    "threshold_tok_s": 15,
-                    "workloads": {
-                        wl: {"levels": [1, 4, 6, 8], "trials": 1, "max_tokens": 40, "warmup": False}
-                        for wl in ("code", "prose")
-                    },
-                    "deployments": [{"name": "m", "model": "m", "endpoint": sim.endpoint}],
-                }
-            )
+        write_fleet(
+            fleet,
+            {
+                "name": "t15",
+                "threshold_tok_s": 15,
+                "workloads": {
+                    wl: {"levels": [1, 4, 6, 8], "trials": 1, "max_tokens": 40, "warmup": False}
+                    for wl in ("code", "prose")
+                },
+                "deployments": [{"name": "m", "model": "m", "endpoint": sim.endpoint}],
+            },
         )
         master, slave = pty.openpty()
         start = time.monotonic()

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-import yaml
 
 from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.loadgen.records import RequestRecord, WaveRecord
@@ -28,6 +27,7 @@ from tests.integration.reliability.imperfect_nights import (
 )
 from tests.integration.reliability.rawserver import RawServer, vllm_stream
 from tests.support.cli import cli_in_process
+from tests.support.fleets import write_fleet
 from tests.support.sims import dep
 
 pytestmark = [pytest.mark.reliability, pytest.mark.integration]
@@ -199,7 +199,7 @@ def test_token_lengths_beyond_the_int32_columns_are_refused_up_front(tmp_path: P
         "deployments": [{"name": "d", "model": "m", "endpoint": DEAD}],
     }
     path = tmp_path / "big.yaml"
-    path.write_text(yaml.safe_dump(fleet))
+    write_fleet(path, fleet)
     with pytest.raises(FleetError, match="max_tokens"):
         load_fleet(path)
 
@@ -328,14 +328,13 @@ def test_url_credentials_are_sent_but_stored_and_printed_nowhere(
     assert endpoint == f"http://127.0.0.1:{srv.port}/v1?api-version=2024-06-01"
     # a fleet file: dumped (raw.runs.config_json, Prefect) without them, resolved with them
     path = tmp_path / "creds.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "name": "c",
-                "workloads": {"code": {"levels": [1]}},
-                "deployments": [{"name": "d", "model": "m", "endpoint": url}],
-            }
-        )
+    write_fleet(
+        path,
+        {
+            "name": "c",
+            "workloads": {"code": {"levels": [1]}},
+            "deployments": [{"name": "d", "model": "m", "endpoint": url}],
+        },
     )
     fleet = load_fleet(path)
     assert PASSWORD not in fleet.model_dump_json() and PASSWORD not in repr(fleet)
