@@ -343,7 +343,7 @@ def test_a_full_warehouse_disk_names_enospc_and_keeps_the_wave_in_the_spool(
         run_start_to(db, wave.run_id, {}, time.time_ns())
         ballast = fill(disk)
         spool.write_wave(wave, db)  # the spool is on another disk
-        with pytest.raises(RuntimeError) as err:  # warehouse.StorageError
+        with pytest.raises(RuntimeError) as err:  # errors.StorageError
             spool.stage_spool(db)
         text = str(err.value)
         assert str(db) in text and "ENOSPC" in text and "no transaction" not in text, text
@@ -376,7 +376,7 @@ def test_a_full_spool_disk_keeps_the_wave_in_the_warehouse_or_names_its_loss(
             assert con.execute("select wave_id from raw.waves").fetchall() == [(first.wave_id,)]
         db.unlink()
         db.mkdir()  # the warehouse cannot take it either
-        with pytest.raises(RuntimeError) as err:  # warehouse.StorageError
+        with pytest.raises(RuntimeError) as err:  # errors.StorageError
             spool.write_wave(second, db)
         text = str(err.value)
         assert f"wave {second.wave_id} of run {second.run_id} is lost" in text, text
