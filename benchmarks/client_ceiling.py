@@ -98,8 +98,8 @@ def sparkcap_level(sim: SimProcess, level: int, args: argparse.Namespace) -> dic
         warmup=True,
         max_tokens=args.tokens,
         max_remeasures=0,
-        timing_tolerance=judged.timing_tolerance,
-        skew_tolerance=judged.skew_tolerance,
+        timing_error_tolerance=judged.timing_error_tolerance,
+        start_skew_tolerance=judged.start_skew_tolerance,
         **plan_kw,
     )
     spoiled_by = ClientSpoiledRule.compile()  # dbt's rule, as this environment sets its vars

@@ -246,8 +246,8 @@ def judged_plan(levels: Sequence[int]) -> SweepPlan:
         levels=tuple(levels),
         trials=1,
         max_remeasures=0,
-        timing_tolerance=float(judged["timing_error_tolerance"]),
-        skew_tolerance=float(judged["start_skew_tolerance"]),
+        timing_error_tolerance=float(judged["timing_error_tolerance"]),
+        start_skew_tolerance=float(judged["start_skew_tolerance"]),
     )
 
 
@@ -382,8 +382,8 @@ def calibrate(
         client_cpus=client_cpus,
         server_cpus=server_cpus,
         measured_at=datetime.now(UTC),
-        timing_tolerance=plan.timing_tolerance,
-        skew_tolerance=plan.skew_tolerance,
+        timing_tolerance=plan.timing_error_tolerance,
+        skew_tolerance=plan.start_skew_tolerance,
         stream_tokens=stream_tokens,
         stream_tok_s=stream_tok_s,
         sizes=tuple(figures),

@@ -92,7 +92,7 @@ def test_a_size_is_judged_by_the_capture_rule_with_dbts_vars_from_the_environmen
     assert cal.size_figures(4, [wave], lambda w: None).spoiled is None
     monkeypatch.setenv("SPARKCAP_DBT_VARS", json.dumps({"start_skew_tolerance": 0.02}))
     plan = cal.judged_plan((4,))
-    assert plan.skew_tolerance == 0.02  # recorded with the budget
+    assert plan.start_skew_tolerance == 0.02  # recorded with the budget
     why = "client release: start skew 60.0 ms > 2% of the median decode span"
     verdict = cal.size_figures(4, [wave, wave], lambda w: why)
     assert verdict.spoiled == why  # said once for the size
