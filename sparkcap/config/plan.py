@@ -114,16 +114,6 @@ class SweepPlan(Strict):
         object.__setattr__(self, "levels", tuple(sorted(self.levels)))
         return self
 
-    @property
-    def timing_tolerance(self) -> float:
-        """Deprecated name of :attr:`timing_error_tolerance` (dbt's var name)."""
-        return self.timing_error_tolerance
-
-    @property
-    def skew_tolerance(self) -> float:
-        """Deprecated name of :attr:`start_skew_tolerance` (dbt's var name)."""
-        return self.start_skew_tolerance
-
 
 class SweepRequest(Strict):
     """One deployment × workload sweep, as the CLI and the flows ask for it."""

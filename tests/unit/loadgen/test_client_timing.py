@@ -149,8 +149,8 @@ def test_capture_time_tolerances_are_dbt_s() -> None:
     """The sweep decides to re-measure with the tolerances dbt judges with: one number each."""
     vars_ = yaml.safe_load((ROOT / "dbt" / "dbt_project.yml").read_text())["vars"]
     plan = SweepPlan()
-    assert plan.timing_tolerance == vars_["timing_error_tolerance"]
-    assert plan.skew_tolerance == vars_["start_skew_tolerance"]
+    assert plan.timing_error_tolerance == vars_["timing_error_tolerance"]
+    assert plan.start_skew_tolerance == vars_["start_skew_tolerance"]
 
 
 @pytest.mark.reliability
@@ -165,7 +165,7 @@ def test_one_environment_setting_moves_the_capture_and_dbt_tolerances(
     monkeypatch.setenv("SPARKCAP_DBT_VARS", '{"timing_error_tolerance": 0.02}')
     judged = judgement_vars()
     assert judged["timing_error_tolerance"] == 0.02
-    assert judged["start_skew_tolerance"] == SweepPlan().skew_tolerance  # the project default
+    assert judged["start_skew_tolerance"] == SweepPlan().start_skew_tolerance  # the project default
     args = dbt_args("build", Path("w.duckdb"), dbt_vars={"threshold_tok_s": 15})
     assert json.loads(args[args.index("--vars") + 1]) == {
         "timing_error_tolerance": 0.02,
