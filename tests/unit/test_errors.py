@@ -1,6 +1,6 @@
 """One base for every error sparkcap words for a person: the CLI catches it once, so a new
-error class cannot be forgotten in a list there (DistributedError, LakeError and the managed
-process errors once escaped as tracebacks that way)."""
+error class cannot be forgotten in a list there, and every class is defined in sparkcap.errors
+beside its siblings, keeping the built-in base code may catch it by."""
 
 from __future__ import annotations
 
