@@ -21,7 +21,8 @@ from sparkcap.night import plan as night_plan
 from sparkcap.night import steps as pipeline
 from sparkcap.night.progress import emit, wave_summary
 from sparkcap.night.schedule import ensure_warehouse_limit
-from sparkcap.publish import marts, text
+from sparkcap.publish import text
+from sparkcap.publish.night import read_night
 from sparkcap.settings import get_settings
 
 
@@ -100,12 +101,13 @@ def _night(night: night_plan.Night) -> Any:
                 )
     result = night.result()
     run_id, index = result["run_id"], result["report"]
+    built = read_night(night.db_path, run_id)
     create_markdown_artifact(
         key="capacity",
-        markdown=pipeline.capacity_markdown(night.db_path, run_id),
+        markdown=pipeline.capacity_markdown(built),
         description=f"capacity for run {run_id}",
     )
-    changes = marts.changes(night.db_path, run_id)
+    changes = built.changes
     create_markdown_artifact(
         key="changes",
         markdown=text.changes_markdown(run_id, changes),

@@ -29,6 +29,7 @@ from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.errors import CLIError, Interrupted, SparkcapError
 from sparkcap.night.progress import probe_lines
 from sparkcap.publish import terminal, text
+from sparkcap.publish.night import read_night
 from sparkcap.resources import bundled_fleet
 from sparkcap.settings import get_settings
 
@@ -141,7 +142,7 @@ def sweep(
         dbt_build(path)  # incremental: the new run only; the marts are what the CLI prints
     except KeyboardInterrupt:
         raise _interrupted(path, run_id) from None
-    terminal.print_levels(out, sys.stdout, path, result.run_id, fmt)
+    terminal.print_levels(out, sys.stdout, read_night(path, result.run_id), fmt)
     for d in marts.search_disagreements(path, result.run_id):
         err.print(text.search_disagreement_words(d), highlight=False)
     say.print(f"database: {path}", highlight=False)
@@ -277,21 +278,20 @@ def export_cmd(
 
 @app.command()
 def plan(
-    mix: opt.MixOption = "code=0.7,prose=0.3",
-    long_prompts: opt.LongPromptsOption = "2/min@32k",
-    max_below_share: opt.MaxBelowShareOption = 0.05,
+    mix: opt.MixOption = None,
+    long_prompts: opt.LongPromptsOption = None,
+    max_below_share: opt.MaxBelowShareOption = None,
     think: opt.ThinkOption = None,
     run: opt.ExportRunOption = None,
     db: opt.DbOption = None,
 ) -> None:
     """Requests a minute per deployment by open-loop capacity, beside the burst plan (dbt)."""
-    from sparkcap.publish import marts
     from sparkcap.transform.plan_vars import build_plan, plan_vars
 
     build_plan(_db(db), plan_vars(mix, long_prompts, max_below_share, think))
-    run_id = run or marts.latest_built_run(_db(db))
-    if not terminal.print_plan(out, _db(db), run_id):
-        raise typer.BadParameter(f"no capacities of run {run_id} to plan", param_hint="--run")
+    night = read_night(_db(db), run)
+    if not terminal.print_plan(out, night):
+        raise typer.BadParameter(f"no capacities of run {night.run_id} to plan", param_hint="--run")
 
 
 @app.command()
@@ -393,8 +393,9 @@ def run(
         raise typer.Exit(1)
     say = out if fmt == "table" else err  # csv/json: only the data on stdout
     say.print(f"run id: {result['run_id']}", highlight=False)
-    terminal.print_levels(out, sys.stdout, path, result["run_id"], fmt)
-    terminal.print_fleet(say, path, result["run_id"])
+    built = read_night(path, result["run_id"])
+    terminal.print_levels(out, sys.stdout, built, fmt)
+    terminal.print_fleet(say, built)
     for line in text.night_lines(result, path):
         say.print(line, highlight=False)
     failures = text.night_failures(result)

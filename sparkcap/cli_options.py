@@ -208,15 +208,25 @@ ExportRunOption = Annotated[str | None, typer.Option(help="run id (default: the 
 
 # plan
 MixOption = Annotated[
-    str, typer.Option(help="the streams' mix, shares adding to 1: code=0.7,prose=0.3")
+    str | None,
+    typer.Option(
+        help="the requests' mix, shares adding to 1, e.g. code=0.7,prose=0.3 (default: the dbt "
+        "var plan_code_share, 0.7)"
+    ),
 ]
 LongPromptsOption = Annotated[
-    str,
-    typer.Option(help="long prompts the fleet takes beside the streams: RATE/min@TOKENS or 0"),
+    str | None,
+    typer.Option(
+        help="long prompts the fleet takes beside the streams: RATE/min@TOKENS or 0 (default: "
+        "the dbt vars plan_long_prompts_per_min and plan_long_prompt_tokens, 2/min@32k)"
+    ),
 ]
 MaxBelowShareOption = Annotated[
-    float,
-    typer.Option(help="share of time a deployment's decode may be below the threshold"),
+    float | None,
+    typer.Option(
+        help="share of time a deployment's decode may be below the threshold (default: the dbt "
+        "var plan_max_below_threshold_share, 0.05)"
+    ),
 ]
 ThinkOption = Annotated[
     float | None,

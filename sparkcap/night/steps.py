@@ -34,7 +34,8 @@ from sparkcap.night.sweeps import (
     run_interruptibly,
     run_link_check,
 )
-from sparkcap.publish import marts, text
+from sparkcap.publish import text
+from sparkcap.publish.night import NightReport
 from sparkcap.publish.report import render_report
 from sparkcap.store.runs import record_step_to
 from sparkcap.store.spool import stage_spool
@@ -104,11 +105,9 @@ def report(db_path: Path, run_id: str, reports_dir: Path) -> Path:
     return render_report(db_path, run_id, reports_dir).index
 
 
-def capacity_markdown(db_path: Path, run_id: str) -> str:
+def capacity_markdown(night: NightReport) -> str:
     """The capacity table published as a Prefect artifact."""
-    return text.capacity_markdown(
-        run_id, marts.fleet_capacities(db_path, run_id), marts.capacities(db_path, run_id)
-    )
+    return text.capacity_markdown(night.run_id, night.fleet, night.capacities)
 
 
 @dataclass(frozen=True)

@@ -18,32 +18,11 @@ import math
 import os
 import stat
 import tempfile
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkcap.errors import ExportFailed
-from sparkcap.publish import marts
-from sparkcap.publish.marts import (
-    CapacityRow,
-    ChangeRow,
-    EnergyAtCapacityRow,
-    FleetRow,
-    RunRow,
-    TierRow,
-)
-
-
-@dataclass(frozen=True)
-class NightMetrics:
-    """What one run's textfile holds, as the marts' readers returned it."""
-
-    run: RunRow
-    capacities: Sequence[CapacityRow]
-    fleet: Sequence[FleetRow] = ()
-    tiers: Sequence[TierRow] = ()
-    changes: Sequence[ChangeRow] = ()
-    energy: Sequence[EnergyAtCapacityRow] = ()
+from sparkcap.publish.night import NightReport, read_night
 
 
 @dataclass
@@ -114,7 +93,7 @@ def _label_number(x: float | None) -> str:
     return _number(x)
 
 
-def render(night: NightMetrics) -> str:
+def render(night: NightReport) -> str:
     """The textfile's content: one ``# HELP``/``# TYPE`` pair per family that has a sample,
     then its samples, the families in :data:`FAMILIES`' order."""
     families = {name: _Family(help) for name, help in FAMILIES.items()}
@@ -179,20 +158,6 @@ def _family_text(name: str, family: _Family) -> str:
     return "\n".join(lines) + "\n"
 
 
-def read_night(db_path: Path, run_id: str | None = None) -> NightMetrics:
-    """The run's figures from the marts (default: the latest built run); the newer marts'
-    readers read none from a warehouse that lacks them."""
-    run_id = run_id or marts.latest_built_run(db_path)
-    return NightMetrics(
-        run=marts.run_row(db_path, run_id),
-        capacities=marts.capacities(db_path, run_id),
-        fleet=marts.fleet_capacities(db_path, run_id),
-        tiers=marts.capacity_tiers(db_path, run_id),
-        changes=marts.changes(db_path, run_id),
-        energy=marts.energy_at_capacity(db_path, run_id),
-    )
-
-
 def write_atomically(path: Path, content: str) -> None:
     """``content`` as ``path``, whole: written and synced to a hidden temporary file in the
     same folder (not ``*.prom``, so the collector skips it), then renamed over ``path``. The
@@ -222,7 +187,7 @@ def write_atomically(path: Path, content: str) -> None:
                 os.unlink(tmp)
 
 
-def export_prometheus(db_path: Path, path: Path, run_id: str | None = None) -> NightMetrics:
+def export_prometheus(db_path: Path, path: Path, run_id: str | None = None) -> NightReport:
     """Write the run's textfile to ``path``; returns what it holds."""
     night = read_night(db_path, run_id)
     write_atomically(path, render(night))

@@ -161,6 +161,15 @@ def session_cache_lines(rows: Sequence[SessionCacheRow]) -> list[str]:
     return out
 
 
+def fleet_headline(workloads: Sequence[tuple[str, int]]) -> str:
+    """The measured workloads' fleet capacities as the report's headline and its chart say
+    them, "≈ 28 code streams or ≈ 11 prose streams" (agent levels count sessions): alternative
+    workloads, never a sum. A workload no deployment measured is named apart by the caller."""
+    return " or ".join(
+        f"≈ {n} {'agent sessions' if w == 'agent' else f'{w} streams'}" for w, n in workloads
+    )
+
+
 def fleet_line(f: FleetRow) -> str:
     """The fleet's capacity for a workload, with what it rests on: replicas counted from one
     measured replica, deployments that measured nothing (the sum is then partial)."""

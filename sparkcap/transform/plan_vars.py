@@ -91,22 +91,29 @@ def parse_long_prompts(text: str) -> tuple[float, int]:
 
 
 def plan_vars(
-    mix: str, long_prompts: str, max_below_share: float, think_s: float | None = None
+    mix: str | None = None,
+    long_prompts: str | None = None,
+    max_below_share: float | None = None,
+    think_s: float | None = None,
 ) -> dict[str, Any]:
-    if not math.isfinite(max_below_share) or not 0 < max_below_share <= 1:
-        raise BuildError("--max-below-share: a share of time, greater than 0 and at most 1")
-    if think_s is not None and not (math.isfinite(think_s) and 0 <= think_s <= 86_400):
-        raise BuildError("--think: seconds between a user's requests, 0 to 86400")
-    per_min, tokens = parse_long_prompts(long_prompts)
-    out: dict[str, Any] = {
-        "plan_code_share": parse_mix(mix),
-        "plan_long_prompts_per_min": per_min,
-        "plan_max_below_threshold_share": max_below_share,
-    }
+    """The vars of the options given; an option not given is no var, so the plan reads the
+    default dbt declares (``dbt_project.yml``, or ``SPARKCAP_DBT_VARS``), declared once."""
+    out: dict[str, Any] = {}
+    if mix is not None:
+        out["plan_code_share"] = parse_mix(mix)
+    if long_prompts is not None:
+        per_min, tokens = parse_long_prompts(long_prompts)
+        out["plan_long_prompts_per_min"] = per_min
+        if tokens:  # none planned: the project's default length only words the budget
+            out["plan_long_prompt_tokens"] = tokens
+    if max_below_share is not None:
+        if not math.isfinite(max_below_share) or not 0 < max_below_share <= 1:
+            raise BuildError("--max-below-share: a share of time, greater than 0 and at most 1")
+        out["plan_max_below_threshold_share"] = max_below_share
     if think_s is not None:
+        if not (math.isfinite(think_s) and 0 <= think_s <= 86_400):
+            raise BuildError("--think: seconds between a user's requests, 0 to 86400")
         out["think_time_s"] = think_s
-    if tokens:  # none planned: the project's default length only words the budget
-        out["plan_long_prompt_tokens"] = tokens
     for name, value in out.items():  # each within the range its var has a meaning in
         why = var_refusal(name, value)
         if why:

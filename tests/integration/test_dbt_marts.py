@@ -271,6 +271,7 @@ def test_the_cli_prints_what_the_marts_say(
 
     from sparkcap import cli
     from sparkcap.publish import terminal
+    from sparkcap.publish.night import read_night
 
     src, run_id = night
     assert (
@@ -285,7 +286,7 @@ def test_the_cli_prints_what_the_marts_say(
     build(db, select=PRINTED, dbt_vars={"threshold_tok_s": 15})
     buf = io.StringIO()
     monkeypatch.setattr(cli, "out", Console(file=buf, width=200))
-    terminal.print_levels(cli.out, sys.stdout, db, run_id)
+    terminal.print_levels(cli.out, sys.stdout, read_night(db, run_id))
     printed = {
         (m["dep"], m["wl"]): int(m["cap"])
         for m in re.finditer(

@@ -23,15 +23,15 @@ def test_levels_table_and_capacities_fit_80_columns(twin_night: dict[str, object
 
     from sparkcap import cli
     from sparkcap.publish import terminal
+    from sparkcap.publish.night import read_night
 
     buf = io.StringIO()
     old = cli.out
     cli.out = Console(file=buf, width=80)
     try:
-        terminal.print_levels(
-            cli.out, sys.stdout, Path(str(twin_night["db"])), str(twin_night["run_id"])
-        )
-        terminal.print_fleet(cli.out, Path(str(twin_night["db"])), str(twin_night["run_id"]))
+        night = read_night(Path(str(twin_night["db"])), str(twin_night["run_id"]))
+        terminal.print_levels(cli.out, sys.stdout, night)
+        terminal.print_fleet(cli.out, night)
     finally:
         cli.out = old
     lines = buf.getvalue().splitlines()
@@ -53,15 +53,16 @@ def test_machine_readable_levels(twin_night: dict[str, object]) -> None:
 
     from sparkcap import cli
     from sparkcap.publish import terminal
+    from sparkcap.publish.night import read_night
 
     db, run_id = Path(str(twin_night["db"])), str(twin_night["run_id"])
     real = sys.stdout
     try:
         sys.stdout = io.StringIO()
-        terminal.print_levels(cli.out, sys.stdout, db, run_id, "json")
+        terminal.print_levels(cli.out, sys.stdout, read_night(db, run_id), "json")
         doc = json.loads(sys.stdout.getvalue())
         sys.stdout = io.StringIO()
-        terminal.print_levels(cli.out, sys.stdout, db, run_id, "csv")
+        terminal.print_levels(cli.out, sys.stdout, read_night(db, run_id), "csv")
         rows = list(csv.DictReader(io.StringIO(sys.stdout.getvalue())))
     finally:
         sys.stdout = real

@@ -261,24 +261,25 @@ def capacities(db_path: Path, run_id: str) -> list[CapacityRow]:
 
 
 def fleet_capacities(db_path: Path, run_id: str) -> list[FleetRow]:
-    with warehouse.open_warehouse(db_path, read_only=True) as con:
-        rows = con.execute(
-            "select workload, capacity_streams, threshold_tok_s::double, "
-            "extrapolated_deployments, not_measured_deployments, n_measured_deployments "
-            "from marts.fct_fleet_capacity "
-            "where run_id = ? order by workload",
-            [run_id],
-        ).fetchall()
+    rows = _mart_rows(
+        db_path,
+        "fct_fleet_capacity",
+        "workload, capacity_streams, threshold_tok_s::double, extrapolated_deployments, "
+        "not_measured_deployments, n_measured_deployments",
+        "where run_id = ? order by workload",
+        [run_id],
+    )
     return [FleetRow(*r) for r in rows]
 
 
 def bottlenecks(db_path: Path, run_id: str) -> list[BottleneckRow]:
-    with warehouse.open_warehouse(db_path, read_only=True) as con:
-        rows = con.execute(
-            f"select {', '.join(BottleneckRow._fields)} from marts.fct_bottlenecks "
-            "where run_id = ? order by deployment, workload",
-            [run_id],
-        ).fetchall()
+    rows = _mart_rows(
+        db_path,
+        "fct_bottlenecks",
+        ", ".join(BottleneckRow._fields),
+        "where run_id = ? order by deployment, workload",
+        [run_id],
+    )
     return [BottleneckRow(*r) for r in rows]
 
 

@@ -4,11 +4,13 @@ Every number and chart comes from the dbt marts (read-only), never from in-memor
 so the report shows exactly what ad-hoc SQL users can query. Vega is inlined (vl-convert's
 bundle) so the page opens offline; charts are also exported with vl-convert for publishing.
 
-Rooms: ``data`` reads the marts, ``charts`` turns frames into Altair specs, ``render`` writes
-the page and publishes it. Callers import from here.
+Rooms: :mod:`sparkcap.publish.marts.frames` reads the marts (one night is read once, as a
+:class:`~sparkcap.publish.night.NightReport`), ``charts`` turns frames into Altair specs,
+``render`` writes the page and publishes it. Callers import from here.
 """
 
 from sparkcap.errors import ReportError
+from sparkcap.publish.marts.frames import load_combined, load_data, runs_of_night
 from sparkcap.publish.report.charts import (
     cache_chart,
     headline_chart,
@@ -20,14 +22,12 @@ from sparkcap.publish.report.charts import (
     throughput_chart,
     ttft_chart,
 )
-from sparkcap.publish.report.data import (
+from sparkcap.publish.report.render import (
+    ReportResult,
     combined_label,
     history_changes,
-    load_combined,
-    load_data,
-    runs_of_night,
+    render_report,
 )
-from sparkcap.publish.report.render import ReportResult, render_report
 
 __all__ = [
     "ReportError",

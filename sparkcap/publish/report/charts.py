@@ -8,7 +8,7 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from sparkcap.publish.text import thin_tail_words
+from sparkcap.publish.text import fleet_headline, thin_tail_words
 
 WORKLOAD_COLORS = {"code": "#1f77b4", "prose": "#e45756"}
 
@@ -64,7 +64,12 @@ def headline_chart(data: dict[str, Any]) -> Any:
         ),
         axis=1,
     )
-    totals = cap.groupby("workload", as_index=False)["streams"].sum()
+    # the totals are fct_fleet_capacity's (a workload no deployment measured has none: its
+    # zeros are no capacity), never a sum made here
+    fleet = data["fleet"]
+    totals = fleet[fleet["n_measured_deployments"] > 0].rename(
+        columns={"capacity_streams": "streams"}
+    )[["workload", "streams"]]
     t = threshold_of(data)
     bars = (
         alt.Chart(cap)
@@ -75,7 +80,12 @@ def headline_chart(data: dict[str, Any]) -> Any:
             x=alt.X(
                 "streams:Q",
                 title=f"concurrent streams with median ≥ {t:g} tok/s",
-                scale=alt.Scale(domain=[0, max(1.0, float(totals["streams"].max()) * 1.12)]),
+                scale=alt.Scale(
+                    domain=[
+                        0,
+                        max(1.0, float(totals["streams"].max() if not totals.empty else 0) * 1.12),
+                    ]
+                ),
             ),
             color=alt.Color("label:N", title="deployment", legend=alt.Legend(labelLimit=0)),
             opacity=alt.condition("datum.replicas > 1", alt.value(0.65), alt.value(1.0)),
@@ -92,12 +102,12 @@ def headline_chart(data: dict[str, Any]) -> Any:
             text=alt.Text("streams:Q", format="d"),
         )
     )
-    summary = ", ".join(f"≈ {int(r.streams)} {r.workload}" for r in totals.itertuples())
+    summary = fleet_headline([(str(r.workload), int(r.streams)) for r in totals.itertuples()])
     return (bars + text).properties(
         width=640,
         height=120,
         title=alt.TitleParams(
-            f"Fleet capacity at {t:g} tok/s: {summary} streams",
+            f"Fleet capacity at {t:g} tok/s: {summary or 'not measured'}",
             subtitle="Alternative workloads, not a mixed load. Faded segments count a measured "
             "replica once per identical replica.",
         ),

@@ -3,6 +3,7 @@ opens offline), PNG and SVG of every chart, and ``latest/`` replaced atomically.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -19,6 +20,8 @@ from sparkcap import __version__
 from sparkcap.pages import render, table
 from sparkcap.publish.compare import compare
 from sparkcap.publish.marts import ContextLadderRow
+from sparkcap.publish.marts.frames import load_combined, runs_of_night
+from sparkcap.publish.night import NightReport, read_night
 from sparkcap.publish.report.charts import (
     bound_chart,
     cache_chart,
@@ -37,14 +40,14 @@ from sparkcap.publish.report.charts import (
     throughput_chart,
     ttft_chart,
 )
-from sparkcap.publish.report.data import (
-    combined_label,
-    history_changes,
-    load_combined,
-    load_data,
-    runs_of_night,
+from sparkcap.publish.text import (
+    context_ladder_line,
+    fleet_headline,
+    link_state,
+    plan_lines,
+    rate_plan_lines,
+    thin_tail_words,
 )
-from sparkcap.publish.text import context_ladder_line, link_state, plan_lines
 from sparkcap.settings import get_settings
 
 
@@ -108,13 +111,14 @@ def render_report(
     import vl_convert as vlc
     from altair.utils._importers import vl_version_for_vl_convert
 
+    one: NightReport | None = None  # a report over several runs has no one night's plan
     if night is not None:
         runs = runs_of_night(Path(db_path), night)
         data = load_combined(Path(db_path), runs, combined_label(runs, night))
-    elif isinstance(run_id, str) or run_id is None:
-        data = load_data(Path(db_path), run_id)
-    elif len(run_id) == 1:
-        data = load_data(Path(db_path), run_id[0])
+    elif run_id is None or isinstance(run_id, str) or len(run_id) == 1:
+        single = run_id if run_id is None or isinstance(run_id, str) else run_id[0]
+        one = read_night(Path(db_path), single, frames=True)
+        data = one.frames or {}
     else:
         data = load_combined(Path(db_path), run_id, combined_label(run_id))
     run_id = str(data["run_id"])
@@ -204,7 +208,9 @@ def render_report(
         "report.html.j2",
         table=_table_markup,
         t_text=f"{t:g}",
-        headline_text=" or ".join(_headline_part(r) for r in measured_fleet),
+        headline_text=fleet_headline(
+            [(str(r.workload), int(r.capacity_streams)) for r in measured_fleet]
+        ),
         unmeasured_text=", ".join(
             str(r.workload) for r in fleet.itertuples() if r.n_measured_deployments == 0
         ),
@@ -249,12 +255,14 @@ def render_report(
         tier_columns=data.get("tier_columns", {}),
         flagged_changes=data.get("flagged_changes", pd.DataFrame()),
         energy=data.get("energy", pd.DataFrame()),
-        plan_lines=plan_lines(data["plan"]) if data.get("plan") else [],
+        plan_lines=plan_lines(one.plan) if one is not None and one.plan else [],
         plan_routing=data.get("plan_routing", pd.DataFrame()),
         plan_rates=data.get("plan_rates", pd.DataFrame()),
-        plan_rates_lines=data.get("plan_rates_lines", []),
+        plan_rates_lines=rate_plan_lines(run_id, one.plan.threshold_tok_s, one.plan_rates)
+        if one is not None and one.plan and one.plan_rates
+        else [],
         replay_fleet=data.get("replay_fleet", pd.DataFrame()),
-        replays=data.get("replays", pd.DataFrame()),
+        replays=_replays_with_p90_words(data.get("replays", pd.DataFrame())),
         replay_chart="replay" in charts,
         open_loop_chart="open_loop" in charts,
         bound_chart="bounds" in charts,
@@ -288,8 +296,57 @@ def render_report(
     return result
 
 
-def _headline_part(r: Any) -> str:
-    """One measured workload of the headline (agent levels count sessions); a workload no
-    deployment measured is named apart, never as a sum of zeros."""
-    unit = "agent sessions" if r.workload == "agent" else f"{r.workload} streams"
-    return f"≈ {int(r.capacity_streams)} {unit}"
+def _replays_with_p90_words(replays: pd.DataFrame) -> pd.DataFrame:
+    """The TTFT p90 where enough samples support it, else the words every page uses, in the
+    column's place (the page shows the columns in order)."""
+    if replays.empty:
+        return replays
+    p90 = [
+        str(s) if ok else thin_tail_words(int(n or 0), None if pd.isna(m) else int(m))
+        for ok, s, n, m in zip(
+            replays["ttft_p90_is_supported"].fillna(False),
+            replays["ttft_scheduled_p90_s"],
+            replays["ttft_samples"].fillna(0),
+            replays["ttft_min_samples"],
+            strict=True,
+        )
+    ]
+    replays = replays.copy()
+    replays.insert(list(replays.columns).index("ttft_p90_is_supported"), "ttft_scheduled_p90", p90)
+    return replays.drop(
+        columns=[
+            "ttft_p90_is_supported",
+            "ttft_scheduled_p90_s",
+            "ttft_samples",
+            "ttft_min_samples",
+        ]
+    )
+
+
+def combined_label(run_ids: Sequence[str], night: date | None = None) -> str:
+    """A folder name for a report over several runs: the night, or a digest of the runs."""
+    if night is not None:
+        return f"night-{night.isoformat()}"
+    digest = hashlib.sha256("\n".join(sorted(run_ids)).encode()).hexdigest()[:8]
+    return f"combined-{len(run_ids)}-runs-{digest}"
+
+
+def history_changes(data: dict[str, Any]) -> pd.DataFrame:
+    """Pairs whose newest night in this report's history changed capacity against the night
+    before (the change is the mart's: ``rpt_capacity_history.capacity_change``)."""
+    h = data["history"]
+    if h.empty:
+        return pd.DataFrame()
+    newest = h.sort_values(["started_at", "run_id"]).groupby(["deployment", "workload"]).tail(1)
+    changed = newest[newest["capacity_change"].notna() & (newest["capacity_change"] != 0)]
+    return (
+        changed.rename(
+            columns={
+                "previous_capacity_streams": "previous",
+                "capacity_streams": "current",
+                "capacity_change": "change",
+            }
+        )[["deployment", "workload", "previous", "current", "change", "previous_method", "method"]]
+        .astype({"previous": int, "current": int, "change": int})
+        .reset_index(drop=True)
+    )

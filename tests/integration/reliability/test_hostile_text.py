@@ -173,10 +173,11 @@ def test_every_reader_of_a_capacity_shows_the_marts_verdict(
     from sparkcap.night.plan import night_gaps
     from sparkcap.night.steps import capacity_markdown
     from sparkcap.publish.compare import compare
+    from sparkcap.publish.night import read_night
     from sparkcap.publish.report import render_report
 
     db, run_id = Path(str(refused_night["db"])), str(refused_night["run_id"])
-    markdown = capacity_markdown(db, run_id)
+    markdown = capacity_markdown(read_night(db, run_id))
     assert "| r429 | code | 0 |" in markdown and f"| {REFUSED} |" in markdown, markdown
     assert f"r429/code: {REFUSED}" in night_gaps(db, run_id)  # a night with it exits 1
     capacity = compare(db, run_id, run_id)["capacity"].set_index("deployment")

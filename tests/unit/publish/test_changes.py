@@ -15,6 +15,7 @@ import pytest
 from sparkcap import cli
 from sparkcap.publish import marts, terminal, text
 from sparkcap.publish.marts import ChangeRow
+from sparkcap.publish.night import read_night
 
 OLD = """
 create schema raw; create schema marts;
@@ -229,16 +230,16 @@ def test_a_night_prints_its_flagged_changes_after_its_capacities(
 ) -> None:
     with duckdb.connect(str(old_db)) as con:
         con.execute(PRINTED)
-    terminal.print_levels(cli.out, sys.stdout, old_db, "r1")
+    terminal.print_levels(cli.out, sys.stdout, read_night(old_db, "r1"))
     before = capsys.readouterr().out.splitlines()
     assert before[-1] == "capacity at 20 tok/s — glm/code: 4 streams (fails at 8)"  # no mart
     with duckdb.connect(str(old_db)) as con:
         con.execute(NEW)
-    terminal.print_levels(cli.out, sys.stdout, old_db, "r1")
+    terminal.print_levels(cli.out, sys.stdout, read_night(old_db, "r1"))
     after = capsys.readouterr().out.splitlines()
     assert after[-2] == before[-1]
     assert after[-1].startswith("change vs baseline — glm/code rate at 4 streams: -8.0 % (p 0.002")
     terminal.print_levels(
-        cli.out, sys.stdout, old_db, "r1", "json"
+        cli.out, sys.stdout, read_night(old_db, "r1"), "json"
     )  # the documented JSON stays one document
     assert json.loads(capsys.readouterr().out)["run_id"] == "r1"

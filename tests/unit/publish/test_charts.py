@@ -44,7 +44,13 @@ def _data(levels: list[int], workloads: list[str]) -> dict[str, Any]:
             for wl in workloads
         ]
     )
-    return {"levels": _levels(levels, workloads), "capacity": cap}
+    fleet = pd.DataFrame(
+        [
+            dict(workload=wl, capacity_streams=27, threshold_tok_s=20, n_measured_deployments=1)
+            for wl in workloads
+        ]
+    )
+    return {"levels": _levels(levels, workloads), "capacity": cap, "fleet": fleet}
 
 
 def _encodings(spec: dict[str, Any], channel: str) -> list[dict[str, Any]]:
@@ -93,6 +99,25 @@ def test_headline_total_has_room_inside_the_plot() -> None:
     assert xs and xs[0]["scale"]["domain"][1] > 27 * 1.1
     legends = [c for c in _encodings(spec, "color") if c.get("field") == "label"]
     assert legends and legends[0]["legend"]["labelLimit"] == 0  # "qwen ×2 (extrapolated)"
+
+
+def test_headline_totals_are_the_fleet_marts_and_a_workload_measuring_nothing_has_none() -> None:
+    data = _data([1, 2], ["code", "prose"])
+    # the fleet mart's totals, whatever the capacity rows would sum to
+    data["fleet"] = pd.DataFrame(
+        [
+            dict(
+                workload="code", capacity_streams=54, threshold_tok_s=20, n_measured_deployments=1
+            ),
+            dict(
+                workload="prose", capacity_streams=0, threshold_tok_s=20, n_measured_deployments=0
+            ),
+        ]
+    )
+    title = headline_chart(data).to_dict()["title"]["text"]
+    assert title == "Fleet capacity at 20 tok/s: ≈ 54 code streams"  # prose measured nothing
+    data["fleet"] = data["fleet"].assign(n_measured_deployments=0)
+    assert headline_chart(data).to_dict()["title"]["text"].endswith(": not measured")
 
 
 def test_search_path_chart() -> None:

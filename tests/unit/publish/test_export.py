@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sparkcap.errors import ExportFailed
 from sparkcap.publish import export
-from sparkcap.publish.export import NightMetrics, render, write_atomically
+from sparkcap.publish.export import NightReport, render, write_atomically
 from sparkcap.publish.marts import (
     CapacityRow,
     ChangeRow,
@@ -79,7 +79,7 @@ def change(subject: str, concurrency: int | None, **kw: Any) -> ChangeRow:
     return ChangeRow(**row)
 
 
-NIGHT = NightMetrics(
+NIGHT = NightReport(
     run=RUN,
     capacities=[
         capacity("glm", 6, is_lower_bound=True),
@@ -161,7 +161,7 @@ def test_two_thresholds_seven_digits_alike_are_two_series() -> None:
         TierRow("glm", "code", 12.3456781, None, 6, False, True, False),
         TierRow("glm", "code", 12.3456789, None, 5, False, True, False),
     ]
-    night = NightMetrics(RUN, [], tiers=tiers)
+    night = NightReport(RUN, [], tiers=tiers)
     got = samples(render(night), "sparkcap_capacity_tier_streams")
     labels = sorted(dict(k)["threshold_tok_s"] for k in got)
     assert labels == ["12.3456781", "12.3456789"], got
@@ -202,7 +202,7 @@ def test_a_hostile_name_stays_one_label_value_on_one_line() -> None:
 
 
 def test_a_night_before_the_new_marts_exports_its_capacities_alone() -> None:
-    old = NightMetrics(run=RUN, capacities=[capacity("glm", 4)])
+    old = NightReport(run=RUN, capacities=[capacity("glm", 4)])
     assert set(parsed(render(old))) == {
         "sparkcap_run_info",
         "sparkcap_run_timestamp_seconds",

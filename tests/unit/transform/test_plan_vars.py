@@ -36,3 +36,16 @@ def test_a_plan_input_outside_its_var_range_is_refused_naming_its_option() -> No
             plan_vars(mix, long_prompts, 0.05, think)
         assert needle in str(caught.value), caught.value
         assert "\n" not in str(caught.value)
+
+
+def test_an_option_not_given_is_no_var_so_the_plan_reads_dbts_default() -> None:
+    assert plan_vars() == {}
+    assert plan_vars(mix="code=0.5,prose=0.5") == {"plan_code_share": 0.5}
+    assert plan_vars(long_prompts="1/min@8k") == {
+        "plan_long_prompts_per_min": 1.0,
+        "plan_long_prompt_tokens": 8000,
+    }
+    assert plan_vars(max_below_share=0.1, think_s=10) == {
+        "plan_max_below_threshold_share": 0.1,
+        "think_time_s": 10,
+    }

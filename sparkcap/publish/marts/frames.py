@@ -3,7 +3,6 @@ runs or a night. Nothing here computes a number of record; it selects and joins.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from datetime import date
 from pathlib import Path
@@ -12,9 +11,9 @@ from typing import Any
 import pandas as pd
 
 from sparkcap.errors import ReportError
+from sparkcap.publish.marts import has_mart, latest_built_run
 from sparkcap.publish.marts import runs as recorded_runs
-from sparkcap.publish.text import thin_tail_words
-from sparkcap.store.connection import open_warehouse
+from sparkcap.store.connection import has_table, open_warehouse
 
 
 def _df(con: Any, sql: str, params: list[Any] | dict[str, Any] | None = None) -> pd.DataFrame:
@@ -29,32 +28,11 @@ def _df(con: Any, sql: str, params: list[Any] | dict[str, Any] | None = None) ->
     return frame
 
 
-def _latest_built_run(con: Any) -> str:
-    rows = con.execute(
-        "select c.run_id from marts.fct_capacity c join raw.runs r using (run_id) "
-        "order by r.started_at desc limit 1"
-    ).fetchall()
-    if not rows:
-        raise ReportError("no capacity results in the marts yet (run `sparkcap build` first)")
-    return str(rows[0][0])
-
-
-def _has_mart(con: Any, name: str) -> bool:
-    """A warehouse built before a mart existed reports without its section."""
-    return bool(
-        con.execute(
-            "select count(*) from information_schema.tables "
-            "where table_schema = 'marts' and table_name = ?",
-            [name],
-        ).fetchall()[0][0]
-    )
-
-
 def _history(con: Any, run_id: str) -> pd.DataFrame:
     """Capacity of every night up to and including ``run_id``'s (never a later one), each
     beside the previous night's, as ``marts.rpt_capacity_history`` has it, and beside the
     baseline band and change flag ``marts.fct_changes`` gives its capacity."""
-    changes = _has_mart(con, "fct_changes")
+    changes = has_mart(con, "fct_changes")
     band = (
         ", c.baseline_low as baseline_low_streams, c.baseline_high as baseline_high_streams, "
         "coalesce(c.is_change, false) as is_change"
@@ -83,7 +61,7 @@ def _nightly(con: Any, data: dict[str, Any], where: str, params: dict[str, Any])
     TTFT ceiling, columns: threshold), the flagged changes, energy at the capacity point."""
     data["tiers"] = pd.DataFrame()
     data["tier_columns"] = {}
-    if _has_mart(con, "fct_capacity_tiers"):
+    if has_mart(con, "fct_capacity_tiers"):
         t = _df(
             con,
             "select deployment, workload, threshold_tok_s::double as threshold_tok_s, "
@@ -121,7 +99,7 @@ def _nightly(con: Any, data: dict[str, Any], where: str, params: dict[str, Any])
             f"{where} and is_change order by deployment, workload, subject, concurrency",
             params,
         )
-        if _has_mart(con, "fct_changes")
+        if has_mart(con, "fct_changes")
         else pd.DataFrame()
     )
     data["energy"] = (
@@ -141,7 +119,7 @@ def _nightly(con: Any, data: dict[str, Any], where: str, params: dict[str, Any])
             "order by deployment, workload",
             params,
         )
-        if _has_mart(con, "fct_energy_at_capacity")
+        if has_mart(con, "fct_energy_at_capacity")
         else pd.DataFrame()
     )
 
@@ -150,18 +128,14 @@ def _plan(con: Any, data: dict[str, Any], run_id: str) -> None:
     """The night's plan as its build made it (the project's default mix and long prompts,
     or the last ``sparkcap plan``'s): fct_plan's words and fct_plan_routing's table. A
     combined report has no one plan: the plan is of one night's fleet."""
-    data["plan"], data["plan_routing"] = None, pd.DataFrame()
-    data["plan_rates"], data["plan_rates_lines"] = pd.DataFrame(), []
-    if not (_has_mart(con, "fct_plan") and _has_mart(con, "fct_plan_routing")):
+    data["plan_routing"], data["plan_rates"] = pd.DataFrame(), pd.DataFrame()
+    if not (has_mart(con, "fct_plan") and has_mart(con, "fct_plan_routing")):
         return
-    from sparkcap.publish.marts import PlanRow
-
-    rows = con.execute(
-        f"select {', '.join(PlanRow._fields)} from marts.fct_plan where run_id = ?", [run_id]
-    ).fetchall()
-    if not rows:
+    planned = con.execute(
+        "select count(*) from marts.fct_plan where run_id = ?", [run_id]
+    ).fetchall()[0][0]
+    if not planned:
         return
-    data["plan"] = PlanRow(*rows[0])
     data["plan_routing"] = _df(
         con,
         "select deployment, replicas, code_streams, prose_streams, "
@@ -173,19 +147,7 @@ def _plan(con: Any, data: dict[str, Any], run_id: str) -> None:
         "where run_id = $run order by deployment",
         {"run": run_id},
     )
-    if _has_mart(con, "fct_plan_rates"):
-        from sparkcap.publish.marts import PlanRatesRow
-        from sparkcap.publish.text import rate_plan_lines
-
-        rates = [
-            PlanRatesRow(*r)
-            for r in con.execute(
-                f"select {', '.join(PlanRatesRow._fields)} from marts.fct_plan_rates "
-                "where run_id = ? order by deployment",
-                [run_id],
-            ).fetchall()
-        ]
-        data["plan_rates_lines"] = rate_plan_lines(run_id, data["plan"].threshold_tok_s, rates)
+    if has_mart(con, "fct_plan_rates"):
         data["plan_rates"] = _df(
             con,
             "select deployment, replicas, round(code_per_min, 1) as code_per_min, "
@@ -211,7 +173,7 @@ def _open_loop(con: Any, data: dict[str, Any], run_id: str) -> None:
     line times lambda*, where the prediction was read, int_replay_predictions)."""
     for key in ("open_loop_curve", "open_loop_capacity", "open_loop_replays"):
         data[key] = pd.DataFrame()
-    if not all(_has_mart(con, m) for m in ("fct_open_loop_curve", "fct_open_loop_capacity")):
+    if not all(has_mart(con, m) for m in ("fct_open_loop_curve", "fct_open_loop_capacity")):
         return
     run = {"run": run_id}
     data["open_loop_curve"] = _df(
@@ -229,7 +191,7 @@ def _open_loop(con: Any, data: dict[str, Any], run_id: str) -> None:
         "and open_loop_requests_per_min is not null order by deployment, workload",
         run,
     )
-    if _has_mart(con, "fct_replay"):
+    if has_mart(con, "fct_replay"):
         data["open_loop_replays"] = _df(
             con,
             "select r.deployment, w.workload, r.rate_factor, "
@@ -250,11 +212,11 @@ def _open_loop(con: Any, data: dict[str, Any], run_id: str) -> None:
 def _replay(con: Any, data: dict[str, Any], run_id: str) -> None:
     """The night's open-loop replays (``sparkcap replay`` runs after a night and keeps its
     replays with it; render the report again to show them): the fleet's verdict per replay,
-    each deployment's, and the streams in flight second by second. A TTFT p90 over fewer
-    samples than support it (dbt macro tail_min_samples) is words, never a figure."""
+    each deployment's, and the streams in flight second by second. ``ttft_p90_is_supported``
+    says whether enough samples support the TTFT p90 (dbt macro tail_min_samples)."""
     for key in ("replay_fleet", "replays", "replay_concurrency"):
         data[key] = pd.DataFrame()
-    if not all(_has_mart(con, m) for m in REPLAY_MARTS):
+    if not all(has_mart(con, m) for m in REPLAY_MARTS):
         return
     run = {"run": run_id}
     data["replay_fleet"] = _df(
@@ -280,28 +242,6 @@ def _replay(con: Any, data: dict[str, Any], run_id: str) -> None:
         "order by rate_factor, seed, deployment",
         run,
     )
-    replays = data["replays"]
-    # the TTFT p90 where enough samples support it, else the words every page uses
-    p90 = [
-        str(s) if ok else thin_tail_words(int(n or 0), None if pd.isna(m) else int(m))
-        for ok, s, n, m in zip(
-            replays["ttft_p90_is_supported"].fillna(False),
-            replays["ttft_scheduled_p90_s"],
-            replays["ttft_samples"].fillna(0),
-            replays["ttft_min_samples"],
-            strict=True,
-        )
-    ]
-    # in the column's place (the page shows the columns in order)
-    replays.insert(list(replays.columns).index("ttft_p90_is_supported"), "ttft_scheduled_p90", p90)
-    data["replays"] = replays.drop(
-        columns=[
-            "ttft_p90_is_supported",
-            "ttft_scheduled_p90_s",
-            "ttft_samples",
-            "ttft_min_samples",
-        ]
-    )
     data["replay_concurrency"] = _df(
         con,
         "select c.deployment, c.rate_factor, r.seed, c.t_s, c.streams_in_flight, "
@@ -316,11 +256,7 @@ def _replay(con: Any, data: dict[str, Any], run_id: str) -> None:
 def _search_path(con: Any, which: str, params: dict[str, Any]) -> pd.DataFrame:
     """``marts.fct_search_path`` rows of the report's runs (none for a grid night, or a
     warehouse built before searches existed)."""
-    built = con.execute(
-        "select count(*) from information_schema.tables "
-        "where table_schema = 'marts' and table_name = 'fct_search_path'"
-    ).fetchall()[0][0]
-    if not built:
+    if not has_mart(con, "fct_search_path"):
         return pd.DataFrame()
     return _df(
         con,
@@ -333,11 +269,7 @@ def _search_path(con: Any, which: str, params: dict[str, Any]) -> pd.DataFrame:
 def _why(con: Any, data: dict[str, Any], where: str, params: dict[str, Any]) -> None:
     """ "Why this capacity": fct_bottlenecks' verdicts and fct_level_bounds' curve beside the
     measured one (empty for a warehouse built before them: the section is then left out)."""
-    has = con.execute(
-        "select count(*) from information_schema.tables "
-        "where table_schema = 'marts' and table_name = 'fct_bottlenecks'"
-    ).fetchall()[0][0]
-    if not has:
+    if not has_mart(con, "fct_bottlenecks"):
         data["bottlenecks"] = data["bounds"] = pd.DataFrame()
         return
     data["bottlenecks"] = _df(
@@ -370,14 +302,6 @@ def runs_of_night(db_path: Path, night: date) -> list[str]:
     if not rows:
         raise ReportError(f"no built run started on {night.isoformat()} (UTC)")
     return [str(r[0]) for r in rows]
-
-
-def combined_label(run_ids: Sequence[str], night: date | None = None) -> str:
-    """A folder name for a report over several runs: the night, or a digest of the runs."""
-    if night is not None:
-        return f"night-{night.isoformat()}"
-    digest = hashlib.sha256("\n".join(sorted(run_ids)).encode()).hexdigest()[:8]
-    return f"combined-{len(run_ids)}-runs-{digest}"
 
 
 def load_combined(db_path: Path, run_ids: Sequence[str], label: str) -> dict[str, Any]:
@@ -468,7 +392,7 @@ def load_combined(db_path: Path, run_ids: Sequence[str], label: str) -> dict[str
         )
         _why(con, data, of_runs, p)
         _nightly(con, data, of_runs, p)
-        if _has_mart(con, "fct_session_turns"):
+        if has_mart(con, "fct_session_turns"):
             # each deployment's sessions from the run its agent capacity came from
             of_agent_runs = (
                 "join marts.capacity_of($runs) c on c.run_id = s.run_id "
@@ -497,8 +421,8 @@ def load_combined(db_path: Path, run_ids: Sequence[str], label: str) -> dict[str
 
 
 def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
+    run_id = run_id or latest_built_run(db_path)
     with open_warehouse(db_path, read_only=True) as con:
-        run_id = run_id or _latest_built_run(con)
         run = recorded_runs(con, [run_id])
         if not run:
             raise ReportError(f"no run {run_id} in {db_path}")
@@ -553,7 +477,7 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
             "order by deployment, workload, concurrency, trial",
             [run_id],
         )
-        if _has_mart(con, "fct_session_turns"):  # a warehouse built before 0.7 lacks them
+        if has_mart(con, "fct_session_turns"):  # a warehouse built before 0.7 lacks them
             data["session_turns"] = _df(
                 con,
                 "select * from marts.fct_session_turns where run_id = ? "
@@ -574,10 +498,7 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
         _plan(con, data, run_id)
         _open_loop(con, data, run_id)
         _replay(con, data, run_id)
-        has_probes = con.execute(
-            "select count(*) from information_schema.tables "
-            "where table_schema = 'marts' and table_name = 'fct_prefill_interference'"
-        ).fetchall()[0][0]
+        has_probes = has_mart(con, "fct_prefill_interference")
         # Probes are the newest of each deployment measured no later than the reported run:
         # a report of an older night must not show a later night's probes.
         as_of = "r.started_at <= (select started_at from raw.runs where run_id = $run_id)"
@@ -595,7 +516,7 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
 
         data["prefill"] = newest("fct_prefill_interference", "p.deployment")
         data["cache"] = newest("fct_prompt_cache", "p.deployment")
-        if _has_mart(con, "fct_context_ladder_summary"):  # a warehouse built before lacks it
+        if has_mart(con, "fct_context_ladder_summary"):  # a warehouse built before lacks it
             data["ladder"] = newest("fct_context_ladder_summary", "p.deployment")
             data["ladder_rungs"] = newest(
                 "fct_context_ladder", "p.deployment, p.rung_tokens", rank="dense_rank"
@@ -632,10 +553,7 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
             [run_id],
         ).fetchall()
         data["previous_run"] = str(prev[0][0]) if prev else None
-        has_dq = con.execute(
-            "select count(*) from information_schema.tables "
-            "where table_schema = 'raw' and table_name = 'dq_results'"
-        ).fetchall()[0][0]
+        has_dq = has_table(con, "raw", "dq_results")
         data["dq"] = (
             _df(
                 con,
@@ -648,24 +566,3 @@ def load_data(db_path: Path, run_id: str | None) -> dict[str, Any]:
             else pd.DataFrame()
         )
     return data
-
-
-def history_changes(data: dict[str, Any]) -> pd.DataFrame:
-    """Pairs whose newest night in this report's history changed capacity against the night
-    before (the change is the mart's: ``rpt_capacity_history.capacity_change``)."""
-    h = data["history"]
-    if h.empty:
-        return pd.DataFrame()
-    newest = h.sort_values(["started_at", "run_id"]).groupby(["deployment", "workload"]).tail(1)
-    changed = newest[newest["capacity_change"].notna() & (newest["capacity_change"] != 0)]
-    return (
-        changed.rename(
-            columns={
-                "previous_capacity_streams": "previous",
-                "capacity_streams": "current",
-                "capacity_change": "change",
-            }
-        )[["deployment", "workload", "previous", "current", "change", "previous_method", "method"]]
-        .astype({"previous": int, "current": int, "change": int})
-        .reset_index(drop=True)
-    )
