@@ -17,26 +17,14 @@ interval and the recorded one differ only where dbt's verdict weighs what the li
 from __future__ import annotations
 
 import asyncio
-import os
-import tempfile
-import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
-from sparkcap.errors import JudgeError
+from sparkcap.errors import BuildError, JudgeError
 from sparkcap.loadgen.records import MAX_COUNT, RequestRecord, Status, WaveRecord
 from sparkcap.loadgen.search import LevelJudgement
-from sparkcap.transform.dbt_build import (
-    _release_dbt_logs,
-    dbt_args,
-    environment_vars,
-    judgement_vars,
-)
-
-_COMPILE_LOCK = threading.Lock()
-_COMPILED: dict[str, Rules] = {}
-
+from sparkcap.transform.dbt_build import judgement_vars
+from sparkcap.transform.dbt_compile import compile_inline
 
 _SPLIT = "-- sparkcap: next rule --"
 _INLINE = "\n".join(
@@ -84,45 +72,16 @@ def compile_search_rule(
     """The SQL of ``search_level_interval('live_streams')``, of
     ``decode_overlap('live_requests')`` and of the level's stream rate (``level_decode_tok_s``,
     a shortened trial judged as the full-length stream it stands in for) under
-    these vars (cached): the live search decides with dbt's own rules, never a copy."""
-    import json
-
-    # the compiled rule depends on every var dbt sees, SPARKCAP_DBT_VARS included
-    key = json.dumps({**environment_vars(), **(dbt_vars or {})}, sort_keys=True)
-    with _COMPILE_LOCK:
-        if key in _COMPILED:
-            return _COMPILED[key]
-        from dbt.cli.main import dbtRunner
-
-        with tempfile.TemporaryDirectory(prefix="sparkcap-judge-") as tmp:
-            scratch = Path(tmp) / "compile.duckdb"
-            args = dbt_args(
-                "compile",
-                scratch,
-                ["--inline", _INLINE, "--log-level", "none"],
-                dbt_vars,
-            )
-            # dbt's profile reads the warehouse path from the environment: point it at a scratch
-            # file for the compile (nothing is read from it), then put the real one back
-            saved = os.environ.get("SPARKCAP_DB")
-            os.environ["SPARKCAP_DB"] = str(scratch)
-            try:
-                res = dbtRunner().invoke(args)
-            finally:
-                if saved is None:
-                    os.environ.pop("SPARKCAP_DB", None)
-                else:
-                    os.environ["SPARKCAP_DB"] = saved
-                _release_dbt_logs()
-        results = getattr(res.result, "results", None) or []
-        if not res.success or not results:
-            why = str(res.exception or "no compiled node").strip().splitlines()[0]
-            raise JudgeError(f"could not compile dbt's search rule: {why}")
-        parts = str(results[0].node.compiled_code).split(_SPLIT)
-        if len(parts) != _PARTS:
-            raise JudgeError("could not compile dbt's search rule: a rule is missing")
-        _COMPILED[key] = Rules(*parts)
-        return _COMPILED[key]
+    these vars (cached by :func:`~sparkcap.transform.dbt_compile.compile_inline`, as is the
+    project's parse): the live search decides with dbt's own rules, never a copy."""
+    try:
+        compiled = compile_inline(_INLINE, dbt_vars)
+    except BuildError as exc:
+        raise JudgeError(f"could not compile dbt's search rule: {exc}") from None
+    parts = compiled.split(_SPLIT)
+    if len(parts) != _PARTS:
+        raise JudgeError("could not compile dbt's search rule: a rule is missing")
+    return Rules(*parts)
 
 
 class ClientSpoiledRule:
