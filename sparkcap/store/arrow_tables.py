@@ -238,7 +238,8 @@ def chunk_table(
     """Chunk rows as Arrow columns; request ids dictionary-encoded so they cost an int each.
 
     A per-chunk count outside the int32 column (``NO_TOKENS``, or anything a server's
-    counters could make) is NULL, never wrapped by the cast."""
+    counters could make) is NULL, never wrapped by the cast: ``records.is_count`` over the
+    column at once."""
     unknown = (n_tokens < 0) | (n_tokens > MAX_COUNT)
     return raw_table(
         "chunks",

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from sparkcap.errors import BuildError, JudgeError
-from sparkcap.loadgen.records import MAX_COUNT, RequestRecord, Status, WaveRecord
+from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord, is_count
 from sparkcap.loadgen.search import LevelJudgement
 from sparkcap.transform.dbt_build import judgement_vars
 from sparkcap.transform.dbt_compile import compile_inline
@@ -144,7 +144,7 @@ def live_chunks(streams: Sequence[tuple[WaveRecord, RequestRecord]]) -> Any:
         ids.extend([r.request_id] * len(c))
         seq.extend(range(len(c)))
         t_ns.extend(c.t_ns)
-        n_tokens.extend(n if 0 <= n <= MAX_COUNT else None for n in c.n_tokens)
+        n_tokens.extend(n if is_count(n) else None for n in c.n_tokens)
         n_chars.extend(c.n_chars)
     return pa.table(
         {
