@@ -48,7 +48,7 @@ def one_wave() -> tuple[int, int, float]:
     from sparkcap.servers.sim.profile import SimProfile
     from sparkcap.servers.sim.server import SimServer
 
-    # the suite's fast engine (tests/integration/helpers.fast_profile) with two slots
+    # the suite's fast engine (tests/support/sims.fast_profile) with two slots
     prof = SimProfile(
         model="m",
         step_s1=0.02,
