@@ -20,9 +20,18 @@ def test_every_subpackage_and_part_is_shipped() -> None:
     assert on_disk <= listed, on_disk - listed
     mapped = config["package-dir"]
     assert {f"sparkcap._project.{name}" for name in resources.PARTS} == set(mapped)
+    # a data folder left out of the list is a warning per folder at every build (setuptools
+    # treats every folder as a package); dbt's own output folders are not parts
+    not_parts = {"target", "logs", "dbt_packages", "__pycache__"}
     for package, folder in mapped.items():
         assert package in listed
         assert (ROOT / folder).is_dir()
+        folders = {
+            ".".join((package, *d.relative_to(ROOT / folder).parts))
+            for d in (ROOT / folder).rglob("*")
+            if d.is_dir() and not not_parts & set(d.relative_to(ROOT / folder).parts)
+        }
+        assert folders <= listed, folders - listed
 
 
 def test_parts_resolve_in_a_checkout() -> None:
