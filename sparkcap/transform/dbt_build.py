@@ -16,6 +16,7 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -223,6 +224,18 @@ def _release_warehouse() -> None:
             env.close()
 
 
+@contextlib.contextmanager
+def dbt_command_line(args: list[str]) -> Iterator[None]:
+    """The process's command line as dbt's own while dbt runs: dbt logs ``sys.argv`` as its
+    "invocation_command", and a `sparkcap sweep --header "x-api-key: …"` that builds the marts
+    or compiles a rule would otherwise write that secret into dbt.log."""
+    argv, sys.argv = sys.argv, ["dbt", *args]
+    try:
+        yield
+    finally:
+        sys.argv = argv
+
+
 def run_dbt(
     command: str,
     db_path: Path,
@@ -238,15 +251,12 @@ def run_dbt(
     os.environ["SPARKCAP_DB"] = str(db_path)
     os.environ.setdefault("DBT_SEND_ANONYMOUS_USAGE_STATS", "False")
     args = dbt_args(command, db_path, extra, dbt_vars)
-    # dbt logs the process's command line as its "invocation_command": a `sparkcap sweep
-    # --header "x-api-key: …"` that builds the marts would write that secret into dbt.log
-    argv, sys.argv = sys.argv, ["dbt", *args]
     started, cpu_started = time.perf_counter(), time.process_time()
     try:
-        manifest = _parsed_manifest(args) if command != "parse" else None
-        res = dbtRunner(manifest=manifest).invoke(args)
+        with dbt_command_line(args):
+            manifest = _parsed_manifest(args) if command != "parse" else None
+            res = dbtRunner(manifest=manifest).invoke(args)
     finally:
-        sys.argv = argv
         _release_warehouse()
         _release_dbt_logs()
         selected = extra is not None and "--select" in extra

@@ -155,7 +155,7 @@ def test_cli_capacities_are_the_marts_at_the_fleet_threshold(night: TerminalNigh
 
 def test_first_line_at_once_and_progress_while_the_sweep_runs(night: TerminalNight) -> None:
     t_first = night.first(rb"run id: \S+ \xc2\xb7 fleet t15")
-    t_progress = night.first(rb"m/code c=\d+ trial \d: \d+/\d+ ok, live median")
+    t_progress = night.first(rb"m/code c=\d+ trial \d: \d+/\d+ ok, wave median")
     t_table = night.first(rb"med tok/s")
     assert t_first < 20, t_first  # at once (imports included, on a loaded 2-core machine)
     assert t_first < t_progress < t_table  # live progress before the results are printed
