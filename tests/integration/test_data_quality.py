@@ -266,7 +266,11 @@ def test_a_model_thinking_by_mistake_is_named_with_its_time_to_the_first_answer(
     assert thinker and others
     for _, reasoned, hidden, tokens, chars, ttft_s, ttfo_s in thinker:
         assert reasoned and not hidden and tokens == 4 and chars > 0, thinker
-        assert ttfo_s > ttft_s, thinker  # the answer began after the reasoning
+        # the answer begins after the reasoning, or in the same read of the socket (chunks
+        # read together share their arrival stamp: a client loop that stalled reads both)
+        assert ttfo_s >= ttft_s, thinker
+    later = [r for r in thinker if r[6] > r[5]]
+    assert len(later) > len(thinker) / 2, thinker  # most streams read reasoning, then answer
     assert not any(r[1] for r in others), others
     assert all(r[6] == r[5] for r in others), others  # no reasoning: the first token answers
     waves = q(
