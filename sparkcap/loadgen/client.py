@@ -249,41 +249,29 @@ class StreamState:
                 self._usage_chunks += 1
             self._last_usage_tokens = ct
             rec.completion_tokens = ct
-        completion_details = usage.get("completion_tokens_details")
-        if completion_details is not None:
-            if not isinstance(completion_details, dict):
+        rt, why = _detail_count(usage, "completion_tokens_details", "reasoning_tokens")
+        if why is not None:
+            self._distrust(why)
+            return NO_TOKENS
+        if rt is not None:
+            if rec.completion_tokens is not None and rt > rec.completion_tokens:
                 self._distrust(
-                    f"completion_tokens_details is {_shown(completion_details)}, not an object"
+                    f"reasoning_tokens {rt} exceed completion_tokens {rec.completion_tokens}"
                 )
                 return NO_TOKENS
-            rt = completion_details.get("reasoning_tokens")
-            if rt is not None:
-                if not is_count(rt):
-                    self._distrust(f"reasoning_tokens {_shown(rt)} is not a token count")
-                    return NO_TOKENS
-                if rec.completion_tokens is not None and rt > rec.completion_tokens:
-                    self._distrust(
-                        f"reasoning_tokens {rt} exceed completion_tokens {rec.completion_tokens}"
-                    )
-                    return NO_TOKENS
-                rec.reasoning_tokens = rt
+            rec.reasoning_tokens = rt
         pt = usage.get("prompt_tokens")
         if pt is not None:
             if not is_count(pt):
                 self._distrust(f"prompt_tokens {_shown(pt)} is not a token count")
                 return NO_TOKENS
             rec.prompt_tokens = pt
-        details = usage.get("prompt_tokens_details")
-        if details is not None:
-            if not isinstance(details, dict):
-                self._distrust(f"prompt_tokens_details is {_shown(details)}, not an object")
-                return NO_TOKENS
-            cached = details.get("cached_tokens")
-            if cached is not None:
-                if not is_count(cached):
-                    self._distrust(f"cached_tokens {_shown(cached)} is not a token count")
-                    return NO_TOKENS
-                rec.cached_prompt_tokens = cached
+        cached, why = _detail_count(usage, "prompt_tokens_details", "cached_tokens")
+        if why is not None:
+            self._distrust(why)
+            return NO_TOKENS
+        if cached is not None:
+            rec.cached_prompt_tokens = cached
         if (
             rec.cached_prompt_tokens is not None
             and rec.prompt_tokens is not None
@@ -294,6 +282,20 @@ class StreamState:
             )
             return NO_TOKENS
         return chunk_tokens
+
+
+def _detail_count(usage: dict[str, Any], details: str, name: str) -> tuple[int | None, str | None]:
+    """(``usage[details][name]``, None), (None, None) where the server gave none, or (None, why
+    it cannot be true): the details must be an object and the value a token count."""
+    found = usage.get(details)
+    if found is None:
+        return None, None
+    if not isinstance(found, dict):
+        return None, f"{details} is {_shown(found)}, not an object"
+    value = found.get(name)
+    if value is not None and not is_count(value):
+        return None, f"{name} {_shown(value)} is not a token count"
+    return value, None
 
 
 async def _read_with_arrivals(
