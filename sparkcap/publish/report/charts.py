@@ -653,34 +653,41 @@ def bound_chart(data: dict[str, Any]) -> Any:
     )
 
 
+def _rung_lines(
+    rungs: pd.DataFrame, columns: dict[str, str], axis: tuple[str, str, str, str]
+) -> Any:
+    """One line per deployment and series over the ladder's prompt sizes: ``columns`` (a
+    column → its series' name) in long form; ``axis``: the series' field, the value's field,
+    the value axis' title and its tooltip format."""
+    label, value, title, fmt = axis
+    frame = _long_form(rungs, ["deployment", "cold_prompt_tokens"], columns, label, value)
+    frame["series"] = frame["deployment"] + ": " + frame[label]
+    return (
+        alt.Chart(frame)
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("cold_prompt_tokens:Q", title="prompt tokens (usage)"),
+            y=alt.Y(f"{value}:Q", title=title),
+            color=alt.Color("series:N", title=None),
+            tooltip=[
+                "deployment",
+                label,
+                "cold_prompt_tokens",
+                alt.Tooltip(f"{value}:Q", format=fmt),
+            ],
+        )
+    )
+
+
 def context_ladder_chart(data: dict[str, Any]) -> Any:
     """TTFT against prompt size, cold and warm, with the ceiling as a rule; below it what each
     cold prefill did to the background streams' decode rate (during it and outside)."""
     rungs = data["ladder_rungs"]
     rungs = rungs[rungs["cold_prompt_tokens"].notna()]
-    ttft = _long_form(
+    lines = _rung_lines(
         rungs,
-        ["deployment", "cold_prompt_tokens"],
         {"cold_ttft_s": "cold (new document)", "warm_ttft_s": "warm (same document)"},
-        "case",
-        "ttft_s",
-    )
-    ttft["series"] = ttft["deployment"] + ": " + ttft["case"]
-    x = alt.X("cold_prompt_tokens:Q", title="prompt tokens (usage)")
-    lines = (
-        alt.Chart(ttft)
-        .mark_line(point=True)
-        .encode(
-            x=x,
-            y=alt.Y("ttft_s:Q", title="time to first token (s)"),
-            color=alt.Color("series:N", title=None),
-            tooltip=[
-                "deployment",
-                "case",
-                "cold_prompt_tokens",
-                alt.Tooltip("ttft_s:Q", format=".2f"),
-            ],
-        )
+        ("case", "ttft_s", "time to first token (s)", ".2f"),
     )
     ceiling = pd.DataFrame({"ttft_ceiling_s": [float(rungs["ttft_ceiling_s"].max())]})
     rule = (
@@ -690,33 +697,14 @@ def context_ladder_chart(data: dict[str, Any]) -> Any:
             y="ttft_ceiling_s:Q", tooltip=[alt.Tooltip("ttft_ceiling_s:Q", title="ceiling (s)")]
         )
     )
-    background = _long_form(
+    decode = _rung_lines(
         rungs,
-        ["deployment", "cold_prompt_tokens"],
         {
             "background_prefill_tok_s": "during the cold prefill",
             "background_outside_tok_s": "outside prefills",
         },
-        "window",
-        "tok_s",
-    )
-    background["series"] = background["deployment"] + ": " + background["window"]
-    decode = (
-        alt.Chart(background)
-        .mark_line(point=True)
-        .encode(
-            x=x,
-            y=alt.Y("tok_s:Q", title="background decode (tok/s per stream)"),
-            color=alt.Color("series:N", title=None),
-            tooltip=[
-                "deployment",
-                "window",
-                "cold_prompt_tokens",
-                alt.Tooltip("tok_s:Q", format=".1f"),
-            ],
-        )
-        .properties(width=520, height=160)
-    )
+        ("window", "tok_s", "background decode (tok/s per stream)", ".1f"),
+    ).properties(width=520, height=160)
     return alt.vconcat(
         (lines + rule).properties(
             width=520,
