@@ -16,6 +16,7 @@ from sparkcap import cli
 from sparkcap.publish import marts, terminal, text
 from sparkcap.publish.marts import ChangeRow
 from sparkcap.publish.night import read_night
+from tests.support.marts import LEVELS_AND_CAPACITY
 
 OLD = """
 create schema raw; create schema marts;
@@ -198,19 +199,9 @@ def test_a_servers_text_in_the_change_artifact_renders_as_text() -> None:
     ), row
 
 
-PRINTED = """
-create table marts.fct_levels (run_id varchar, deployment varchar, workload varchar,
-    concurrency integer, n_trials bigint, n_valid_trials bigint, n_failed_streams hugeint,
-    median_decode_tok_s double, min_decode_tok_s double, median_ttft_s double,
-    ttft_quantile double, ttft_quantile_s double, ttft_ceiling_s double,
-    meets_ttft_ceiling boolean, ttft_quantile_samples integer,
-    ttft_quantile_min_samples integer, ttft_quantile_is_supported boolean, any_queued boolean);
-create table marts.fct_capacity (run_id varchar, deployment varchar, workload varchar,
-    method varchar, threshold_tok_s decimal(3, 1), capacity_streams integer,
-    level_capacity_streams integer, first_failing_level integer, capacity_interpolated integer,
-    is_lower_bound boolean, is_below_lowest_level boolean, is_measured boolean,
-    search_low_streams integer, search_high_streams integer, n_straddling_levels bigint,
-    sustain_result varchar, n_valid_trials integer, capacity_verdict varchar);
+PRINTED = (
+    LEVELS_AND_CAPACITY
+    + """
 create table marts.fct_bottlenecks (run_id varchar, deployment varchar, workload varchar,
     capacity_streams integer, limit_level integer, bottleneck varchar, confidence varchar,
     evidence varchar, advice varchar, limit_level_tok_s double, limit_level_bound_tok_s double,
@@ -223,6 +214,7 @@ insert into marts.fct_capacity values
     ('r1', 'glm', 'code', 'grid', 20.0, 4, 4, 8, 4, false, false, true, null, null, 0,
      'not run (grid)', 1, '4 streams (fails at 8)');
 """
+)
 
 
 def test_a_night_prints_its_flagged_changes_after_its_capacities(

@@ -13,26 +13,18 @@ import pytest
 from sparkcap.errors import NotFound, SparkcapError
 from sparkcap.publish import marts
 from sparkcap.publish.text import capacity_line, fleet_line
+from tests.support.marts import LEVELS_AND_CAPACITY
 
-SCHEMA = """
+SCHEMA = (
+    """
 create schema raw;
 create schema marts;
 create table raw.runs (run_id varchar, started_at timestamptz, finished_at timestamptz,
     status varchar, status_reason varchar, sparkcap_version varchar);
 create table raw.waves (run_id varchar, wave_id varchar);
-create table marts.fct_levels (run_id varchar, deployment varchar, workload varchar,
-    concurrency integer, n_trials bigint, n_valid_trials bigint, n_failed_streams hugeint,
-    median_decode_tok_s double, min_decode_tok_s double, median_ttft_s double,
-    ttft_quantile double, ttft_quantile_s double, ttft_ceiling_s double,
-    meets_ttft_ceiling boolean, ttft_quantile_samples integer,
-    ttft_quantile_min_samples integer, ttft_quantile_is_supported boolean, any_queued boolean);
-create table marts.fct_capacity (run_id varchar, deployment varchar, workload varchar,
-    method varchar, threshold_tok_s decimal(3, 1), capacity_streams integer,
-    level_capacity_streams integer, first_failing_level integer, capacity_interpolated integer,
-    is_lower_bound boolean, is_below_lowest_level boolean, is_measured boolean,
-    search_low_streams integer, search_high_streams integer, n_straddling_levels bigint,
-    sustain_result varchar, n_valid_trials integer, capacity_verdict varchar);
-create table marts.fct_fleet_capacity (run_id varchar, workload varchar,
+"""
+    + LEVELS_AND_CAPACITY
+    + """create table marts.fct_fleet_capacity (run_id varchar, workload varchar,
     threshold_tok_s decimal(3, 1), capacity_streams hugeint, extrapolated_deployments varchar,
     not_measured_deployments varchar, n_measured_deployments bigint);
 create table marts.fct_step_outcomes (run_id varchar, deployment varchar, step varchar,
@@ -60,6 +52,7 @@ insert into marts.fct_step_outcomes values
     ('r1', null, 'link-check', 'link-check failed', null, true),
     ('r1', 'a', 'sweep', 'ok', null, false);
 """
+)
 
 
 @pytest.fixture
