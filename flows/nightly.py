@@ -21,8 +21,8 @@ from sparkcap.night import plan as night_plan
 from sparkcap.night import steps as pipeline
 from sparkcap.night.progress import emit, wave_summary
 from sparkcap.night.schedule import ensure_warehouse_limit
-from sparkcap.publish import text
 from sparkcap.publish.night import read_night
+from sparkcap.publish.text.markdown import changes_markdown
 from sparkcap.settings import get_settings
 
 
@@ -110,7 +110,7 @@ def _night(night: night_plan.Night) -> Any:
     changes = built.changes
     create_markdown_artifact(
         key="changes",
-        markdown=text.changes_markdown(run_id, changes),
+        markdown=changes_markdown(run_id, changes),
         description=f"{sum(ch.is_change for ch in changes)} change(s) vs baseline for run {run_id}",
     )
     create_link_artifact(key="report", link=Path(index).as_uri(), link_text=f"report {run_id}")

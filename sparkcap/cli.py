@@ -28,8 +28,19 @@ from sparkcap.config.fleet import load_fleet
 from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.errors import CLIError, Interrupted, SparkcapError
 from sparkcap.night.progress import probe_lines
-from sparkcap.publish import terminal, text
+from sparkcap.publish import terminal
 from sparkcap.publish.night import read_night
+from sparkcap.publish.text.capacity import capacity_words, search_disagreement_words
+from sparkcap.publish.text.changes import regression_line
+from sparkcap.publish.text.console import text_console
+from sparkcap.publish.text.links import link_line
+from sparkcap.publish.text.night import (
+    interrupted_line,
+    night_failures,
+    night_lines,
+    validation_lines,
+)
+from sparkcap.publish.text.tables import print_frames, print_rows
 from sparkcap.resources import bundled_fleet
 from sparkcap.settings import get_settings
 
@@ -39,7 +50,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     help="Measure how many concurrent streams an LLM fleet sustains at an interactive rate.",
 )
-err = text.text_console(stderr=True, soft_wrap=True)
+err = text_console(stderr=True, soft_wrap=True)
 app.command("replay")(cli_replay.replay)  # its parsing lives in cli_replay.py
 
 
@@ -49,9 +60,7 @@ def _root(version: opt.VersionOption = False) -> None:
     get_settings()  # the environment, said wrong first, before any of the command's options
 
 
-out = text.text_console(
-    width=None if sys.stdout.isatty() else 120, soft_wrap=not sys.stdout.isatty()
-)
+out = text_console(width=None if sys.stdout.isatty() else 120, soft_wrap=not sys.stdout.isatty())
 
 
 def _db(db: Path | None) -> Path:
@@ -61,7 +70,7 @@ def _db(db: Path | None) -> Path:
 def _interrupted(db: Path, run_id: str) -> Interrupted:
     from sparkcap.publish import marts  # +0.24 s (DuckDB, Arrow)
 
-    return Interrupted(text.interrupted_line(run_id, marts.recorded_run(db, run_id)))
+    return Interrupted(interrupted_line(run_id, marts.recorded_run(db, run_id)))
 
 
 @app.command()
@@ -144,14 +153,14 @@ def sweep(
         raise _interrupted(path, run_id) from None
     terminal.print_levels(out, sys.stdout, read_night(path, result.run_id), fmt)
     for d in marts.search_disagreements(path, result.run_id):
-        err.print(text.search_disagreement_words(d), highlight=False)
+        err.print(search_disagreement_words(d), highlight=False)
     say.print(f"database: {path}", highlight=False)
     if result.status != "complete":
         err.print(f"error: run {result.run_id} is incomplete: {result.reason}", highlight=False)
         raise typer.Exit(1)
     for c in marts.unmeasured_pairs(path, result.run_id):
         if (c.deployment, c.workload) == (req.deployment.name, req.workload):
-            raise CLIError(f"run {result.run_id}: {text.capacity_words(c, failing=True)}")
+            raise CLIError(f"run {result.run_id}: {capacity_words(c, failing=True)}")
 
 
 @app.command()
@@ -227,7 +236,7 @@ def link_check(fleet: opt.LinksFleetOption, db: opt.DbOption = None) -> None:
     dbt_build(path)  # a link's health is dbt's judgement (int_link_health): printed from it
     links = marts.link_health(path, run_id)
     for k in links:
-        out.print(text.link_line(k), highlight=False)
+        out.print(link_line(k), highlight=False)
     if not all(k.healthy for k in links):
         raise typer.Exit(1)
 
@@ -245,10 +254,10 @@ def compare_cmd(
 
     # the gate's own checks (both runs built, something to compare) come before any table
     found = regressions(_db(db), run_a, run_b) if fail_on == "regression" else []
-    text.print_frames(out, sys.stdout, compare(_db(db), run_a, run_b), run_a, run_b, fmt)
+    print_frames(out, sys.stdout, compare(_db(db), run_a, run_b), run_a, run_b, fmt)
     if fail_on == "regression":
         for r in found:
-            err.print(text.regression_line(r), highlight=False)
+            err.print(regression_line(r), highlight=False)
         if found:
             err.print(
                 f"error: run {run_b} regressed against {run_a}: {len(found)} regression(s)",
@@ -303,7 +312,7 @@ def sql(
 
     result = marts.query(_db(db), query)
     if result is not None:
-        text.print_rows(out, sys.stdout, result, format)
+        print_rows(out, sys.stdout, result, format)
 
 
 @app.command()
@@ -396,9 +405,9 @@ def run(
     built = read_night(path, result["run_id"])
     terminal.print_levels(out, sys.stdout, built, fmt)
     terminal.print_fleet(say, built)
-    for line in text.night_lines(result, path):
+    for line in night_lines(result, path):
         say.print(line, highlight=False)
-    failures = text.night_failures(result)
+    failures = night_failures(result)
     for line in failures:
         err.print(line, highlight=False)
     if failures:
@@ -495,7 +504,7 @@ def validate(
 
     cfg = DQConfig(prose_length_tolerance=prose_tolerance, max_failure_rate=max_failure_rate)
     result = run_validation(_db(db), run, config=cfg, docs_dir=out_dir)
-    for line in text.validation_lines(result):
+    for line in validation_lines(result):
         out.print(line, highlight=False)
     if not result.success:
         names = ", ".join(sorted({o.expectation for o in result.blocking_failures}))

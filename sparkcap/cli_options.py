@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from sparkcap import __version__
 from sparkcap.config.base import Profile, StreamWorkloadName, WorkloadName
 from sparkcap.config.probes import ProbeName
-from sparkcap.publish.text import OutputFormat
+from sparkcap.publish.text.tables import OutputFormat
 
 
 def usage_line(exc: typer.TyperException) -> str:

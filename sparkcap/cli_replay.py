@@ -13,7 +13,8 @@ import typer
 
 from sparkcap import cli_options as opt
 from sparkcap.config.fleet import load_fleet
-from sparkcap.publish import text
+from sparkcap.publish.text.console import text_console
+from sparkcap.publish.text.replay import replay_lines, replay_table
 from sparkcap.settings import get_settings
 
 _STALL = re.compile(r"^\s*(?P<s>\d+(?:\.\d+)?)\s*s?\s*@\s*(?P<at>\d+(?:\.\d+)?)\s*s?\s*$")
@@ -83,7 +84,7 @@ def replay(
     from sparkcap.transform.dbt_build import build
     from sparkcap.transform.plan_vars import build_plan, plan_vars
 
-    out = text.text_console(soft_wrap=True)
+    out = text_console(soft_wrap=True)
     db_path: Path = db if db is not None else get_settings().db_path
     client_stall = parse_stall(stall)
     if plan not in ("rate", "burst"):
@@ -134,10 +135,10 @@ def replay(
     rows = marts.replays(db_path, run_id, outcome.wave_ids)
     replay_id = next(iter(offers.values())).replay_id or ""
     fleet_verdict = marts.replay_fleet(db_path, run_id, replay_id)
-    for line in text.replay_lines(run_id, fleet_verdict, rows, outcome.failed):
+    for line in replay_lines(run_id, fleet_verdict, rows, outcome.failed):
         out.print(line, highlight=False)
     if rows:
-        out.print(text.replay_table(run_id, rows))
+        out.print(replay_table(run_id, rows))
     # a script gates on the status: the plan held (0), or it did not (3), or nothing was
     # recorded to judge (1)
     if fleet_verdict is None:

@@ -13,7 +13,8 @@ from sparkcap.config.fleet import Fleet, load_fleet
 from sparkcap.config.plan import SearchPlan, SweepPlan
 from sparkcap.night.sweeps import DEMO_PROFILE, ProgressFn, RunResult
 from sparkcap.publish import marts
-from sparkcap.publish.text import capacity_words, step_gap_words
+from sparkcap.publish.text.capacity import capacity_words
+from sparkcap.publish.text.night import step_gap_words
 from sparkcap.servers.llama import launched
 from sparkcap.store.connection import warehouse_key
 

@@ -35,7 +35,7 @@ from rich.progress import (
 
 from sparkcap.config.plan import planned_wave_count
 from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord
-from sparkcap.publish.text import text_console
+from sparkcap.publish.text.console import text_console
 
 ProgressFn = Callable[[WaveRecord, int, int], None]
 _sinks: list[ProgressFn] = []

@@ -34,9 +34,9 @@ from sparkcap.night.sweeps import (
     run_interruptibly,
     run_link_check,
 )
-from sparkcap.publish import text
 from sparkcap.publish.night import NightReport
 from sparkcap.publish.report import render_report
+from sparkcap.publish.text import markdown
 from sparkcap.store.runs import record_step_to
 from sparkcap.store.spool import stage_spool
 from sparkcap.transform.dbt_build import build as dbt_build
@@ -107,7 +107,7 @@ def report(db_path: Path, run_id: str, reports_dir: Path) -> Path:
 
 def capacity_markdown(night: NightReport) -> str:
     """The capacity table published as a Prefect artifact."""
-    return text.capacity_markdown(night.run_id, night.fleet, night.capacities)
+    return markdown.capacity_markdown(night.run_id, night.fleet, night.capacities)
 
 
 @dataclass(frozen=True)

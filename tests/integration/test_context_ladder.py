@@ -13,7 +13,7 @@ from sparkcap.config.deployment import Deployment
 from sparkcap.config.probes import ContextLadderOptions
 from sparkcap.night.sweeps import run_probe
 from sparkcap.publish import marts
-from sparkcap.publish.text import context_ladder_line
+from sparkcap.publish.text.context_ladder import context_ladder_line
 from sparkcap.servers.sim.profile import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build, parse_var_overrides

@@ -8,7 +8,8 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from sparkcap.publish.text import fleet_headline, thin_tail_words
+from sparkcap.publish.text.capacity import fleet_headline
+from sparkcap.publish.text.tables import thin_tail_words
 
 WORKLOAD_COLORS = {"code": "#1f77b4", "prose": "#e45756"}
 

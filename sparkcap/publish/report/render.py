@@ -40,14 +40,11 @@ from sparkcap.publish.report.charts import (
     throughput_chart,
     ttft_chart,
 )
-from sparkcap.publish.text import (
-    context_ladder_line,
-    fleet_headline,
-    link_state,
-    plan_lines,
-    rate_plan_lines,
-    thin_tail_words,
-)
+from sparkcap.publish.text.capacity import fleet_headline
+from sparkcap.publish.text.context_ladder import context_ladder_line
+from sparkcap.publish.text.links import link_state
+from sparkcap.publish.text.plan import plan_lines, rate_plan_lines
+from sparkcap.publish.text.tables import thin_tail_words
 from sparkcap.settings import get_settings
 
 

@@ -13,9 +13,11 @@ import duckdb
 import pytest
 
 from sparkcap import cli
-from sparkcap.publish import marts, terminal, text
+from sparkcap.publish import marts, terminal
 from sparkcap.publish.marts import ChangeRow
 from sparkcap.publish.night import read_night
+from sparkcap.publish.text.changes import change_lines
+from sparkcap.publish.text.markdown import changes_markdown
 from tests.support.marts import LEVELS_AND_CAPACITY
 
 OLD = """
@@ -136,7 +138,7 @@ def change(**kw: object) -> ChangeRow:
 
 def test_a_flagged_change_is_one_line_with_its_size_p_baseline_and_cause() -> None:
     quiet = change(subject="capacity", concurrency=None, is_change=False, direction=None)
-    assert text.change_lines([change(), quiet]) == [
+    assert change_lines([change(), quiet]) == [
         "change vs baseline — glm/code rate at 4 streams: -8.0 % (p 0.0021; baseline 50 "
         "[49, 51] of 7 runs) — 8 % slower than the baseline; also changed: engine 0.11.2 → 0.12.0"
     ]
@@ -144,12 +146,12 @@ def test_a_flagged_change_is_one_line_with_its_size_p_baseline_and_cause() -> No
 
 def test_nothing_flagged_is_one_line_and_no_baseline_is_none() -> None:
     quiet = change(is_change=False, direction=None, what_else_changed=None)
-    assert text.change_lines([quiet, quiet]) == ["no change vs baseline (2 comparison(s))"]
-    assert text.change_lines([]) == []
+    assert change_lines([quiet, quiet]) == ["no change vs baseline (2 comparison(s))"]
+    assert change_lines([]) == []
     # a first night has rows, but none was compared: it says nothing, never "no change"
     untested = change(is_change=False, direction=None, n_baseline_runs=0, is_tested=False)
-    assert text.change_lines([untested, untested]) == []
-    assert "No baseline" in text.changes_markdown("r1", [untested])
+    assert change_lines([untested, untested]) == []
+    assert "No baseline" in changes_markdown("r1", [untested])
 
 
 def test_a_drift_without_a_baseline_band_still_reads_as_one_line() -> None:
@@ -160,7 +162,7 @@ def test_a_drift_without_a_baseline_band_still_reads_as_one_line() -> None:
         p_value=None,
         what_else_changed="server restarted\x1b[2J",
     )
-    (line,) = text.change_lines([drift])
+    (line,) = change_lines([drift])
     assert line == (
         "change vs baseline — glm/code drift: -8.0 % — 8 % slower than the baseline; "
         "also changed: server restarted\\x1b[2J"
@@ -168,16 +170,16 @@ def test_a_drift_without_a_baseline_band_still_reads_as_one_line() -> None:
 
 
 def test_the_change_artifact_lists_flagged_changes_each_in_its_cells() -> None:
-    md = text.changes_markdown("r1", [change(verdict="slower | by 8 %"), change(is_change=False)])
+    md = changes_markdown("r1", [change(verdict="slower | by 8 %"), change(is_change=False)])
     rows = [x for x in md.splitlines() if x.startswith("| glm")]
     assert rows == [
         "| glm | code | rate at 4 streams | -8.0 % | 0.0021 | 50 | engine 0.11.2 → 0.12.0 | "
         "slower \\| by 8 % |"
     ]
-    assert "No change vs baseline (1 comparison(s))." in text.changes_markdown(
+    assert "No change vs baseline (1 comparison(s))." in changes_markdown(
         "r1", [change(is_change=False)]
     )
-    assert "No baseline" in text.changes_markdown("r1", [])
+    assert "No baseline" in changes_markdown("r1", [])
 
 
 @pytest.mark.reliability
@@ -189,7 +191,7 @@ def test_a_servers_text_in_the_change_artifact_renders_as_text() -> None:
         "<!-- x --> <script>alert(1)</script> ![b](http://198.51.100.7/p.png) "
         "[link](http://x) `code` a & b"
     )
-    md = text.changes_markdown("r1", [change(what_else_changed=f"root /m → {root}")])
+    md = changes_markdown("r1", [change(what_else_changed=f"root /m → {root}")])
     (row,) = [x for x in md.splitlines() if x.startswith("| glm")]
     for raw in ("<!--", "<script", "![b](", "[link](", "`code`", " & "):
         assert raw not in row, (raw, row)

@@ -12,7 +12,7 @@ import pytest
 
 from sparkcap.errors import NotFound, SparkcapError
 from sparkcap.publish import marts
-from sparkcap.publish.text import capacity_line, fleet_line
+from sparkcap.publish.text.capacity import capacity_line, fleet_line
 from tests.support.marts import LEVELS_AND_CAPACITY
 
 SCHEMA = (

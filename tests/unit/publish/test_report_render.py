@@ -3,7 +3,7 @@ deployment measured apart from them, never as a fleet of 0."""
 
 from __future__ import annotations
 
-from sparkcap.publish.text import fleet_headline
+from sparkcap.publish.text.capacity import fleet_headline
 
 
 def test_the_headline_counts_sessions_for_agents_and_streams_otherwise() -> None:

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from sparkcap.publish import text
 from sparkcap.publish.marts import (
     BottleneckRow,
     CapacityRow,
@@ -24,6 +23,24 @@ from sparkcap.publish.marts import (
     QueryResult,
     RecordedRun,
 )
+from sparkcap.publish.text.capacity import (
+    bottleneck_line,
+    capacity_line,
+    capacity_words,
+    fleet_line,
+)
+from sparkcap.publish.text.console import text_console
+from sparkcap.publish.text.context_ladder import context_ladder_line
+from sparkcap.publish.text.links import link_line
+from sparkcap.publish.text.markdown import capacity_markdown
+from sparkcap.publish.text.night import (
+    interrupted_line,
+    night_failures,
+    night_lines,
+    step_gap_words,
+)
+from sparkcap.publish.text.replay import replay_lines, replay_table
+from sparkcap.publish.text.tables import CAPACITY_COLUMNS, LEVEL_COLUMNS, print_levels, print_rows
 
 
 def capacity(verdict: str, *, measured: bool = True, **kw: object) -> CapacityRow:
@@ -76,10 +93,10 @@ VERDICTS = [
 @pytest.mark.parametrize(("verdict", "measured"), VERDICTS)
 def test_each_verdict_is_printed_as_the_mart_words_it(verdict: str, measured: bool) -> None:
     row = capacity(verdict, measured=measured)
-    assert text.capacity_words(row) == f"glm/code: {verdict}"
-    assert text.capacity_line(row) == f"capacity at 20 tok/s — glm/code: {verdict}"
+    assert capacity_words(row) == f"glm/code: {verdict}"
+    assert capacity_line(row) == f"capacity at 20 tok/s — glm/code: {verdict}"
     # only a pair that measured nothing is the reason a sweep fails, and says so first
-    failing = text.capacity_words(row, failing=True)
+    failing = capacity_words(row, failing=True)
     assert failing == (
         f"glm/code: {verdict}" if measured else f"glm/code measured nothing: {verdict}"
     )
@@ -88,7 +105,7 @@ def test_each_verdict_is_printed_as_the_mart_words_it(verdict: str, measured: bo
 @pytest.mark.parametrize(("threshold", "shown"), [(20.0, "20"), (12.5, "12.5"), (0.25, "0.25")])
 def test_a_threshold_prints_as_its_number(threshold: float, shown: str) -> None:
     row = capacity("4 streams (fails at 8)", threshold_tok_s=threshold)
-    assert text.capacity_line(row).startswith(f"capacity at {shown} tok/s — ")
+    assert capacity_line(row).startswith(f"capacity at {shown} tok/s — ")
 
 
 @pytest.mark.parametrize(
@@ -103,25 +120,25 @@ def test_a_threshold_prints_as_its_number(threshold: float, shown: str) -> None:
 def test_the_fleet_line_says_what_the_sum_rests_on(
     extrapolated: str | None, missing: str | None, note: str
 ) -> None:
-    line = text.fleet_line(FleetRow("code", 28, 20.0, extrapolated, missing, 3))
+    line = fleet_line(FleetRow("code", 28, 20.0, extrapolated, missing, 3))
     assert line == f"fleet capacity at 20 tok/s — code: 28 streams{note}"
 
 
 def test_a_fleet_figure_nothing_measured_is_said_so_and_sessions_are_counted_as_sessions() -> None:
-    assert text.fleet_line(FleetRow("agent", 0, 20.0, None, "gemma", 0)) == (
+    assert fleet_line(FleetRow("agent", 0, 20.0, None, "gemma", 0)) == (
         "fleet capacity at 20 tok/s — agent: not measured (gemma)"
     )
-    assert text.fleet_line(FleetRow("agent", 3, 20.0, None, "dead", 1)) == (
+    assert fleet_line(FleetRow("agent", 3, 20.0, None, "dead", 1)) == (
         "fleet capacity at 20 tok/s — agent: 3 sessions (partial: dead not measured)"
     )
-    assert text.fleet_line(FleetRow("agent", 1, 20.0, None, None, 1)) == (
+    assert fleet_line(FleetRow("agent", 1, 20.0, None, None, 1)) == (
         "fleet capacity at 20 tok/s — agent: 1 session"
     )
 
 
 def test_the_artifact_uses_the_fleet_line_and_keeps_each_verdict_in_its_cell() -> None:
     hostile = "no valid measurement at level 1: a | b\nc \\ d"
-    markdown = text.capacity_markdown(
+    markdown = capacity_markdown(
         "r1",
         [FleetRow("code", 4, 20.0, "m", None, 1)],
         [
@@ -145,10 +162,10 @@ def test_the_artifact_uses_the_fleet_line_and_keeps_each_verdict_in_its_cell() -
 
 
 def test_a_night_gap_names_the_step_or_the_night() -> None:
-    assert text.step_gap_words(FailedStep("dead", "sweep failed", "endpoint unreachable")) == (
+    assert step_gap_words(FailedStep("dead", "sweep failed", "endpoint unreachable")) == (
         "dead sweep failed: endpoint unreachable"
     )
-    assert text.step_gap_words(FailedStep(None, "link-check failed", None)) == (
+    assert step_gap_words(FailedStep(None, "link-check failed", None)) == (
         "night link-check failed: no reason recorded"
     )
 
@@ -174,7 +191,7 @@ def test_a_night_gap_names_the_step_or_the_night() -> None:
     ],
 )
 def test_a_ctrl_c_says_only_what_is_certain(recorded: RecordedRun | None, line: str) -> None:
-    assert text.interrupted_line("r1", recorded) == line
+    assert interrupted_line("r1", recorded) == line
 
 
 @pytest.mark.parametrize(
@@ -203,12 +220,12 @@ def test_a_ctrl_c_says_only_what_is_certain(recorded: RecordedRun | None, line: 
 def test_a_night_ends_on_one_error_line_after_what_it_missed(
     result: dict[str, object], lines: list[str]
 ) -> None:
-    assert text.night_failures(result) == lines
+    assert night_failures(result) == lines
 
 
 def test_the_levels_output_columns_are_the_readers_fields() -> None:
-    assert LevelRow._fields == text.LEVEL_COLUMNS
-    assert set(text.CAPACITY_COLUMNS) <= set(CapacityRow._fields)
+    assert LevelRow._fields == LEVEL_COLUMNS
+    assert set(CAPACITY_COLUMNS) <= set(CapacityRow._fields)
 
 
 HOSTILE = 'dep,"quoted"\nline'
@@ -226,7 +243,7 @@ def _levels() -> tuple[list[LevelRow], list[CapacityRow]]:
 def test_levels_as_csv_read_back_to_the_same_values() -> None:
     levels, caps = _levels()
     stream = io.StringIO()
-    text.print_levels(Console(file=io.StringIO()), stream, "r1", levels, caps, "csv")
+    print_levels(Console(file=io.StringIO()), stream, "r1", levels, caps, "csv")
     rows = list(csv.DictReader(io.StringIO(stream.getvalue(), newline="")))
     assert len(rows) == 2
     assert {r["deployment"] for r in rows} == {HOSTILE}
@@ -239,12 +256,12 @@ def test_levels_as_csv_read_back_to_the_same_values() -> None:
 def test_levels_as_json_are_one_ascii_document_with_every_value() -> None:
     levels, caps = _levels()
     stream = io.StringIO()
-    text.print_levels(Console(file=io.StringIO()), stream, "r1", levels, caps, "json")
+    print_levels(Console(file=io.StringIO()), stream, "r1", levels, caps, "json")
     out = stream.getvalue()
     assert out.endswith("\n") and out.count("\n") == 1 and out.isascii()
     doc = json.loads(out)
     assert doc["run_id"] == "r1"
-    assert doc["levels"][1] == dict(zip(text.LEVEL_COLUMNS, levels[1], strict=True))
+    assert doc["levels"][1] == dict(zip(LEVEL_COLUMNS, levels[1], strict=True))
     assert doc["capacity"][0]["capacity_verdict"] == '≥ 1 stream, "odd"\nreason'
     assert doc["capacity"][0]["threshold_tok_s"] == 20.0
 
@@ -252,7 +269,7 @@ def test_levels_as_json_are_one_ascii_document_with_every_value() -> None:
 def test_levels_as_a_table_show_missing_figures_as_dashes() -> None:
     levels, caps = _levels()
     buf = io.StringIO()
-    text.print_levels(Console(file=buf, width=200), io.StringIO(), "r1", levels, caps)
+    print_levels(Console(file=buf, width=200), io.StringIO(), "r1", levels, caps)
     printed = buf.getvalue()
     assert "120.5" in printed and "0/1" in printed and "—" in printed
     assert printed.rstrip().endswith('≥ 1 stream, "odd"\nreason')
@@ -273,7 +290,7 @@ def test_agent_levels_show_the_turn_ttft_their_rule_reads_and_streams_leave_it_b
         ),
     ]
     buf = io.StringIO()
-    text.print_levels(Console(file=buf, width=200), io.StringIO(), "r1", levels, [])
+    print_levels(Console(file=buf, width=200), io.StringIO(), "r1", levels, [])
     lines = buf.getvalue().splitlines()
     (header,) = [line for line in lines if "TTFT p90 s" in line]
     agent_1, agent_2, code = (
@@ -287,7 +304,7 @@ def test_agent_levels_show_the_turn_ttft_their_rule_reads_and_streams_leave_it_b
     assert "not enough samples (63 of 64) > 5" in agent_8 and "17.5" not in agent_8
     # a run without agent levels keeps its columns
     buf = io.StringIO()
-    text.print_levels(Console(file=buf, width=200), io.StringIO(), "r1", levels[2:3], [])
+    print_levels(Console(file=buf, width=200), io.StringIO(), "r1", levels[2:3], [])
     assert "p90" not in buf.getvalue() and header
 
 
@@ -299,8 +316,8 @@ def test_sql_rows_as_csv_and_json_escape_their_cells() -> None:
         ["a", "b", "c"], [(HOSTILE, None, Decimal("1.50")), (1, date(2020, 1, 2), 2.5)]
     )
     csv_out, json_out = io.StringIO(), io.StringIO()
-    text.print_rows(Console(file=io.StringIO()), csv_out, rows, "csv")
-    text.print_rows(Console(file=io.StringIO()), json_out, rows, "json")
+    print_rows(Console(file=io.StringIO()), csv_out, rows, "csv")
+    print_rows(Console(file=io.StringIO()), json_out, rows, "json")
     back = list(csv.reader(io.StringIO(csv_out.getvalue(), newline="")))
     assert back == [["a", "b", "c"], [HOSTILE, "", "1.50"], ["1", "2020-01-02", "2.5"]]
     assert json.loads(json_out.getvalue()) == [
@@ -311,9 +328,9 @@ def test_sql_rows_as_csv_and_json_escape_their_cells() -> None:
 
 def test_sql_cells_print_as_text_never_as_markup_or_escape_sequences() -> None:
     buf = io.StringIO()
-    console = text.text_console(file=buf, width=200)
+    console = text_console(file=buf, width=200)
     rows = QueryResult(["e", "f", "g"], [("\x1b]0;pwned\x07", "[bold]z[/]", None)])
-    text.print_rows(console, io.StringIO(), rows, "table")
+    print_rows(console, io.StringIO(), rows, "table")
     printed = buf.getvalue()
     assert "\x1b" not in printed and "\\x1b]0;pwned\\x07" in printed
     assert "[bold]z[/]" in printed and "NULL" in printed
@@ -322,7 +339,7 @@ def test_sql_cells_print_as_text_never_as_markup_or_escape_sequences() -> None:
 def test_night_lines_name_the_data_docs_only_when_they_were_written(tmp_path: Path) -> None:
     report = tmp_path / "r1" / "index.html"
     result = {"report": str(report)}
-    assert [x.split(":")[0] for x in text.night_lines(result, Path("w.duckdb"))] == [
+    assert [x.split(":")[0] for x in night_lines(result, Path("w.duckdb"))] == [
         "database",
         "report",
         "open it",
@@ -330,7 +347,7 @@ def test_night_lines_name_the_data_docs_only_when_they_were_written(tmp_path: Pa
     docs = tmp_path / "r1" / "dq" / "data_docs" / "index.html"
     docs.parent.mkdir(parents=True)
     docs.write_text("")
-    assert f"data docs: {docs}" in text.night_lines(result, Path("w.duckdb"))
+    assert f"data docs: {docs}" in night_lines(result, Path("w.duckdb"))
 
 
 @pytest.mark.parametrize(
@@ -348,12 +365,12 @@ def test_night_lines_name_the_data_docs_only_when_they_were_written(tmp_path: Pa
     ],
 )
 def test_a_link_is_worded_from_dbts_verdict(link: LinkRow, line: str) -> None:
-    assert text.link_line(link) == line
+    assert link_line(link) == line
 
 
 def test_a_search_step_decided_otherwise_live_is_named_with_the_records_reason() -> None:
     from sparkcap.publish.marts import SearchDisagreement
-    from sparkcap.publish.text import search_disagreement_words
+    from sparkcap.publish.text.capacity import search_disagreement_words
 
     d = SearchDisagreement(
         "glm", "code", "level", 12, "pass", "fail", "a counted trial queued streams", None
@@ -368,7 +385,7 @@ def test_a_search_step_decided_otherwise_live_is_named_with_the_records_reason()
 
 def test_session_cache_lines_name_each_deployments_state_and_every_flagged_wave() -> None:
     from sparkcap.publish.marts import SessionCacheRow
-    from sparkcap.publish.text import session_cache_lines
+    from sparkcap.publish.text.capacity import session_cache_lines
 
     rows = [
         SessionCacheRow("a", 1, 1, 1, "as planned", 0.95, "verified", False, None),
@@ -449,7 +466,7 @@ def _ladder(**kw: object) -> ContextLadderRow:
     ],
 )
 def test_a_context_ladder_is_worded_from_its_summary(row: ContextLadderRow, line: str) -> None:
-    assert text.context_ladder_line(row) == line
+    assert context_ladder_line(row) == line
 
 
 def _why(**kw: object) -> BottleneckRow:
@@ -475,7 +492,7 @@ def _why(**kw: object) -> BottleneckRow:
 
 
 def test_the_why_line_says_what_the_measurements_overruled() -> None:
-    line = text.bottleneck_line(
+    line = bottleneck_line(
         _why(overruled_evidence="request-slots: 4 slot(s) for 16 streams, but up to 0 waiting")
     )
     assert line is not None
@@ -487,7 +504,7 @@ def test_the_why_line_says_what_the_measurements_overruled() -> None:
 
 
 def test_a_verdict_only_configuration_supports_is_said_unconfirmed() -> None:
-    line = text.bottleneck_line(
+    line = bottleneck_line(
         _why(
             bottleneck="request-slots",
             confidence="low",
@@ -514,7 +531,7 @@ def test_a_replay_names_the_fleet_verdict_then_each_deployment_and_hides_thin_ta
                   "holds: 3.0 streams in flight on average at 25.0 tok/s"),
     ]  # fmt: skip
     fleet = ReplayFleetRow("0a1b2c3d", 1.3, 3, 2, 1, "a", "fails at a")
-    lines = text.replay_lines("r1", fleet, rows, {"c": "ConnectError: refused"})
+    lines = replay_lines("r1", fleet, rows, {"c": "ConnectError: refused"})
     assert lines[0] == (
         "open-loop replay of run r1 at 1.3× the rate plan's arrivals (seed 3): the plan fails"
         " at a (1 of 2 deployments hold)"
@@ -527,7 +544,7 @@ def test_a_replay_names_the_fleet_verdict_then_each_deployment_and_hides_thin_ta
         "  c: not replayed: ConnectError: refused",
     ]
     buf = io.StringIO()
-    Console(file=buf, width=200).print(text.replay_table("r1", rows))
+    Console(file=buf, width=200).print(replay_table("r1", rows))
     b_line = next(x for x in buf.getvalue().splitlines() if x.split()[:1] == ["b"])
     assert "few (40)" in b_line and "0.90" not in b_line  # 40 TTFTs support no p90
     # measured beside the open-loop model's prediction: streams in flight and the code median
@@ -538,5 +555,5 @@ def test_a_replay_names_the_fleet_verdict_then_each_deployment_and_hides_thin_ta
     assert "12.5% (3/4)" in a_line and b_line.split()[-2:] == ["—", "holds"]
     # every header and cell whole at 80 columns (a cell wraps, never cut with an ellipsis)
     narrow = io.StringIO()
-    Console(file=narrow, width=80).print(text.replay_table("r1", rows))
+    Console(file=narrow, width=80).print(replay_table("r1", rows))
     assert "…" not in narrow.getvalue() and max(map(len, narrow.getvalue().splitlines())) <= 80
