@@ -25,7 +25,7 @@ from sparkcap import cli_replay
 from sparkcap.config import command_line
 from sparkcap.config.deployment import Deployment, deployment_name
 from sparkcap.config.fleet import load_fleet
-from sparkcap.config.plan import SweepPlan, SweepRequest
+from sparkcap.config.plan import SearchPlan, SweepPlan, SweepRequest
 from sparkcap.errors import CLIError, Interrupted, SparkcapError
 from sparkcap.night.progress import probe_lines
 from sparkcap.publish import terminal
@@ -74,6 +74,7 @@ def _interrupted(db: Path, run_id: str) -> Interrupted:
 
 
 @app.command()
+@opt.search_options
 def sweep(
     endpoint: opt.SweepEndpointOption,
     model: opt.ModelOption,
@@ -94,17 +95,9 @@ def sweep(
     db: opt.DbOption = None,
     fmt: opt.LevelsFormatOption = "table",
     run: opt.JoinRunOption = None,
-    search: opt.SearchFlag = False,
-    max_level: opt.MaxLevel = None,
-    trials_max: opt.TrialsMax = None,
-    confidence: opt.Confidence = None,
-    sustain_factor: opt.SustainFactor = None,
-    trial_tokens: opt.TrialTokens = None,
+    searching: SearchPlan | None = None,
 ) -> None:
     """Sweep one deployment with synchronized waves and record every token timestamp."""
-    searching = command_line.search_plan(
-        search, max_level, trials_max, confidence, sustain_factor, trial_tokens
-    )
     # a message never echoes a value
     headers, header_env = command_line.parse_header_options(header)
     req = SweepRequest(
@@ -329,6 +322,7 @@ def sim(port: opt.PortOption = 8000) -> None:
 
 
 @app.command()
+@opt.search_options
 def run(
     fleet: opt.NightFleetOption,
     db: opt.DbOption = None,
@@ -336,12 +330,7 @@ def run(
     reports: opt.ReportsOption = None,
     no_prefect: opt.NoPrefectOption = False,
     fmt: opt.LevelsFormatOption = "table",
-    search: opt.SearchFlag = False,
-    max_level: opt.MaxLevel = None,
-    trials_max: opt.TrialsMax = None,
-    confidence: opt.Confidence = None,
-    sustain_factor: opt.SustainFactor = None,
-    trial_tokens: opt.TrialTokens = None,
+    searching: SearchPlan | None = None,
     distributed: opt.DistributedOption = None,
     finish: opt.FinishOption = None,
 ) -> None:
@@ -349,9 +338,6 @@ def run(
     from sparkcap.loadgen.sweep import new_run_id  # +0.07 s (httpx, psutil)
     from sparkcap.night import plan, steps  # +0.69 s (dbt, Great Expectations, the report)
 
-    searching = command_line.search_plan(
-        search, max_level, trials_max, confidence, sustain_factor, trial_tokens
-    )
     search_opts = searching.model_dump() if searching is not None else None
     # validates the fleet file before anything starts
     fl = plan.fleet_for(fleet, profile, search=search_opts)

@@ -11,15 +11,19 @@ app these build (``python -m sparkcap.docs_reference --check``).
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
 from pydantic import ValidationError
 
 from sparkcap import __version__
 from sparkcap.config.base import Profile, StreamWorkloadName, WorkloadName
+from sparkcap.config.command_line import search_plan
 from sparkcap.config.probes import ProbeName
 from sparkcap.publish.text.tables import OutputFormat
 
@@ -102,6 +106,47 @@ TrialTokens = Annotated[
         "at least 32; the sustain wave runs the full length x the sustain factor)"
     ),
 ]
+# (name, type, default): the order they are listed in, after the options before ``searching``
+_SEARCH_OPTIONS: tuple[tuple[str, Any, object], ...] = (
+    ("search", SearchFlag, False),
+    ("max_level", MaxLevel, None),
+    ("trials_max", TrialsMax, None),
+    ("confidence", Confidence, None),
+    ("sustain_factor", SustainFactor, None),
+    ("trial_tokens", TrialTokens, None),
+)
+
+
+def search_options(command: Callable[..., None]) -> Callable[..., None]:
+    """A command that searches (sweep, run) takes the search options, declared here once, in
+    place of its parameter ``searching``: typer lists the six options where that parameter
+    stands, and the command receives them as one plan (``None``: a grid), an option given
+    without ``--search`` refused (``command_line.search_plan``)."""
+    signature = inspect.signature(command, eval_str=True)
+    params = list(signature.parameters.values())
+    at = [p.name for p in params].index("searching")
+    searched = [
+        inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d, annotation=t)
+        for name, t, d in _SEARCH_OPTIONS
+    ]
+
+    @functools.wraps(command)
+    def with_search_options(*args: Any, **kwargs: Any) -> None:
+        given = [kwargs.pop(name, default) for name, _, default in _SEARCH_OPTIONS]
+        command(*args, searching=search_plan(*given), **kwargs)
+
+    # typer reads a command's options from its signature and type hints: these, not the wrapped
+    with_search_options.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*params[:at], *searched, *params[at + 1 :]]
+    )
+    with_search_options.__annotations__ = {
+        **{p.name: p.annotation for p in params[:at]},
+        **{name: t for name, t, _ in _SEARCH_OPTIONS},
+        **{p.name: p.annotation for p in params[at + 1 :]},
+        "return": None,
+    }
+    return with_search_options
+
 
 # sweep
 SweepEndpointOption = Annotated[
