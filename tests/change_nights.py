@@ -57,6 +57,9 @@ class History:
     # each level's server gauges read during its waves: (name, value), e.g. vLLM's
     # ("vllm:num_requests_waiting", 4.0); unset: no /metrics
     gauges: dict[int, list[tuple[str, float]]] = field(default_factory=dict)
+    # the fleet the nights measured, recorded as a fleet night records it (its file's name);
+    # None: ad-hoc sweeps, which have no fleet
+    fleet: str | None = None
 
     @classmethod
     def exact(
@@ -65,6 +68,7 @@ class History:
         nights: Sequence[Night],
         rates_tok_s: dict[int, float],
         ttft_s: dict[int, float] | None = None,
+        fleet: str | None = None,
     ) -> History:
         """One trial a level, no trial noise, no spread between streams: the marts' figures are
         the staged ones, for tests that assert them exactly."""
@@ -77,6 +81,7 @@ class History:
             trial_noise=0.0,
             stream_spread=0.0,
             ttft_s=ttft_s or {},
+            fleet=fleet,
         )
 
 
@@ -114,7 +119,8 @@ def stage_history(db_path: Path, history: History, seed: int) -> list[str]:
         for index, night in enumerate(history.nights, start=1):
             run_id = run_id_for(history.deployment, index)
             start_ns = FIRST_NIGHT_NS + index * DAY_NS
-            record_run_start(con, run_id, {}, start_ns, [deployment])
+            config = {} if history.fleet is None else {"fleet": {"name": history.fleet}}
+            record_run_start(con, run_id, config, start_ns, [deployment])
             for concurrency in history.levels:
                 for trial in range(1, history.trials + 1):
                     trial_rate = (

@@ -9,13 +9,13 @@ from the marts, so both runs must have been built.
 ``--fail-on regression`` (:func:`regressions`) turns it into a gate for CI: the later run
 regressed where a capacity it measured lies wholly below the earlier run's (each capacity with
 its interval, ``fct_capacity``'s bootstrap or search bracket), where it measured nothing that
-the earlier run measured or has no row for it at all (a deployment down, another fleet's
-night), or where ``fct_changes`` flagged it slower or lower than its baseline. A gate that
-would compare nothing (a run without built capacities, an earlier run that measured none)
-stops with one line instead of passing. Each of those is dbt's judgement: the capacities' is
-the macro ``regression_gate`` (``fct_capacity_regressions`` runs it on each night against the
-one before; here it is compiled and run on the two runs given), the flags are
-``fct_changes``'; nothing is re-tested here, and the SQL is in
+the earlier run measured or has no row for it at all (a deployment down, or another fleet's
+night: the words then name both fleets), or where ``fct_changes`` flagged it slower or lower
+than its baseline. A gate that would compare nothing (a run without built capacities, an
+earlier run that measured none) stops with one line instead of passing. Each of those is dbt's
+judgement: the capacities' is the macro ``regression_gate`` (``fct_capacity_regressions`` runs
+it on each fleet's night against that fleet's night before; here it is compiled and run on the
+two runs given), the flags are ``fct_changes``'; nothing is re-tested here, and the SQL is in
 :mod:`sparkcap.publish.marts.compare`.
 """
 
@@ -76,6 +76,7 @@ def regressions(db_path: Path, run_a: str, run_b: str) -> list[Regression]:
     with open_warehouse(db_path, read_only=True) as con:
         require_runs(con, db_path, [run_a, run_b])
         _require_compared(con, db_path, run_a, run_b)
+        other_fleet = _other_fleet_words(compare_marts.fleet_names(con, run_a, run_b), run_a, run_b)
         for pair in compare_marts.regressed_pairs(con, run_a, run_b):
             earlier = _interval(
                 pair.earlier_capacity_streams, pair.earlier_low_streams, pair.earlier_high_streams
@@ -83,7 +84,7 @@ def regressions(db_path: Path, run_a: str, run_b: str) -> list[Regression]:
             if pair.gate_verdict == "missing":
                 words = (
                     f"not in {run_b}'s night ({earlier} streams in "
-                    f"{run_a}): never measured, so never shown to hold"
+                    f"{run_a}): never measured, so never shown to hold{other_fleet}"
                 )
             elif pair.gate_verdict == "not measured":
                 words = f"capacity not measured in {run_b} ({earlier} streams in {run_a})"
@@ -112,6 +113,20 @@ def regressions(db_path: Path, run_a: str, run_b: str) -> list[Regression]:
                 )
             )
     return found
+
+
+def _fleet_words(fleet: str | None) -> str:
+    return "no fleet (an ad-hoc sweep)" if fleet is None else f"fleet {fleet!r}"
+
+
+def _other_fleet_words(fleets: dict[str, str | None], run_a: str, run_b: str) -> str:
+    """Why a pair can be missing without anything going down: the two runs measured different
+    fleets (each night's own chain is ``fct_capacity_regressions``, by fleet)."""
+    if run_a not in fleets or run_b not in fleets or fleets[run_a] == fleets[run_b]:
+        return ""
+    return (
+        f" ({run_a} measured {_fleet_words(fleets[run_a])}, {run_b} {_fleet_words(fleets[run_b])})"
+    )
 
 
 def _require_compared(

@@ -97,14 +97,27 @@ def test_export_parses_back_and_compare_gates_a_slower_night(db_path: Path, tmp_
     assert cli_in_process("compare", equal, slower, *db).returncode == 0
 
     # a later night without the pair the earlier one measured (its deployment down, or a night
-    # of another fleet) regressed: never measured, so never shown to hold
-    (other,) = stage_history(db_path, History.exact("other", [Night()], RATES_TOK_S), seed=36)
-    build(db_path, select=READ)
+    # of another fleet) regressed: never measured, so never shown to hold; the words name the
+    # two fleets when they differ
+    other_history = History.exact("other", [Night()], RATES_TOK_S, fleet="lab")
+    (other,) = stage_history(db_path, other_history, seed=36)
+    build(db_path, select=READ + " +fct_capacity_regressions")
     p = cli_in_process("compare", equal, other, "--fail-on", "regression", *db)
     assert p.returncode == 3
     lines = p.stderr.strip().splitlines()
-    assert f"regression: m/code not in {other}'s night (4 streams in {equal})" in lines[0], lines
+    assert (
+        f"regression: m/code not in {other}'s night (4 streams in {equal}): never measured, so "
+        f"never shown to hold ({equal} measured no fleet (an ad-hoc sweep), {other} fleet 'lab')"
+    ) in lines[0], lines
     assert lines[-1].startswith(f"error: run {other} regressed against {equal}: "), lines
+    # each night's own chain is its fleet's: the lab's first night is judged against nothing,
+    # and the ad-hoc sweeps' slower night against the equal one before it
+    with duckdb.connect(str(db_path), read_only=True) as con:
+        chain = con.execute(
+            "select fleet_name, earlier_run_id, later_run_id, bool_or(is_regression) "
+            "from marts.fct_capacity_regressions group by all order by later_run_id"
+        ).fetchall()
+    assert chain == [(None, first, equal, False), (None, equal, slower, True)], chain
     # a later night never built (staged after the last build, or its build stopped): one line,
     # non-zero, and no table of dashes before it
     (unbuilt,) = stage_history(db_path, History.exact("late", [Night()], RATES_TOK_S), seed=37)

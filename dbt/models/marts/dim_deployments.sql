@@ -17,7 +17,8 @@ final as (
         d.replicas,
         d.parallel_slots,
         d.reports_usage,
-        r.started_at as run_started_at
+        r.started_at as run_started_at,
+        r.fleet_name
     from deployments as d
     inner join runs as r on r.run_id = d.run_id
 )

@@ -10,6 +10,8 @@ final as (
         cast(sparkcap_version as varchar) as sparkcap_version,
         cast(status as varchar) as run_status,
         cast(status_reason as varchar) as run_status_reason,
+        -- a fleet night records its fleet file whole; an ad-hoc sweep has no fleet (NULL)
+        json_extract_string(config_json, '$.fleet.name') as fleet_name,
         config_json
     from source
 )

@@ -75,6 +75,10 @@ select run_id, count(*) as n_rows, count(*) filter (where is_measured) as n_meas
 from marts.fct_capacity where run_id in ($a, $b) group by run_id
 """
 
+FLEETS_SQL = """
+select distinct run_id, fleet_name from marts.dim_deployments where run_id in ($a, $b)
+"""
+
 FLAGGED_SLOWER_SQL = """
 select deployment, workload, subject, concurrency, change_pct, p_value, what_else_changed,
        verdict
@@ -136,6 +140,15 @@ def built_capacities(
     """Each of the two runs with built capacities, by run id (``fct_capacity`` must exist)."""
     rows = con.execute(BUILT_SQL, {"a": run_a, "b": run_b}).fetchall()
     return {str(run): BuiltCapacities(int(n), int(m)) for run, n, m in rows}
+
+
+def fleet_names(con: duckdb.DuckDBPyConnection, run_a: str, run_b: str) -> dict[str, str | None]:
+    """The fleet each of the two runs measured, by run id (``None``: an ad-hoc sweep); a run
+    without deployments in ``dim_deployments`` is left out."""
+    if not has_mart(con, "dim_deployments"):
+        return {}
+    rows = con.execute(FLEETS_SQL, {"a": run_a, "b": run_b}).fetchall()
+    return {str(run): None if fleet is None else str(fleet) for run, fleet in rows}
 
 
 def regressed_pairs(
