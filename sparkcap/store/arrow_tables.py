@@ -8,8 +8,9 @@ columns and an endpoint never carries its credentials. The tables are built by
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,13 +18,42 @@ import pyarrow as pa
 from sparkcap.config.deployment import url_without_credentials
 from sparkcap.loadgen.discover import FactRow
 from sparkcap.loadgen.metrics import labels_text
-from sparkcap.loadgen.records import MAX_COUNT, ReplayOffer, WaveRecord, stored_counts
+from sparkcap.loadgen.records import (
+    MAX_COUNT,
+    PowerSample,
+    ProcessTiming,
+    ReplayOffer,
+    SearchDecision,
+    WaveRecord,
+    stored_counts,
+)
 from sparkcap.store.schema import raw_table
+
+# raw.search_levels' columns of the search's live figures
+_LIVE_COLUMNS = {
+    "median_tok_s": "live_median_tok_s",
+    "ci_low_tok_s": "live_ci_low_tok_s",
+    "ci_high_tok_s": "live_ci_high_tok_s",
+    "verdict": "live_verdict",
+}
 
 
 def utc_from_ns(ns: int) -> datetime:
     """A wall-clock time in nanoseconds since the epoch as an aware UTC datetime."""
     return datetime.fromtimestamp(ns / 1e9, tz=UTC)
+
+
+def _record_columns(
+    record: type[Any], rows: Sequence[Any], renamed: Mapping[str, str] | None = None
+) -> dict[str, list[Any]]:
+    """Rows of a dataclass as columns, one a field, each named as its field unless ``renamed``
+    names its column: the record's fields are the table's columns (``raw_table`` refuses any
+    other), so a field added to the record is a column to add to the schema."""
+    names = renamed or {}
+    return {
+        names.get(f.name, f.name): [getattr(r, f.name) for r in rows]
+        for f in dataclasses.fields(record)
+    }
 
 
 def facts_table(run_id: str, deployment: str, rows: Sequence[FactRow]) -> pa.Table:
@@ -34,11 +64,7 @@ def facts_table(run_id: str, deployment: str, rows: Sequence[FactRow]) -> pa.Tab
         {
             "run_id": [run_id] * len(rows),
             "deployment": [deployment] * len(rows),
-            "fact": [r.fact for r in rows],
-            "value": [r.value for r in rows],
-            "text_value": [r.text_value for r in rows],
-            "source": [r.source for r in rows],
-            "detail": [r.detail for r in rows],
+            **_record_columns(FactRow, rows),
             "recorded_at": [at] * len(rows),
         },
     )
@@ -144,15 +170,7 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
         "client_processes",
         {
             "wave_id": [wave.wave_id] * len(procs),
-            "process_index": [p.process_index for p in procs],
-            "pid": [p.pid for p in procs],
-            "n_streams": [p.n_streams for p in procs],
-            "released_ns": [p.released_ns for p in procs],
-            "ended_ns": [p.ended_ns for p in procs],
-            "loop_lag_p99_ms": [p.loop_lag_p99_ms for p in procs],
-            "loop_lag_max_ms": [p.loop_lag_max_ms for p in procs],
-            "cpu_pct": [p.cpu_pct for p in procs],
-            "timing_error_bound": [p.timing_error_bound for p in procs],
+            **_record_columns(ProcessTiming, procs),
         },
     )
     d = wave.search_decision
@@ -164,19 +182,8 @@ def wave_tables(wave: WaveRecord) -> dict[str, pa.Table]:
             "run_id": [wave.run_id] * len(decisions),
             "deployment": [wave.deployment] * len(decisions),
             "workload": [wave.workload] * len(decisions),
-            "kind": [x.kind for x in decisions],
-            "search_step": [x.search_step for x in decisions],
-            "concurrency": [x.concurrency for x in decisions],
-            "n_trials": [x.n_trials for x in decisions],
-            "n_valid_trials": [x.n_valid_trials for x in decisions],
-            "confidence": [x.confidence for x in decisions],
-            "trials_max": [x.trials_max for x in decisions],
-            "live_median_tok_s": [x.median_tok_s for x in decisions],
-            "live_ci_low_tok_s": [x.ci_low_tok_s for x in decisions],
-            "live_ci_high_tok_s": [x.ci_high_tok_s for x in decisions],
-            "live_verdict": [x.verdict for x in decisions],
-            "stop_reason": [x.stop_reason for x in decisions],
-            "next_action": [x.next_action for x in decisions],
+            # the live figures, named as such: dbt's fct_search_path holds those of record
+            **_record_columns(SearchDecision, decisions, _LIVE_COLUMNS),
         },
     )
     return {
@@ -197,11 +204,7 @@ def replay_table(wave: WaveRecord) -> pa.Table:
         "replay_offers",
         {
             "wave_id": [wave.wave_id] * len(offers),
-            # the offer's fields are the table's columns (raw_table refuses any other)
-            **{
-                f.name: [getattr(o, f.name) for o in offers]
-                for f in dataclasses.fields(ReplayOffer)
-            },
+            **_record_columns(ReplayOffer, offers),
         },
     )
 
@@ -213,16 +216,7 @@ def power_table(wave: WaveRecord) -> pa.Table:
         "power_samples",
         {
             "wave_id": [wave.wave_id] * len(rows),
-            "seq": [r.seq for r in rows],
-            "t_ns": [r.t_ns for r in rows],
-            "source": [r.source for r in rows],
-            "sensor": [r.sensor for r in rows],
-            "metric": [r.metric for r in rows],
-            "quantity": [r.quantity for r in rows],
-            "value": [r.value for r in rows],
-            "status": [r.status for r in rows],
-            "reason": [r.reason for r in rows],
-            "read_rtt_ns": [r.read_rtt_ns for r in rows],
+            **_record_columns(PowerSample, rows),
         },
     )
 
