@@ -76,6 +76,21 @@ from t_waves
     )
 {%- endmacro %}
 
+{#- A first failing level without a valid trial is no measured failure: its level and the
+    reason, as columns unmeasured_level and unmeasured_reason (NULL where it was measured).
+    `first_failing`: the first failing level's row (concurrency, no_valid_trial_reason). -#}
+{% macro unmeasured_first_failure(first_failing) -%}
+    case when {{ first_failing }}.no_valid_trial_reason is not null
+        then {{ first_failing }}.concurrency end as unmeasured_level,
+    {{ first_failing }}.no_valid_trial_reason as unmeasured_reason
+{%- endmacro %}
+
+{#- A capacity is measured unless no level passed and the first failing (the lowest) level
+    had no valid trial: 0 streams is then no verdict. -#}
+{% macro capacity_is_measured(capacity_level, unmeasured_level) -%}
+    not ({{ capacity_level }} is null and {{ unmeasured_level }} is not null)
+{%- endmacro %}
+
 
 {#- Queued by overlap, written once: a stream decodes from its first to its last content
     chunk; when fewer streams ever decode at once than decoded in all, some stream only

@@ -53,9 +53,7 @@ with_rates as (
         lo.median_decode_tok_s as capacity_level_tok_s,
         hi.median_decode_tok_s as first_failing_tok_s,
         hi.any_queued as first_failing_queued,
-        case when hi.no_valid_trial_reason is not null then hi.concurrency end
-            as unmeasured_level,
-        hi.no_valid_trial_reason as unmeasured_reason
+        {{ unmeasured_first_failure('hi') }}
     from summary as s
     left join levels as lo
         on lo.run_id = s.run_id and lo.deployment = s.deployment
@@ -93,7 +91,7 @@ final as (
             as is_below_lowest_level,
         -- false: no capacity was measured, the lowest level had no valid trial (every request
         -- refused, every stream broken or every trial spoiled); 0 streams is then no verdict
-        not (capacity_level is null and unmeasured_level is not null) as is_measured,
+        {{ capacity_is_measured('capacity_level', 'unmeasured_level') }} as is_measured,
         unmeasured_level,
         unmeasured_reason,
         n_measured_levels,

@@ -43,16 +43,11 @@ usable as (
     select f.*
     from facts as f
     left join declared_weights as w on f.run_id = w.run_id and f.deployment = w.deployment
-    where f.source_rank is not null
-        and not (f.is_weight_model and f.fact_source <> 'declared' and w.run_id is not null)
+    where not (f.is_weight_model and f.fact_source <> 'declared' and w.run_id is not null)
 ),
 
 winners as (
-    select *
-    from usable
-    qualify row_number() over (
-        partition by run_id, deployment, fact order by source_rank, recorded_at desc
-    ) = 1
+    {{ best_source_facts('usable') }}
 ),
 
 pivoted as (

@@ -45,12 +45,7 @@ context_facts as (
 ),
 
 winners as (
-    select *
-    from context_facts
-    where source_rank is not null
-    qualify row_number() over (
-        partition by run_id, deployment, fact order by source_rank, recorded_at desc
-    ) = 1
+    {{ best_source_facts('context_facts') }}
 ),
 
 pivoted as (

@@ -65,9 +65,7 @@ joined as (
         lo.ttft_p90_s as capacity_level_ttft_p90_s,
         lo.ttft_p90_samples as capacity_level_ttft_p90_samples,
         hi.fails_by as first_failing_by,
-        case when hi.no_valid_trial_reason is not null then hi.concurrency end
-            as unmeasured_level,
-        hi.no_valid_trial_reason as unmeasured_reason
+        {{ unmeasured_first_failure('hi') }}
     from summary as s
     left join sustain as su
         on su.run_id = s.run_id and su.deployment = s.deployment and su.workload = s.workload
@@ -105,8 +103,7 @@ final as (
         {{ capped_below_fallen_sustain('coalesce(capacity_level, 0)') }} as capacity_streams,
         coalesce(capacity_level, 0) as level_capacity_streams,
         first_failing_level is null as is_lower_bound,
-        -- false: the lowest level had no valid trial, so 0 streams is no verdict
-        not (capacity_level is null and unmeasured_level is not null) as is_measured,
+        {{ capacity_is_measured('capacity_level', 'unmeasured_level') }} as is_measured,
         is_threshold_of_record,
         first_failing_level,
         first_failing_by,
