@@ -123,23 +123,19 @@ gap_interval as (
     group by run_id, deployment, concurrency
 ),
 
-variant_interval as (
+-- each factor's variant rate and share explained, the interval over their samples
+{%- for interval, figure in [
+    ('variant_interval', 'variant_tok_s'), ('share_interval', 'share_explained')
+] %}
+{{ interval }} as (
     select
         run_id, deployment, concurrency, factor,
-        {{ bootstrap_interval('variant_tok_s', var('ci_low_pct'), var('ci_high_pct')) }}
+        {{ bootstrap_interval(figure, var('ci_low_pct'), var('ci_high_pct')) }}
     from figures
-    where sample is not null and variant_tok_s is not null
+    where sample is not null and {{ figure }} is not null
     group by run_id, deployment, concurrency, factor
 ),
-
-share_interval as (
-    select
-        run_id, deployment, concurrency, factor,
-        {{ bootstrap_interval('share_explained', var('ci_low_pct'), var('ci_high_pct')) }}
-    from figures
-    where sample is not null and share_explained is not null
-    group by run_id, deployment, concurrency, factor
-),
+{% endfor %}
 
 counts as (
     select

@@ -235,24 +235,12 @@ final as (
             else 'assumed 1 (no speculative evidence)'
         end as tokens_per_step_source
     from levels as l
-    left join context as x
-        on x.run_id = l.run_id and x.deployment = l.deployment
-        and x.workload = l.workload and x.concurrency = l.concurrency
-    left join server as s
-        on s.run_id = l.run_id and s.deployment = l.deployment
-        and s.workload = l.workload and s.concurrency = l.concurrency
-    left join client as c
-        on c.run_id = l.run_id and c.deployment = l.deployment
-        and c.workload = l.workload and c.concurrency = l.concurrency
-    left join prefill_phase as g
-        on g.run_id = l.run_id and g.deployment = l.deployment
-        and g.workload = l.workload and g.concurrency = l.concurrency
-    left join first_turns as ft
-        on ft.run_id = l.run_id and ft.deployment = l.deployment
-        and ft.workload = l.workload and ft.concurrency = l.concurrency
-    left join chunk_steps as k
-        on k.run_id = l.run_id and k.deployment = l.deployment
-        and k.workload = l.workload and k.concurrency = l.concurrency
+    left join context as x using (run_id, deployment, workload, concurrency)
+    left join server as s using (run_id, deployment, workload, concurrency)
+    left join client as c using (run_id, deployment, workload, concurrency)
+    left join prefill_phase as g using (run_id, deployment, workload, concurrency)
+    left join first_turns as ft using (run_id, deployment, workload, concurrency)
+    left join chunk_steps as k using (run_id, deployment, workload, concurrency)
 )
 
 select * from final

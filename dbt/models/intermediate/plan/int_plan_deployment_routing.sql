@@ -35,18 +35,15 @@ spare as (
     -- what else a replica could carry of one workload alone, beside what it is planned
     select
         *,
+        {%- for own, other in [('code', 'prose'), ('prose', 'code')] %}
         case
-            when code_capacity_streams = 0 then 0
-            when prose_capacity_streams = 0 then code_capacity_streams - code_streams
+            when {{ own }}_capacity_streams = 0 then 0
+            when {{ other }}_capacity_streams = 0
+                then {{ own }}_capacity_streams - {{ own }}_streams
             else floor({{ plan_line_room('code_capacity_streams', 'prose_capacity_streams',
-                'code_streams', 'prose_streams') }} / prose_capacity_streams)
-        end as spare_code_streams,
-        case
-            when prose_capacity_streams = 0 then 0
-            when code_capacity_streams = 0 then prose_capacity_streams - prose_streams
-            else floor({{ plan_line_room('code_capacity_streams', 'prose_capacity_streams',
-                'code_streams', 'prose_streams') }} / code_capacity_streams)
-        end as spare_prose_streams,
+                'code_streams', 'prose_streams') }} / {{ other }}_capacity_streams)
+        end as spare_{{ own }}_streams,
+        {%- endfor %}
         coalesce(code_streams / nullif(code_capacity_streams, 0), 0)
             + coalesce(prose_streams / nullif(prose_capacity_streams, 0), 0)
             as capacity_share_used

@@ -150,21 +150,15 @@ joined as (
         o.overruled_evidence,
         u.unavailable_evidence
     from capacity as c
-    left join limits as l
-        on l.run_id = c.run_id and l.deployment = c.deployment and l.workload = c.workload
+    left join limits as l using (run_id, deployment, workload)
+    left join chosen as ch using (run_id, deployment, workload)
+    left join unavailable as u using (run_id, deployment, workload)
+    left join overruled as o using (run_id, deployment, workload)
+    left join bound_curve as b using (run_id, deployment, workload)
+    left join flags as f using (run_id, deployment, workload)
     left join diag as d
         on d.run_id = c.run_id and d.deployment = c.deployment
         and d.workload = c.workload and d.concurrency = l.limit_level
-    left join chosen as ch
-        on ch.run_id = c.run_id and ch.deployment = c.deployment and ch.workload = c.workload
-    left join unavailable as u
-        on u.run_id = c.run_id and u.deployment = c.deployment and u.workload = c.workload
-    left join overruled as o
-        on o.run_id = c.run_id and o.deployment = c.deployment and o.workload = c.workload
-    left join bound_curve as b
-        on b.run_id = c.run_id and b.deployment = c.deployment and b.workload = c.workload
-    left join flags as f
-        on f.run_id = c.run_id and f.deployment = c.deployment and f.workload = c.workload
 ),
 
 final as (

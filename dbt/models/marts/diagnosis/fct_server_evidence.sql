@@ -5,25 +5,9 @@ with evidence as (
     select * from {{ ref('int_wave_server_evidence') }}
 ),
 
+-- int_wave_server_evidence's rows, every column as it has them: the mart publishes them
 final as (
-    select
-        wave_id,
-        run_id,
-        deployment,
-        workload,
-        concurrency,
-        trial,
-        engine,
-        engine_source,
-        evidence,
-        kind,
-        metric_name,
-        value,
-        mean_during,
-        n_during_samples,
-        status,
-        unavailable_reason
-    from evidence
+    select * from evidence
 )
 
 select * from final

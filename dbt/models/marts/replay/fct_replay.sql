@@ -24,6 +24,11 @@
 -- there; otherwise it is too short to decide, named with the duration whose warm-up would
 -- cover that time, never "holds". Beside the verdict: what the model predicted for the offer
 -- (median rate per workload, streams in flight) and the prediction error.
+{#- the offer's figures a row carries, replayed or not (unreplayed, below) -#}
+{% set offer_columns = [
+    'rate_factor', 'duration_s', 'seed', 'replay_id', 'planned_streams', 'code_per_s',
+    'prose_per_s', 'long_per_min', 'client_stall_s'
+] %}
 with offers as (
     select * from {{ ref('stg_replay_offers') }}
 ),
@@ -173,15 +178,9 @@ observed as (
 judged as (
     select
         o.*,
-        f.rate_factor,
-        f.duration_s,
-        f.seed,
-        f.replay_id,
-        f.planned_streams,
-        f.code_per_s,
-        f.prose_per_s,
-        f.long_per_min,
-        f.client_stall_s,
+        {%- for column in offer_columns %}
+        f.{{ column }},
+        {%- endfor %}
         w.started_at,
         i.peak_streams_in_flight,
         coalesce(p.n_long_prefills, 0) as n_long_prefills,
@@ -392,15 +391,9 @@ unreplayed as (
         0 as n_long_prefills,
         0 as n_long_prefills_measured,
         0 as n_long_prefills_below,
-        f.rate_factor,
-        f.duration_s,
-        f.seed,
-        f.replay_id,
-        f.planned_streams,
-        f.code_per_s,
-        f.prose_per_s,
-        f.long_per_min,
-        f.client_stall_s,
+        {%- for column in offer_columns %}
+        f.{{ column }},
+        {%- endfor %}
         w.started_at,
         f.max_below_threshold_share,
         false as long_prompts_untested,
