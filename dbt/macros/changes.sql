@@ -76,6 +76,26 @@ inner join p_stats as t on t.test_key = s.test_key
 group by s.test_key, s.n_night, s.n_pool, s.rank_sum, s.expected_rank_sum
 {%- endmacro %}
 
+{#- The pool of change_permutation_test for each row of `nights` (columns night_key, the
+    row's trial_medians_tok_s, deployment, workload, concurrency and `baseline_index`): the
+    row's trial medians (in_night) against those of the baseline nights of night
+    `baseline_index` (`members`: int_change_levels' baseline nights of each comparable night),
+    test_key the row's night_key || '/b' || its baseline_index. `where`: which rows are tested
+    (alias n). -#}
+{% macro change_test_pool(nights, baseline_index, members='members', where='true') -%}
+    select n.night_key || '/b' || n.{{ baseline_index }} as test_key, true as in_night,
+        unnest(n.trial_medians_tok_s) as value
+    from {{ nights }} as n
+    where {{ where }}
+    union all
+    select n.night_key || '/b' || n.{{ baseline_index }}, false, unnest(m.trial_medians_tok_s)
+    from {{ nights }} as n
+    inner join {{ members }} as m
+        on m.deployment = n.deployment and m.workload = n.workload
+        and m.concurrency = n.concurrency and m.night_index = n.{{ baseline_index }}
+    where {{ where }}
+{%- endmacro %}
+
 {#- z with P(Z > z) = p for a standard normal Z, 0 < p <= 0.5 (Abramowitz & Stegun 26.2.23,
     absolute error < 4.5e-4): DuckDB has no inverse normal CDF. -#}
 {% macro normal_upper_quantile(p) -%}

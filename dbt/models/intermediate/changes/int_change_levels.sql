@@ -70,16 +70,9 @@ own as (
 ),
 
 own_pool as (
-    select o.night_key || '/b' || o.night_index as test_key, true as in_night, unnest(o.trial_medians_tok_s) as value
-    from own as o
-    where o.n_baseline_runs >= {{ var('change_min_baseline_runs') }}
-    union all
-    select o.night_key || '/b' || o.night_index, false, unnest(m.trial_medians_tok_s)
-    from own as o
-    inner join members as m
-        on m.deployment = o.deployment and m.workload = o.workload
-        and m.concurrency = o.concurrency and m.night_index = o.night_index
-    where o.n_baseline_runs >= {{ var('change_min_baseline_runs') }}
+    {{ change_test_pool(
+        'own', 'night_index', where='n.n_baseline_runs >= ' ~ var('change_min_baseline_runs')
+    ) }}
 ),
 
 own_tests as (
@@ -147,14 +140,8 @@ lasting as (
 ),
 
 lasting_pool as (
-    select l.night_key || '/b' || l.change_index as test_key, true as in_night, unnest(l.trial_medians_tok_s) as value
-    from lasting as l
-    union all
-    select l.night_key || '/b' || l.change_index, false, unnest(m.trial_medians_tok_s)
-    from lasting as l
-    inner join members as m
-        on m.deployment = l.deployment and m.workload = l.workload
-        and m.concurrency = l.concurrency and m.night_index = l.change_index
+    -- each night within a change against the change's baseline (the nights before it)
+    {{ change_test_pool('lasting', 'change_index') }}
 ),
 
 lasting_tests as (
