@@ -146,6 +146,33 @@ def _spec(prompt_id: str, text: str, max_tokens: int, temperature: float = 0.0) 
     )
 
 
+def _probe_wave(
+    dep: Deployment,
+    run_id: str,
+    probe: str,
+    workload: str,
+    concurrency: int,
+    trial: int = 1,
+    label: str | None = None,
+) -> WaveRecord:
+    """A probe's wave at ``dep``, anchored now. Its id names the probe, the ``label`` of one
+    wave among the probe's several, the concurrency and the trial."""
+    step = probe if label is None else f"{probe}/{label}"
+    return WaveRecord(
+        wave_id=f"{run_id}/{dep.name}/{step}/c{concurrency:04d}/t{trial}",
+        run_id=run_id,
+        deployment=dep.name,
+        model=dep.model,
+        endpoint=str(dep.endpoint),
+        workload=workload,
+        concurrency=concurrency,
+        trial=trial,
+        started_at_ns=time.time_ns(),
+        anchor_perf_ns=time.perf_counter_ns(),
+        probe=probe,
+    )
+
+
 class _Probe:
     """Shared bookkeeping: one anchor, requests appended as they are sent."""
 
@@ -153,19 +180,7 @@ class _Probe:
         self, dep: Deployment, run_id: str, probe: str, workload: str, concurrency: int
     ) -> None:
         self.dep = dep
-        self.wave = WaveRecord(
-            wave_id=f"{run_id}/{dep.name}/{probe}/c{concurrency:04d}/t1",
-            run_id=run_id,
-            deployment=dep.name,
-            model=dep.model,
-            endpoint=str(dep.endpoint),
-            workload=workload,
-            concurrency=concurrency,
-            trial=1,
-            started_at_ns=time.time_ns(),
-            anchor_perf_ns=time.perf_counter_ns(),
-        )
-        self.wave.probe = probe
+        self.wave = _probe_wave(dep, run_id, probe, workload, concurrency)
         self.headers = request_headers(dep)
 
     async def send(
@@ -333,20 +348,7 @@ async def _synchronized(
     trial: int,
 ) -> WaveRecord:
     """One synchronized wave of ``specs`` (the sweep's machinery), tagged as a probe."""
-
-    wave = WaveRecord(
-        wave_id=f"{run_id}/{dep.name}/{probe}/{label}/c{len(specs):04d}/t{trial}",
-        run_id=run_id,
-        deployment=dep.name,
-        model=dep.model,
-        endpoint=str(dep.endpoint),
-        workload=workload,
-        concurrency=len(specs),
-        trial=trial,
-        started_at_ns=time.time_ns(),
-        anchor_perf_ns=time.perf_counter_ns(),
-    )
-    wave.probe = probe
+    wave = _probe_wave(dep, run_id, probe, workload, len(specs), trial, label)
     async with StreamClients(dep) as clients:
         await run_wave(
             clients,
