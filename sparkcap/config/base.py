@@ -3,9 +3,9 @@ timeouts, and the names of workloads and profiles."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 WorkloadName = Literal["code", "prose", "agent"]
 # the workloads whose every request is one prompt (probes build theirs from these)
@@ -23,6 +23,19 @@ OutputTokens = Annotated[int, Field(ge=2, le=MAX_TOKENS)]
 # A timeout is a bound the night relies on: ``inf`` (YAML ``.inf``, or ``1e309``) would switch
 # it off, so a timeout is finite and at most a day.
 MAX_TIMEOUT_S = 86_400.0
+
+
+def whole_numbers(message: str) -> BeforeValidator:
+    """A list of whole numbers checked as written, before pydantic's lax ints would take YAML's
+    ``true`` as 1 (and ``2.0`` or ``"2"`` as 2): an item that is not an int is refused with
+    ``message``."""
+
+    def ints_only(v: Any) -> Any:
+        if isinstance(v, list | tuple) and any(type(x) is not int for x in v):
+            raise ValueError(message)
+        return v
+
+    return BeforeValidator(ints_only)
 
 
 class Strict(BaseModel):

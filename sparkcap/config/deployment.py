@@ -11,12 +11,12 @@ import itertools
 import math
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import BaseModel, Field, HttpUrl, SecretStr, field_validator, model_validator
 
-from sparkcap.config.base import MAX_TIMEOUT_S, EnvVarName, Strict
+from sparkcap.config.base import MAX_TIMEOUT_S, EnvVarName, Strict, whole_numbers
 from sparkcap.config.facts import ModelFacts
 from sparkcap.config.power import PowerSource
 
@@ -130,7 +130,9 @@ class DeploymentBase(Strict):
     # two is padded to the larger, and a padded batch can decode slower than a larger full one
     # (17-25 % dips at exactly those levels are reported on DGX Spark); a search checks the
     # first padded level after each size below its answer, where such a dip hides
-    batch_buckets: tuple[int, ...] | None = Field(None, min_length=1, max_length=256)
+    batch_buckets: Annotated[
+        tuple[int, ...] | None, whole_numbers("batch_buckets must be whole batch sizes")
+    ] = Field(None, min_length=1, max_length=256)
     continuous_usage: bool = Field(
         False, description="ask for per-chunk usage (vLLM's continuous_usage_stats)"
     )
@@ -160,14 +162,6 @@ class DeploymentBase(Strict):
             problem = header_problem(name, text)
             if problem is not None:
                 raise ValueError(problem)
-        return v
-
-    @field_validator("batch_buckets", mode="before")
-    @classmethod
-    def _buckets_are_ints(cls, v: Any) -> Any:
-        # YAML's `true` would otherwise pass as the batch size 1
-        if isinstance(v, list | tuple) and any(type(b) is not int for b in v):
-            raise ValueError("batch_buckets must be whole batch sizes")
         return v
 
     @field_validator("batch_buckets")

@@ -12,6 +12,18 @@ from sparkcap.config.deployment import Deployment
 from sparkcap.config.sessions import SessionShape
 
 
+def _tolerance(default: float, dbt_var: str, deprecated_name: str) -> Any:
+    """A client-timing tolerance: a share (0 < it < 1), named as the dbt var it fills, still
+    read under the name it had before."""
+    return Field(
+        default,
+        gt=0,
+        lt=1,
+        validation_alias=AliasChoices(dbt_var, deprecated_name),
+        description=f"dbt var {dbt_var} (deprecated name: {deprecated_name})",
+    )
+
+
 class SearchPlan(Strict):
     """An adaptive search for the largest integer concurrency that passes (``--search``).
 
@@ -66,20 +78,8 @@ class SweepPlan(Strict):
     # (SPARKCAP_DBT_VARS), so the plan recorded with a run says what its waves were judged by.
     # The names timing_tolerance and skew_tolerance are deprecated: still read (a fleet file,
     # a run recorded before the rename), never written.
-    timing_error_tolerance: float = Field(
-        0.005,
-        gt=0,
-        lt=1,
-        validation_alias=AliasChoices("timing_error_tolerance", "timing_tolerance"),
-        description="dbt var timing_error_tolerance (deprecated name: timing_tolerance)",
-    )
-    start_skew_tolerance: float = Field(
-        0.05,
-        gt=0,
-        lt=1,
-        validation_alias=AliasChoices("start_skew_tolerance", "skew_tolerance"),
-        description="dbt var start_skew_tolerance (deprecated name: skew_tolerance)",
-    )
+    timing_error_tolerance: float = _tolerance(0.005, "timing_error_tolerance", "timing_tolerance")
+    start_skew_tolerance: float = _tolerance(0.05, "start_skew_tolerance", "skew_tolerance")
     # Load-generating processes a wave is spread over (None: one per core this process may
     # use). 1 runs every stream on the sweep's own event loop. See loadgen/procs.py.
     client_processes: int | None = Field(None, ge=1, le=256)

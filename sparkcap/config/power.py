@@ -8,15 +8,18 @@ names none has no energy figures, never 0 J.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, HttpUrl, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, HttpUrl, model_validator
+
+from sparkcap.config.base import whole_numbers
 
 PowerKind = Literal["dcgm", "node-exporter", "nvml"]
 # a sample more often than this would load the exporter more than it tells (DCGM's own field
 # update interval is 100 ms at best); one a minute would leave a short wave with one reading
 MIN_INTERVAL_S = 0.05
 MAX_INTERVAL_S = 60.0
+GpuIndices = Annotated[tuple[int, ...] | None, whole_numbers("gpus must be whole GPU indices")]
 
 
 class PowerSource(BaseModel):
@@ -39,7 +42,7 @@ class PowerSource(BaseModel):
         description="read only this series instead of the defaults: watts, or a joules counter "
         "when its name ends in _joules_total (DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION: mJ)",
     )
-    gpus: tuple[int, ...] | None = Field(
+    gpus: GpuIndices = Field(
         None,
         min_length=1,
         max_length=256,
@@ -48,14 +51,6 @@ class PowerSource(BaseModel):
     interval_s: float = Field(
         0.5, ge=MIN_INTERVAL_S, le=MAX_INTERVAL_S, description="seconds between two samples"
     )
-
-    @field_validator("gpus", mode="before")
-    @classmethod
-    def _gpus_are_ints(cls, v: Any) -> Any:
-        # YAML's `true` would otherwise pass as GPU 1
-        if isinstance(v, list | tuple) and any(type(g) is not int for g in v):
-            raise ValueError("gpus must be whole GPU indices")
-        return v
 
     @model_validator(mode="after")
     def _url_fits_kind(self) -> PowerSource:
