@@ -8,10 +8,10 @@ words a person reads are made from them in :mod:`sparkcap.publish.text`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import duckdb
 
@@ -235,76 +235,7 @@ class QueryResult(NamedTuple):
     rows: list[tuple[Any, ...]]
 
 
-_CAPACITY_SQL = (
-    "select deployment, workload, threshold_tok_s::double, capacity_streams, is_lower_bound, "
-    "is_below_lowest_level, first_failing_level, method, level_capacity_streams, "
-    "search_low_streams, search_high_streams, n_straddling_levels, sustain_result, "
-    "is_measured, capacity_verdict, capacity_interpolated, n_valid_trials "
-    "from marts.fct_capacity where run_id = ? order by deployment, workload"
-)
-
-
-def levels(db_path: Path, run_id: str) -> list[LevelRow]:
-    with warehouse.open_warehouse(db_path, read_only=True) as con:
-        rows = con.execute(
-            f"select {', '.join(LevelRow._fields)} from marts.fct_levels where run_id = ? "
-            "order by deployment, workload, concurrency",
-            [run_id],
-        ).fetchall()
-    return [LevelRow(*r) for r in rows]
-
-
-def capacities(db_path: Path, run_id: str) -> list[CapacityRow]:
-    with warehouse.open_warehouse(db_path, read_only=True) as con:
-        rows = con.execute(_CAPACITY_SQL, [run_id]).fetchall()
-    return [CapacityRow(*r) for r in rows]
-
-
-def fleet_capacities(db_path: Path, run_id: str) -> list[FleetRow]:
-    rows = _mart_rows(
-        db_path,
-        "fct_fleet_capacity",
-        "workload, capacity_streams, threshold_tok_s::double, extrapolated_deployments, "
-        "not_measured_deployments, n_measured_deployments",
-        "where run_id = ? order by workload",
-        [run_id],
-    )
-    return [FleetRow(*r) for r in rows]
-
-
-def bottlenecks(db_path: Path, run_id: str) -> list[BottleneckRow]:
-    rows = _mart_rows(
-        db_path,
-        "fct_bottlenecks",
-        ", ".join(BottleneckRow._fields),
-        "where run_id = ? order by deployment, workload",
-        [run_id],
-    )
-    return [BottleneckRow(*r) for r in rows]
-
-
-def session_caches(db_path: Path, run_id: str) -> list[SessionCacheRow]:
-    """Every agent wave's cache verdict (none from a warehouse built before 0.7)."""
-    with warehouse.open_warehouse(db_path, read_only=True) as con:
-        if not has_mart(con, "fct_session_cache"):
-            return []
-        rows = con.execute(
-            f"select {', '.join(SessionCacheRow._fields)} from marts.fct_session_cache "
-            "where run_id = ? order by deployment, concurrent_sessions, trial, attempt",
-            [run_id],
-        ).fetchall()
-    return [SessionCacheRow(*r) for r in rows]
-
-
-def level_bounds(db_path: Path, run_id: str) -> list[LevelBoundRow]:
-    cols = ", ".join(LevelBoundRow._fields).replace("threshold_tok_s", "threshold_tok_s::double")
-    with warehouse.open_warehouse(db_path, read_only=True) as con:
-        rows = con.execute(
-            f"select {cols} from marts.fct_level_bounds where run_id = ? "
-            "order by deployment, workload, concurrency",
-            [run_id],
-        ).fetchall()
-    return [LevelBoundRow(*r) for r in rows]
+RowT = TypeVar("RowT", bound=NamedTuple)
 
 
 def has_mart(con: duckdb.DuckDBPyConnection, name: str) -> bool:
@@ -313,51 +244,110 @@ def has_mart(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     return warehouse.has_table(con, "marts", name)
 
 
-def _mart_rows(db_path: Path, mart: str, select: str, rest: str, params: list[Any]) -> list[Any]:
+def _read(
+    db_path: Path,
+    row: type[RowT],
+    mart: str,
+    run_id: str,
+    rest: str,
+    *,
+    params: Sequence[Any] = (),
+    doubles: Sequence[str] = (),
+    columns: Mapping[str, str] | None = None,
+    if_built: bool = True,
+) -> list[RowT]:
+    """A run's rows of ``marts.<mart>`` as ``row``s, one column per field in the field's
+    order: a field in ``doubles`` read as a DOUBLE (a DuckDB ``DECIMAL`` would be a
+    ``Decimal``), a field in ``columns`` from the column named there. ``rest`` follows ``where
+    run_id = ?`` (more conditions, the order) and ``params`` the run's id. ``if_built``: none
+    where dbt has not built the mart (:func:`has_mart`); the marts every build makes are read
+    without asking, so a warehouse without them fails."""
+    names = [(columns or {}).get(f, f) for f in row._fields]
+    select = ", ".join(f"{n}::double" if n in doubles else n for n in names)
     with warehouse.open_warehouse(db_path, read_only=True) as con:
-        if not has_mart(con, mart):
+        if if_built and not has_mart(con, mart):
             return []
-        return con.execute(f"select {select} from marts.{mart} {rest}", params).fetchall()
+        sql = f"select {select} from marts.{mart} where run_id = ? {rest}"
+        rows = con.execute(sql, [run_id, *params]).fetchall()
+    return [row(*r) for r in rows]
+
+
+def _run_reader(
+    row: type[RowT],
+    mart: str,
+    order: str,
+    *,
+    where: str = "",
+    doubles: Sequence[str] = (),
+    columns: Mapping[str, str] | None = None,
+    if_built: bool = True,
+) -> Callable[[Path, str], list[RowT]]:
+    """The reader of a run's rows of ``marts.<mart>`` (:func:`_read`): those that also meet
+    ``where``, in ``order``."""
+    rest = f"{f'and {where} ' if where else ''}order by {order}"
+
+    def read(db_path: Path, run_id: str) -> list[RowT]:
+        return _read(
+            db_path, row, mart, run_id, rest, doubles=doubles, columns=columns, if_built=if_built
+        )
+
+    return read
+
+
+levels = _run_reader(LevelRow, "fct_levels", "deployment, workload, concurrency", if_built=False)
+
+capacities = _run_reader(
+    CapacityRow,
+    "fct_capacity",
+    "deployment, workload",
+    doubles=["threshold_tok_s"],
+    columns={"capacity_interpolated_streams": "capacity_interpolated"},
+    if_built=False,
+)
+
+fleet_capacities = _run_reader(
+    FleetRow, "fct_fleet_capacity", "workload", doubles=["threshold_tok_s"]
+)
+
+bottlenecks = _run_reader(BottleneckRow, "fct_bottlenecks", "deployment, workload")
+
+# Every agent wave's cache verdict (none from a warehouse built before 0.7).
+session_caches = _run_reader(
+    SessionCacheRow, "fct_session_cache", "deployment, concurrent_sessions, trial, attempt"
+)
+
+level_bounds = _run_reader(
+    LevelBoundRow,
+    "fct_level_bounds",
+    "deployment, workload, concurrency",
+    doubles=["threshold_tok_s"],
+    if_built=False,
+)
 
 
 def changes(db_path: Path, run_id: str, *, flagged_only: bool = False) -> list[ChangeRow]:
     """The night's comparisons with its baseline (``flagged_only``: dbt's flagged changes);
     none before ``fct_changes`` is built."""
     flagged = "and is_change " if flagged_only else ""
-    rows = _mart_rows(
+    return _read(
         db_path,
+        ChangeRow,
         "fct_changes",
-        ", ".join(ChangeRow._fields),
-        f"where run_id = ? {flagged}order by deployment, workload, subject, concurrency",
-        [run_id],
+        run_id,
+        f"{flagged}order by deployment, workload, subject, concurrency",
     )
-    return [ChangeRow(*r) for r in rows]
 
 
-def capacity_tiers(db_path: Path, run_id: str) -> list[TierRow]:
-    cols = ", ".join(TierRow._fields)
-    for decimal in ("threshold_tok_s", "ttft_p90_ceiling_s"):
-        cols = cols.replace(decimal, f"{decimal}::double", 1)
-    rows = _mart_rows(
-        db_path,
-        "fct_capacity_tiers",
-        cols,
-        "where run_id = ? order by deployment, workload, threshold_tok_s, "
-        "ttft_p90_ceiling_s nulls last",
-        [run_id],
-    )
-    return [TierRow(*r) for r in rows]
+capacity_tiers = _run_reader(
+    TierRow,
+    "fct_capacity_tiers",
+    "deployment, workload, threshold_tok_s, ttft_p90_ceiling_s nulls last",
+    doubles=["threshold_tok_s", "ttft_p90_ceiling_s"],
+)
 
-
-def energy_at_capacity(db_path: Path, run_id: str) -> list[EnergyAtCapacityRow]:
-    rows = _mart_rows(
-        db_path,
-        "fct_energy_at_capacity",
-        ", ".join(EnergyAtCapacityRow._fields),
-        "where run_id = ? order by deployment, workload",
-        [run_id],
-    )
-    return [EnergyAtCapacityRow(*r) for r in rows]
+energy_at_capacity = _run_reader(
+    EnergyAtCapacityRow, "fct_energy_at_capacity", "deployment, workload"
+)
 
 
 def latest_built_run(db_path: Path) -> str:
@@ -382,34 +372,19 @@ def unmeasured_pairs(db_path: Path, run_id: str) -> list[CapacityRow]:
     return [c for c in capacities(db_path, run_id) if not c.is_measured]
 
 
-def search_disagreements(db_path: Path, run_id: str) -> list[SearchDisagreement]:
-    with warehouse.open_warehouse(db_path, read_only=True) as con:
-        rows = con.execute(
-            f"select {', '.join(SearchDisagreement._fields)} from marts.fct_search_path "
-            "where run_id = ? and not live_agrees order by deployment, workload, search_step",
-            [run_id],
-        ).fetchall()
-    return [SearchDisagreement(*r) for r in rows]
+search_disagreements = _run_reader(
+    SearchDisagreement,
+    "fct_search_path",
+    "deployment, workload, search_step",
+    where="not live_agrees",
+    if_built=False,
+)
 
+failed_steps = _run_reader(
+    FailedStep, "fct_step_outcomes", "deployment, step", where="is_failed", if_built=False
+)
 
-def failed_steps(db_path: Path, run_id: str) -> list[FailedStep]:
-    with warehouse.open_warehouse(db_path, read_only=True) as con:
-        rows = con.execute(
-            "select deployment, outcome, reason from marts.fct_step_outcomes "
-            "where run_id = ? and is_failed order by deployment, step",
-            [run_id],
-        ).fetchall()
-    return [FailedStep(*r) for r in rows]
-
-
-def link_health(db_path: Path, run_id: str) -> list[LinkRow]:
-    with warehouse.open_warehouse(db_path, read_only=True) as con:
-        rows = con.execute(
-            f"select {', '.join(LinkRow._fields)} from marts.fct_link_health where run_id = ? "
-            "order by deployment, link",
-            [run_id],
-        ).fetchall()
-    return [LinkRow(*r) for r in rows]
+link_health = _run_reader(LinkRow, "fct_link_health", "deployment, link", if_built=False)
 
 
 def recorded_run(db_path: Path, run_id: str) -> RecordedRun | None:
@@ -485,15 +460,7 @@ class ContextLadderRow(NamedTuple):
     status_reason: str | None
 
 
-def context_ladders(db_path: Path, run_id: str) -> list[ContextLadderRow]:
-    rows = _mart_rows(
-        db_path,
-        "fct_context_ladder_summary",
-        ", ".join(ContextLadderRow._fields),
-        "where run_id = ? order by deployment, wave_id",
-        [run_id],
-    )
-    return [ContextLadderRow(*r) for r in rows]
+context_ladders = _run_reader(ContextLadderRow, "fct_context_ladder_summary", "deployment, wave_id")
 
 
 class PlanRow(NamedTuple):
@@ -543,21 +510,16 @@ class PlanRoutingRow(NamedTuple):
 
 
 def plan(db_path: Path, run_id: str) -> PlanRow | None:
-    cols = ", ".join(PlanRow._fields).replace(
-        "prefill_budget_per_min", "prefill_budget_per_min::double"
-    )
-    rows = _mart_rows(db_path, "fct_plan", cols, "where run_id = ?", [run_id])
-    return PlanRow(*rows[0]) if rows else None
+    rows = _read(db_path, PlanRow, "fct_plan", run_id, "", doubles=["prefill_budget_per_min"])
+    return rows[0] if rows else None
 
 
-def plan_routing(db_path: Path, run_id: str) -> list[PlanRoutingRow]:
-    cols = ", ".join(PlanRoutingRow._fields)
-    cols = cols.replace("capacity_share_used", "capacity_share_used::double", 1)
-    cols = cols.replace("prefill_budget_per_min", "prefill_budget_per_min::double", 1)
-    rows = _mart_rows(
-        db_path, "fct_plan_routing", cols, "where run_id = ? order by deployment", [run_id]
-    )
-    return [PlanRoutingRow(*r) for r in rows]
+plan_routing = _run_reader(
+    PlanRoutingRow,
+    "fct_plan_routing",
+    "deployment",
+    doubles=["capacity_share_used", "prefill_budget_per_min"],
+)
 
 
 class OpenLoopRow(NamedTuple):
@@ -601,24 +563,9 @@ class PlanRatesRow(NamedTuple):
     not_routed_reason: str | None
 
 
-def open_loop(db_path: Path, run_id: str) -> list[OpenLoopRow]:
-    cols = ", ".join(OpenLoopRow._fields)
-    rows = _mart_rows(
-        db_path,
-        "fct_open_loop_capacity",
-        cols,
-        "where run_id = ? order by deployment, workload",
-        [run_id],
-    )
-    return [OpenLoopRow(*r) for r in rows]
+open_loop = _run_reader(OpenLoopRow, "fct_open_loop_capacity", "deployment, workload")
 
-
-def plan_rates(db_path: Path, run_id: str) -> list[PlanRatesRow]:
-    cols = ", ".join(PlanRatesRow._fields)
-    rows = _mart_rows(
-        db_path, "fct_plan_rates", cols, "where run_id = ? order by deployment", [run_id]
-    )
-    return [PlanRatesRow(*r) for r in rows]
+plan_rates = _run_reader(PlanRatesRow, "fct_plan_rates", "deployment")
 
 
 class ReplayPlanRow(NamedTuple):
@@ -697,44 +644,32 @@ class ReplaySearchRow(NamedTuple):
 
 
 def replay_search(db_path: Path, run_id: str, search_id: str) -> list[ReplaySearchRow]:
-    rows = _mart_rows(
+    return _read(
         db_path,
+        ReplaySearchRow,
         "fct_replay_search",
-        ", ".join(ReplaySearchRow._fields),
-        "where run_id = ? and search_id = ? order by deployment",
-        [run_id, search_id],
+        run_id,
+        "and search_id = ? order by deployment",
+        params=[search_id],
     )
-    return [ReplaySearchRow(*r) for r in rows]
 
 
-def replay_plan(db_path: Path, run_id: str) -> list[ReplayPlanRow]:
-    rows = _mart_rows(
-        db_path,
-        "fct_replay_plan",
-        ", ".join(ReplayPlanRow._fields),
-        "where run_id = ? order by deployment, workload",
-        [run_id],
-    )
-    return [ReplayPlanRow(*r) for r in rows]
+replay_plan = _run_reader(ReplayPlanRow, "fct_replay_plan", "deployment, workload")
 
 
 def replays(db_path: Path, run_id: str, wave_ids: Sequence[str]) -> list[ReplayRow]:
-    rows = _mart_rows(
+    return _read(
         db_path,
+        ReplayRow,
         "fct_replay",
-        ", ".join(ReplayRow._fields),
-        "where run_id = ? and list_contains(?, wave_id) order by deployment",
-        [run_id, list(wave_ids)],
+        run_id,
+        "and list_contains(?, wave_id) order by deployment",
+        params=[list(wave_ids)],
     )
-    return [ReplayRow(*r) for r in rows]
 
 
 def replay_fleet(db_path: Path, run_id: str, replay_id: str) -> ReplayFleetRow | None:
-    rows = _mart_rows(
-        db_path,
-        "fct_replay_fleet",
-        ", ".join(ReplayFleetRow._fields),
-        "where run_id = ? and replay_id = ?",
-        [run_id, replay_id],
+    rows = _read(
+        db_path, ReplayFleetRow, "fct_replay_fleet", run_id, "and replay_id = ?", params=[replay_id]
     )
-    return ReplayFleetRow(*rows[0]) if rows else None
+    return rows[0] if rows else None

@@ -45,11 +45,25 @@ def _workload_color(frame: pd.DataFrame) -> Any:
     )
 
 
-def _per_deployment(chart: Any, title: Any, width: int = 260, height: int = 180) -> Any:
-    """One panel per deployment, side by side, the same size in every chart of a kind."""
+def _per_deployment(
+    chart: Any,
+    title: Any,
+    width: int = 260,
+    height: int = 180,
+    *,
+    row: str | None = None,
+    data: Any = alt.Undefined,
+) -> Any:
+    """One panel per deployment, side by side (and one row of them per value of the ``row``
+    field), the same size in every chart of a kind; ``data``: the layers' own, where they
+    carry none."""
     return (
         chart.properties(width=width, height=height)
-        .facet(column=alt.Column("deployment:N", title=None))
+        .facet(
+            column=alt.Column("deployment:N", title=None),
+            row=alt.Undefined if row is None else alt.Row(row, title=None),
+            data=data,
+        )
         .properties(title=title)
     )
 
@@ -495,19 +509,16 @@ def open_loop_chart(data: dict[str, Any]) -> Any:
                          alt.Tooltip("measured_median_tok_s:Q", format=".1f")],
             )
         )  # fmt: skip
-    return (
-        alt.layer(*layers)
-        .properties(width=240, height=180)
-        .facet(column=alt.Column("deployment:N", title=None), data=curve)
-        .resolve_scale(x="independent")
-        .properties(
-            title=alt.TitleParams(
-                "Open-loop capacity: predicted median stream rate against arrival rate",
-                subtitle="rules: each workload's lambda*; dashed: the threshold; points: "
-                "replays, measured",
-            )
-        )
-    )
+    return _per_deployment(
+        alt.layer(*layers),
+        alt.TitleParams(
+            "Open-loop capacity: predicted median stream rate against arrival rate",
+            subtitle="rules: each workload's lambda*; dashed: the threshold; points: "
+            "replays, measured",
+        ),
+        width=240,
+        data=curve,
+    ).resolve_scale(x="independent")
 
 
 def replay_concurrency_chart(data: dict[str, Any]) -> Any:
@@ -532,19 +543,14 @@ def replay_concurrency_chart(data: dict[str, Any]) -> Any:
     offered = base.mark_rule(strokeDash=[4, 3], color="#333333").encode(
         y="mean(offered_streams):Q", tooltip=[alt.Tooltip("mean(offered_streams):Q", format=".1f")]
     )
-    return (
-        alt.layer(flight, offered, data=c)
-        .properties(width=260, height=160)
-        .facet(
-            column=alt.Column("deployment:N", title=None),
-            row=alt.Row("replay:N", title=None),
-        )
-        .properties(
-            title=alt.TitleParams(
-                "Streams in flight under open-loop arrivals",
-                subtitle="dashed: the streams the plan offers at that rate (Little's law)",
-            )
-        )
+    return _per_deployment(
+        alt.layer(flight, offered, data=c),
+        alt.TitleParams(
+            "Streams in flight under open-loop arrivals",
+            subtitle="dashed: the streams the plan offers at that rate (Little's law)",
+        ),
+        height=160,
+        row="replay:N",
     )
 
 
@@ -591,20 +597,14 @@ def search_path_chart(data: dict[str, Any]) -> Any:
             "next_action",
         ],
     )
-    return (
-        alt.layer(path, points, data=sp)
-        .properties(width=260, height=180)
-        .facet(
-            column=alt.Column("deployment:N", title=None),
-            row=alt.Row("workload:N", title=None),
-        )
-        .properties(
-            title=alt.TitleParams(
-                "How each search went",
-                subtitle="Doubling until a level fails, then bisection; a level takes trials "
-                "until the interval of its median clears the threshold. Diamonds: sustain waves.",
-            )
-        )
+    return _per_deployment(
+        alt.layer(path, points, data=sp),
+        alt.TitleParams(
+            "How each search went",
+            subtitle="Doubling until a level fails, then bisection; a level takes trials "
+            "until the interval of its median clears the threshold. Diamonds: sustain waves.",
+        ),
+        row="workload:N",
     )
 
 
