@@ -19,13 +19,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import duckdb
-
 # the history builder lives beside the tests that use it; a benchmark runs from the checkout
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sparkcap.transform.dbt_build import build, known_vars
 from tests.change_nights import History, Night, stage_history
+from tests.support.queries import q
 
 
 def main() -> None:
@@ -42,12 +41,12 @@ def main() -> None:
             stage_history(db, History(f"flat{k:03d}", nights, trial_noise=args.noise), args.seed)
         os.environ["DBT_INDIRECT_SELECTION"] = "cautious"  # only fct_changes' own tests
         build(db, select="+fct_changes")
-        with duckdb.connect(str(db), read_only=True) as con:
-            rows = con.execute(
-                "select subject, count(*) filter (where verdict not like '%not tested%'), "
-                "count(*) filter (where is_change) from marts.fct_changes "
-                "group by subject order by subject"
-            ).fetchall()
+        rows = q(
+            db,
+            "select subject, count(*) filter (where verdict not like '%not tested%'), "
+            "count(*) filter (where is_change) from marts.fct_changes "
+            "group by subject order by subject",
+        )
     rate = float(known_vars()["change_false_alarm_rate"])
     print(f"{args.histories} flat histories x {args.nights} nights, trial noise {args.noise:.1%}")
     print(f"{'subject':<10} {'tested':>7} {'flagged':>8} {'share':>8}  configured {rate:g}")

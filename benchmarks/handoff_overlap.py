@@ -45,18 +45,10 @@ def one_wave() -> tuple[int, int, float]:
     from sparkcap.config.deployment import Deployment
     from sparkcap.config.plan import SweepPlan, SweepRequest
     from sparkcap.night.sweeps import run_sweeps
-    from sparkcap.servers.sim.profile import SimProfile
     from sparkcap.servers.sim.server import SimServer
+    from tests.support.sims import fast_profile
 
-    # the suite's fast engine (tests/support/sims.fast_profile) with two slots
-    prof = SimProfile(
-        model="m",
-        step_s1=0.02,
-        batch_slowdown=0.1,
-        draft_tokens=2,
-        prefill_tok_s=50_000,
-        max_slots=2,
-    )
+    prof = fast_profile("m", max_slots=2)  # the suite's fast engine with two slots
     db = Path(tempfile.mkdtemp(prefix="handoff-")) / "h.duckdb"
     with SimServer([prof]) as sim:
         dep = Deployment(name="m", endpoint=sim.endpoint, model="m")

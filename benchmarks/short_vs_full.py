@@ -74,7 +74,8 @@ from sparkcap.loadgen.records import (
 from sparkcap.loadgen.sweep import WaveRunner, client_process_count, new_run_id, wave_id
 from sparkcap.loadgen.workloads import build_streams
 from sparkcap.servers.sim.engine import Engine, SimProfile, SimRequest
-from sparkcap.servers.sim.server import SimProcess, prompt_text
+from sparkcap.servers.sim.routes import prompt_text
+from sparkcap.servers.sim.server import SimProcess
 from sparkcap.store import spool
 from sparkcap.store.arrow_tables import wave_tables
 from sparkcap.store.connection import open_warehouse
@@ -161,10 +162,10 @@ def deployment(case: Case, endpoint: str, chunk_usage: bool) -> Deployment:
     )
 
 
-def items(level: int, step: int) -> list[WavePlanItem]:
-    """A level's waves as the grid and the search ask for them: full-length trials, then the
-    search's short ones (distinct trial numbers, so both live in one run)."""
-    n_full, n_short = waves_at(level)
+def items(level: int, step: int, n_full: int, n_short: int) -> list[WavePlanItem]:
+    """A level's waves as the grid and the search ask for them: ``n_full`` full-length trials,
+    then ``n_short`` of the search's short ones (distinct trial numbers, so both live in one
+    run); the search's ``step`` is the level's place in LEVELS."""
     full = [WavePlanItem(level, t) for t in range(1, n_full + 1)]
     short = [
         WavePlanItem(
@@ -219,7 +220,7 @@ async def measure(cases: Sequence[Case], endpoint: str, db: Path, chunk_usage: b
                 planned=0,
             )
             for step, level in enumerate(LEVELS, start=1):
-                for item in items(level, step):
+                for item in items(level, step, *waves_at(level)):
                     await runner.measure(item)
         print(f"  served {case.name}: {time.monotonic() - t0:.0f} s", file=sys.stderr, flush=True)
     run_end_to(db, run_id, "complete")
@@ -309,17 +310,7 @@ def model(cases: Sequence[Case], db: Path, chunk_usage: bool, varied_streams: in
         streams = varied_streams if case.varied else DETERMINISTIC_MODEL_STREAMS
         for step, level in enumerate(LEVELS, start=1):
             n_waves = math.ceil(streams / level)
-            plan = [WavePlanItem(level, t) for t in range(1, n_waves + 1)]
-            plan += [
-                WavePlanItem(
-                    level,
-                    n_waves + t,
-                    length_factor=SHORT_FACTOR,
-                    method="search",
-                    search_step=step,
-                )
-                for t in range(1, n_waves + 1)
-            ]
+            plan = items(level, step, n_waves, n_waves)
             tables: dict[str, list[pa.Table]] = {}
             ids = []
             for item in plan:

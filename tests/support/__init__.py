@@ -1,4 +1,5 @@
 """Helpers every kind of test shares, one module per job: the CLI (``cli``), warehouse
 queries (``queries``), fleet files (``fleets``), hand-made waves (``waves``), the simulator's
 quick engine and sweeps against it (``sims``), the relaxed timing rule (``timing``), servers a
-test starts (``servers``), and the pytest plugin that schedules the suite (``scheduling``)."""
+test starts (``servers``), ``sparkcap probe``'s flags (``probes``), and the pytest plugin that
+schedules the suite (``scheduling``)."""

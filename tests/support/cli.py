@@ -1,5 +1,6 @@
 """The sparkcap CLI as a test runs it: in this process (:func:`cli_in_process`, the default)
-or in a child process (:func:`run_cli`, for what only a process shows)."""
+or in a child process (:func:`run_cli`, for what only a process shows); a sweep's command line
+begins with :func:`sweep_args`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,12 @@ import threading
 from collections.abc import Mapping
 from contextlib import redirect_stderr, redirect_stdout
 from subprocess import CompletedProcess
+
+
+def sweep_args(endpoint: str, model: str = "m", workload: str = "code") -> list[str]:
+    """``sweep --endpoint ENDPOINT --model MODEL --workload WORKLOAD``: the words every sweep's
+    command line starts with; a test adds its own options after them."""
+    return ["sweep", "--endpoint", endpoint, "--model", model, "--workload", workload]
 
 
 def run_cli(

@@ -1,7 +1,8 @@
-"""Reading a test's warehouse."""
+"""Reading a test's warehouse, and copying a shared one to change."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -28,3 +29,11 @@ def wave_census(db: Path) -> tuple[int, int]:
         """).fetchone()
     assert row is not None
     return int(row[0]), int(row[1])
+
+
+def copy_of(db: Path, folder: Path, name: str = "copy.duckdb") -> Path:
+    """A copy of the warehouse at ``db`` in ``folder``, for a test that changes what a shared
+    night (a session's fixture) holds: its other readers see it as built."""
+    copy = folder / name
+    shutil.copy(db, copy)
+    return copy

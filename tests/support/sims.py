@@ -21,6 +21,38 @@ def fast_profile(model: str = "m", **kw: Any) -> SimProfile:
     return SimProfile(**base)
 
 
+def clockwork_profile(step_s: float, model: str = "m", **kw: Any) -> SimProfile:
+    """An engine that gives each running stream one token every ``step_s``, whatever the batch
+    or the context (no slowdown, no drafts), and prefills at once (1e9 tok/s): when each chunk
+    leaves follows from the step alone. ``kw`` sets any other field, or overrides these."""
+    base: dict[str, Any] = dict(
+        model=model,
+        step_s1=step_s,
+        batch_slowdown=0.0,
+        context_slowdown=0.0,
+        draft_tokens=0,
+        prefill_tok_s=1e9,
+    )
+    base.update(kw)
+    return SimProfile(**base)
+
+
+def linear_profile(model: str, rate_tok_s: float, batch_slowdown: float, **kw: Any) -> SimProfile:
+    """An engine whose decode is ``rate_tok_s`` at one stream and slows by ``batch_slowdown``
+    a stream beside it, and by nothing else (no context slowdown, no drafts, a 50,000 tok/s
+    prefill): its capacity at a threshold follows from the two numbers alone."""
+    base: dict[str, Any] = dict(
+        model=model,
+        step_s1=1 / rate_tok_s,
+        batch_slowdown=batch_slowdown,
+        context_slowdown=0.0,
+        draft_tokens=0,
+        prefill_tok_s=50_000,
+    )
+    base.update(kw)
+    return SimProfile(**base)
+
+
 def faulty(model: str, **faults: Any) -> SimProfile:
     """The quick engine with ``faults`` (``SimFaults``' fields)."""
     return fast_profile(model, faults=SimFaults(**faults))

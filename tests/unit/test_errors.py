@@ -15,6 +15,7 @@ from pydantic_settings import SettingsError
 from sparkcap import cli
 from sparkcap.config.command_line import parse_extra_body, parse_header_options, search_plan
 from sparkcap.errors import MissingFile, OptionError, SparkcapError
+from tests.support.cli import sweep_args
 
 WORDED = {
     "sparkcap.errors:BuildError": RuntimeError,
@@ -125,7 +126,7 @@ def test_a_missing_ca_bundle_is_a_missing_file(tmp_path: Path) -> None:
         tls_verify(dep)
 
 
-SWEEP = ["sweep", "--endpoint", "http://127.0.0.1:9/v1", "--model", "m", "--workload", "code"]
+SWEEP = sweep_args("http://127.0.0.1:9/v1")
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from sparkcap.config.probes import ContextLadderOptions, probe_options
 from sparkcap.loadgen import probes
 from sparkcap.loadgen.discover import FactRow
 from sparkcap.loadgen.probes import ladder_label, ladder_rungs, served_context
+from tests.support.probes import probe_cli_flags
 
 
 def test_rungs_double_from_the_start_to_the_context_less_room_for_the_answer() -> None:
@@ -81,31 +82,21 @@ def test_the_served_context_is_a_slots_or_vllms_and_never_the_training_context(
 
 
 def test_the_cli_flags_and_a_fleet_file_give_the_same_options() -> None:
-    flags: dict[str, Any] = dict(
-        prompt_tokens=4000,
-        probe_interval_s=0.5,
-        warm_requests=3,
-        concurrency=8,
-        lengths="400,1000",
-        workload="prose",
-        code_share=0.5,
-        trials=2,
-    )
-    unset: dict[str, Any] = dict(background_streams=None, background_tokens=None, max_tokens=None)
     # unset --background-streams/--background-tokens are the ladder's own defaults (2, 128),
     # not prefill-interference's (4, 400)
-    assert probe_flags("context-ladder", **unset, **flags) == ContextLadderOptions()
-    assert probe_flags("prefill-interference", **unset, **flags) == probe_options(
+    assert probe_flags("context-ladder", **probe_cli_flags()) == ContextLadderOptions()
+    assert probe_flags("prefill-interference", **probe_cli_flags()) == probe_options(
         "prefill-interference", long_prompt_tokens=4000
     )
     by_flags = probe_flags(
         "context-ladder",
-        background_streams=3,
-        background_tokens=256,
-        max_tokens=16,
-        start_tokens=512,
-        context_tokens=4096,
-        **flags,
+        **probe_cli_flags(
+            background_streams=3,
+            background_tokens=256,
+            max_tokens=16,
+            start_tokens=512,
+            context_tokens=4096,
+        ),
     )
     assert by_flags == ContextLadderOptions(
         background_streams=3,

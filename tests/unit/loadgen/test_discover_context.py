@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -24,10 +23,11 @@ from sparkcap.loadgen.discover import (
     settings_hash,
     sparkcap_facts,
 )
+from tests.unit.loadgen.test_discover import Handler, respond
+from tests.unit.loadgen.test_discover import discover as discover_with
 
 pytestmark = pytest.mark.unit
 
-Handler = Callable[[httpx.Request], httpx.Response]
 STARTED_S = 1_767_225_600.5  # 2026-01-01
 VLLM_MODELS = {
     "data": [{"id": "qwen", "owned_by": "vllm", "root": "Qwen/Qwen3-8B", "max_model_len": 8192}]
@@ -39,10 +39,6 @@ VLLM_METRICS = (
     'vllm:num_requests_running{model_name="qwen"} 0\n'
 )
 CONTEXT = {"engine_version", "model_id", "model_root", "server_started_at"}
-
-
-def respond(status: int, body: bytes = b"") -> httpx.Response:
-    return httpx.Response(status, stream=httpx.ByteStream(body))
 
 
 def pages(by_path: dict[str, Any], asked: list[str] | None = None) -> Handler:
@@ -66,11 +62,8 @@ def dep(**kw: Any) -> Deployment:
 
 
 def discover(handler: Handler, d: Deployment | None = None, **kw: Any) -> list[FactRow]:
-    async def go() -> list[FactRow]:
-        async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-            return await discover_facts(d or dep(), client=client, context=True, **kw)
-
-    return asyncio.run(go())
+    """What discovery with the run context finds against ``handler``'s pages."""
+    return discover_with(handler, d or dep(), context=True, **kw)
 
 
 def context(rows: list[FactRow]) -> dict[tuple[str, str], float | str | None]:

@@ -4,7 +4,6 @@ difference, and a fleet file turns the probe on with options validated like the 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 from pydantic import ValidationError
@@ -17,6 +16,7 @@ from sparkcap.loadgen import probes
 from sparkcap.loadgen.probes import GAP_VARIANTS, gap_variant_streams
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.workloads import StreamSpec, build_streams
+from tests.support.probes import probe_cli_flags
 
 
 def _facts(specs: list[StreamSpec]) -> tuple[str, set[float], list[int]]:
@@ -114,17 +114,8 @@ def test_fleet_files_and_flags_turn_the_probe_on() -> None:
     assert (chosen.concurrency, chosen.trials, chosen.max_tokens) == (6, 3, 200)
     defaults = probe_options("gap-attribution")
     assert isinstance(defaults, GapAttributionOptions) and defaults.concurrency == 4
-    flags: dict[str, Any] = dict(
-        prompt_tokens=4000,
-        background_streams=4,
-        background_tokens=400,
-        probe_interval_s=0.5,
-        warm_requests=3,
-        lengths="400,1000",
-        workload="prose",
-        code_share=0.5,
-    )
-    by_flags = probe_flags("gap-attribution", concurrency=8, trials=2, max_tokens=None, **flags)
+    flags = probe_cli_flags(background_streams=4, background_tokens=400, concurrency=8, trials=2)
+    by_flags = probe_flags("gap-attribution", **flags)
     assert by_flags == GapAttributionOptions(concurrency=8, trials=2)
     for bad in ({"trials": 0}, {"max_tokens": 1}, {"concurrency": 0}, {"code_share": 0.5}):
         with pytest.raises(ValidationError):

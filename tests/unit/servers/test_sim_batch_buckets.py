@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from sparkcap.servers.sim.engine import Engine, SimRequest
 from sparkcap.servers.sim.profile import SimProfile
+from tests.support.sims import clockwork_profile
 
 STEP_S = 0.01
 SLOWDOWN = 0.2
@@ -18,18 +19,11 @@ PAD = 0.2
 
 
 def _profile(**kw: object) -> SimProfile:
-    base: dict[str, object] = dict(
-        model="m",
-        step_s1=STEP_S,
-        batch_slowdown=SLOWDOWN,
-        context_slowdown=0.0,
-        draft_tokens=0,
-        prefill_tok_s=1e9,
-        batch_buckets=BUCKETS,
-        bucket_pad_slowdown=PAD,
+    """Steps slowed by the batch only, run at the next bucket up, a padded step costing more."""
+    fields: dict[str, object] = dict(
+        batch_slowdown=SLOWDOWN, batch_buckets=BUCKETS, bucket_pad_slowdown=PAD
     )
-    base.update(kw)
-    return SimProfile(**base)
+    return clockwork_profile(STEP_S, **{**fields, **kw})
 
 
 def _study_rates(profile: SimProfile, streams: int, tokens: int = 40) -> list[float]:

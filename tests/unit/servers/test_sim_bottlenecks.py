@@ -20,6 +20,7 @@ from sparkcap.servers.sim.physics import (
     step_weight_bytes,
 )
 from sparkcap.servers.sim.profile import SimProfile
+from tests.support.sims import clockwork_profile
 
 GB10_GB_S = 273.0
 EFFICIENCY = 0.8
@@ -155,17 +156,8 @@ KV_CAPACITY = 5 * (KV_PROMPT + KV_OUTPUT)  # five full streams fit exactly, six 
 
 
 def _kv_profile(**kw: object) -> SimProfile:
-    base: dict[str, object] = dict(
-        model="m",
-        step_s1=0.01,
-        batch_slowdown=0.0,
-        context_slowdown=0.0,
-        draft_tokens=0,
-        prefill_tok_s=20_000,
-        kv_capacity_tokens=KV_CAPACITY,
-    )
-    base.update(kw)
-    return SimProfile(**base)
+    fields: dict[str, object] = dict(prefill_tok_s=20_000, kv_capacity_tokens=KV_CAPACITY)
+    return clockwork_profile(0.01, **{**fields, **kw})
 
 
 def _run(profile: SimProfile, n: int) -> tuple[Engine, dict[str, float]]:
@@ -247,15 +239,7 @@ def test_acceptance_follows_workload_and_temperature() -> None:
 
 
 def test_queue_time_is_admission_minus_arrival_in_model_time() -> None:
-    profile = SimProfile(
-        model="m",
-        step_s1=0.01,
-        batch_slowdown=0.0,
-        context_slowdown=0.0,
-        draft_tokens=0,
-        prefill_tok_s=1e9,
-        max_slots=1,
-    )
+    profile = clockwork_profile(0.01, max_slots=1)
     engine = Engine(profile)
     reqs = _requests(2, 10, 20)
     sent = engine.schedule(reqs)

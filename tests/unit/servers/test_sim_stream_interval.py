@@ -19,21 +19,9 @@ from pydantic import ValidationError
 from sparkcap.servers.sim.engine import Engine, LogEntry, SimRequest
 from sparkcap.servers.sim.profile import SimProfile
 from sparkcap.servers.sim.routes import create_app
+from tests.support.sims import clockwork_profile
 
 STEP_S = 0.02
-
-
-def _profile(**kw: object) -> SimProfile:
-    base: dict[str, object] = dict(
-        model="m",
-        step_s1=STEP_S,
-        batch_slowdown=0.0,
-        context_slowdown=0.0,
-        draft_tokens=0,
-        prefill_tok_s=1e9,
-    )
-    base.update(kw)
-    return SimProfile(**base)
 
 
 def _chunks(profile: SimProfile, max_tokens: int) -> list[tuple[float, int]]:
@@ -45,7 +33,7 @@ def _chunks(profile: SimProfile, max_tokens: int) -> list[tuple[float, int]]:
 
 
 def test_chunks_carry_k_tokens_the_first_included_and_the_rest_at_the_finish() -> None:
-    chunks = _chunks(_profile(stream_interval_tokens=3), max_tokens=10)
+    chunks = _chunks(clockwork_profile(STEP_S, stream_interval_tokens=3), max_tokens=10)
     assert [n for _, n in chunks] == [3, 3, 3, 1]  # 10 tokens: the finish sends the 1 left
     # the first token comes from prefill (t = 0), one per 20 ms step after it: the first chunk
     # leaves with the third token, two steps in, and the last with the tenth
@@ -56,13 +44,17 @@ def test_chunks_carry_k_tokens_the_first_included_and_the_rest_at_the_finish() -
 def test_the_interval_holds_whatever_the_steps_produce() -> None:
     # steps of 2 against an interval of 3: prefill's 1 + 2 = 3 go at once, then 2 are held
     # and the next step makes 4, then 2 + the last 1 (the finish) make 3
-    chunks = _chunks(_profile(stream_interval_tokens=3, fixed_chunk_tokens=2), max_tokens=10)
+    chunks = _chunks(
+        clockwork_profile(STEP_S, stream_interval_tokens=3, fixed_chunk_tokens=2), max_tokens=10
+    )
     assert [n for _, n in chunks] == [3, 4, 3]
     assert [t for t, _ in chunks] == pytest.approx([STEP_S, 3 * STEP_S, 5 * STEP_S])
 
 
 def test_with_drafts_every_chunk_but_the_last_has_at_least_k() -> None:
-    profile = _profile(stream_interval_tokens=2, draft_tokens=3, acceptance_code=0.7)
+    profile = clockwork_profile(
+        STEP_S, stream_interval_tokens=2, draft_tokens=3, acceptance_code=0.7
+    )
     sizes = [n for _, n in _chunks(profile, max_tokens=200)]
     assert sum(sizes) == 200
     assert min(sizes[:-1]) >= 2 and max(sizes) <= 2 - 1 + 4  # 1 held + a step of 1 + 3 drafts
@@ -73,7 +65,7 @@ def test_with_drafts_every_chunk_but_the_last_has_at_least_k() -> None:
 def test_interval_is_bounded() -> None:
     for bad in (0, 65):
         with pytest.raises(ValidationError):
-            _profile(stream_interval_tokens=bad)
+            clockwork_profile(STEP_S, stream_interval_tokens=bad)
 
 
 async def _served(profile: SimProfile, max_tokens: int) -> tuple[list[dict[str, Any]], LogEntry]:
@@ -102,7 +94,9 @@ async def _served(profile: SimProfile, max_tokens: int) -> tuple[list[dict[str, 
 # (a process starved for a tenth of a second at its last chunk breaks the bound)
 @pytest.mark.client_timing
 def test_served_chunks_count_their_own_tokens_and_the_log_is_of_the_chunks_sent() -> None:
-    events, entry = asyncio.run(_served(_profile(stream_interval_tokens=3), max_tokens=10))
+    events, entry = asyncio.run(
+        _served(clockwork_profile(STEP_S, stream_interval_tokens=3), max_tokens=10)
+    )
     content = [e for e in events if e["choices"] and e["choices"][0]["delta"].get("content")]
     # per-chunk usage counts what each chunk really brought: 3, 3, 3, then the 1 left
     assert [e["usage"]["completion_tokens"] for e in content] == [3, 6, 9, 10]
