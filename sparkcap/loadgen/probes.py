@@ -36,7 +36,7 @@ from sparkcap.loadgen.connections import StreamClients, make_client
 from sparkcap.loadgen.discover import discover_facts
 from sparkcap.loadgen.records import RequestRecord, Status, WaveRecord, is_count
 from sparkcap.loadgen.sweep import request_headers
-from sparkcap.loadgen.wave import LoopMonitor, build_body, run_wave, token_ceiling
+from sparkcap.loadgen.wave import LoopMonitor, build_body, run_wave, token_ceiling, wave_target
 from sparkcap.loadgen.workloads import (
     CODE_TOKENS,
     StreamSpec,
@@ -351,14 +351,7 @@ async def _synchronized(
     wave = _probe_wave(dep, run_id, probe, workload, len(specs), trial, label)
     async with StreamClients(dep) as clients:
         await run_wave(
-            clients,
-            wave=wave,
-            url=dep.chat_url,
-            specs=specs,
-            headers=request_headers(dep),
-            extra_body=dep.extra_body,
-            continuous_usage=dep.continuous_usage,
-            total_timeout_s=dep.timeouts.total_s,
+            clients, wave=wave, target=wave_target(dep, request_headers(dep)), specs=specs
         )
     for r, s in zip(wave.requests, specs, strict=True):
         r.role = s.prompt_id.split("-")[0]  # the workload of each stream

@@ -38,7 +38,7 @@ from sparkcap.errors import ClientProcessError
 from sparkcap.loadgen.arrivals import new_event_loop
 from sparkcap.loadgen.connections import StreamClients
 from sparkcap.loadgen.records import ProcessTiming, RequestRecord, WaveRecord
-from sparkcap.loadgen.wave import prepare_streams, release_streams, settle_wave
+from sparkcap.loadgen.wave import WaveTarget, prepare_streams, release_streams, settle_wave
 from sparkcap.loadgen.workloads import StreamSpec
 
 # Lead between "every process is parked" and the release: enough for a pipe write to wake each
@@ -197,19 +197,11 @@ class ClientPool:
         return msg
 
     async def run_wave(
-        self,
-        *,
-        wave: WaveRecord,
-        url: str,
-        specs: Sequence[StreamSpec],
-        headers: dict[str, str],
-        extra_body: dict[str, Any],
-        continuous_usage: bool,
-        total_timeout_s: float,
+        self, *, wave: WaveRecord, target: WaveTarget, specs: Sequence[StreamSpec]
     ) -> WaveRecord:
         """Deal the wave's streams round-robin over as many processes as have at least
         ``min_streams_per_process`` each, and release them together."""
-        bodies, per_request = prepare_streams(wave, specs, headers, extra_body, continuous_usage)
+        bodies, per_request = prepare_streams(wave, specs, target)
         n = len(wave.requests)
         used = max(1, min(self.n_processes, n // self.min_streams_per_process))
         shares = [list(range(k, n, used)) for k in range(used)]
@@ -217,12 +209,12 @@ class ClientPool:
         for conn, idx in zip(conns, shares, strict=True):
             conn.send(
                 _Share(
-                    url=url,
+                    url=target.url,
                     bodies=[bodies[i] for i in idx],
                     headers=[per_request[i] for i in idx],
                     records=[wave.requests[i] for i in idx],
                     anchor_perf_ns=wave.anchor_perf_ns,
-                    total_timeout_s=total_timeout_s,
+                    total_timeout_s=target.total_timeout_s,
                 )
             )
         await asyncio.gather(*(self._expect(c, "ready") for c in conns))

@@ -34,6 +34,7 @@ from sparkcap.loadgen.client import stream_request
 from sparkcap.loadgen.connections import StreamClients
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.wave import (
+    WaveTarget,
     build_body,
     new_request,
     prepare_streams,
@@ -154,12 +155,8 @@ async def run_session_wave(
     clients: StreamClients,
     *,
     wave: WaveRecord,
-    url: str,
+    target: WaveTarget,
     sessions: Sequence[SessionSpec],
-    headers: dict[str, str],
-    extra_body: dict[str, Any],
-    continuous_usage: bool,
-    total_timeout_s: float,
     sleep: Any = None,
 ) -> WaveRecord:
     """Release every session's first turn together, then let each session run its turns.
@@ -170,7 +167,7 @@ async def run_session_wave(
     """
     pause = sleep or asyncio.sleep
     first = [s.turns[0] for s in sessions]
-    bodies, per_request = prepare_streams(wave, first, headers, extra_body, continuous_usage)
+    bodies, per_request = prepare_streams(wave, first, target)
     for rec, s in zip(wave.requests, sessions, strict=True):
         rec.session_id = f"{wave.wave_id}/{s.session_id}"
         rec.turn_index = 0
@@ -181,31 +178,31 @@ async def run_session_wave(
         for k in range(1, len(session.turns)):
             await pause(session.think_before_s[k])
             spec = session.turns[k]
-            rec = new_request(f"{wave.wave_id}/s{i:03d}/turn{k:02d}", i, spec, extra_body)
+            rec = new_request(f"{wave.wave_id}/s{i:03d}/turn{k:02d}", i, spec, target.extra_body)
             rec.session_id = f"{wave.wave_id}/{session.session_id}"
             rec.turn_index = k
-            body = build_body(spec, wave.model, continuous_usage, extra_body)
+            body = build_body(spec, wave.model, target.continuous_usage, target.extra_body)
             rec.token_ceiling = token_ceiling(body)
             records.append(rec)
             await stream_request(
                 clients[i],
-                url,
+                target.url,
                 orjson.dumps(body),
-                {**headers, "Content-Type": "application/json", "X-Request-Id": rec.request_id},
+                target.headers_for(rec.request_id),
                 rec,
                 wave.anchor_perf_ns,
-                total_timeout_s,
+                target.total_timeout_s,
                 trace=clients.trace(i),
             )
 
     timing = await release_streams(
         clients,
-        url=url,
+        url=target.url,
         bodies=bodies,
         headers=per_request,
         records=records,
         anchor_perf_ns=wave.anchor_perf_ns,
-        total_timeout_s=total_timeout_s,
+        total_timeout_s=target.total_timeout_s,
         follow_up=later_turns,
     )
     return settle_wave(wave, [timing])

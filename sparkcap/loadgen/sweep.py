@@ -15,7 +15,6 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
-from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import SecretStr
@@ -30,7 +29,7 @@ from sparkcap.loadgen.procs import ClientPool, available_cores
 from sparkcap.loadgen.records import Status, WaveRecord
 from sparkcap.loadgen.search import Judge, run_search
 from sparkcap.loadgen.sessions import build_sessions, run_session_wave
-from sparkcap.loadgen.wave import run_wave
+from sparkcap.loadgen.wave import run_wave, wave_target
 from sparkcap.loadgen.workloads import build_streams
 from sparkcap.settings import read_secret
 
@@ -187,25 +186,17 @@ async def _one_wave(
     )
     if before_wave is not None:
         await before_wave(wave)
-    kw: dict[str, Any] = dict(
-        wave=wave,
-        url=deployment.chat_url,
-        headers=headers,
-        extra_body=deployment.extra_body,
-        continuous_usage=deployment.continuous_usage,
-        total_timeout_s=deployment.timeouts.total_s,
-    )
+    target = wave_target(deployment, headers)
     if sessions:
         if not isinstance(client, StreamClients):
             raise TypeError("agent sessions run on the sweep's own loop (client_process_count)")
         if plan.sessions.reset_cache:
             wave.cache_reset = await reset_prefix_cache(deployment, headers)
-        await run_session_wave(client, sessions=sessions, **kw)
+        await run_session_wave(client, wave=wave, target=target, sessions=sessions)
     elif isinstance(client, ClientPool):
-        kw["specs"] = specs
-        await client.run_wave(**kw)
+        await client.run_wave(wave=wave, target=target, specs=specs)
     else:
-        await run_wave(client, specs=specs, **kw)
+        await run_wave(client, wave=wave, target=target, specs=specs)
     if after_wave is not None:
         await after_wave(wave)
     return wave

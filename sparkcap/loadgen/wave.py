@@ -18,11 +18,13 @@ import os
 import time
 from array import array
 from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 import psutil
 
+from sparkcap.config.deployment import Deployment
 from sparkcap.loadgen.client import stream_request
 from sparkcap.loadgen.connections import StreamClients
 from sparkcap.loadgen.records import ProcessTiming, RequestRecord, Status, WaveRecord
@@ -188,31 +190,51 @@ def new_request(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class WaveTarget:
+    """Where a wave's requests go and what each carries besides its prompt; every way of
+    running a wave (this process's loop, several processes, agent sessions) takes one."""
+
+    url: str  # the deployment's chat completions URL
+    headers: dict[str, str]  # its request headers, secrets among them: never stored
+    extra_body: dict[str, Any]  # merged into each request's body
+    continuous_usage: bool  # ask for per-chunk usage
+    total_timeout_s: float  # one request's deadline
+
+    def headers_for(self, request_id: str) -> dict[str, str]:
+        """One request's headers: X-Request-Id lets a server's own logs be joined to
+        sparkcap's rows (vLLM honours it)."""
+        return {**self.headers, "Content-Type": "application/json", "X-Request-Id": request_id}
+
+
+def wave_target(deployment: Deployment, headers: dict[str, str]) -> WaveTarget:
+    """``deployment``'s target, with the request headers read for it (``request_headers``)."""
+    return WaveTarget(
+        url=deployment.chat_url,
+        headers=headers,
+        extra_body=deployment.extra_body,
+        continuous_usage=deployment.continuous_usage,
+        total_timeout_s=deployment.timeouts.total_s,
+    )
+
+
 def prepare_streams(
-    wave: WaveRecord,
-    specs: Sequence[StreamSpec],
-    headers: dict[str, str],
-    extra_body: dict[str, Any],
-    continuous_usage: bool,
+    wave: WaveRecord, specs: Sequence[StreamSpec], target: WaveTarget
 ) -> tuple[list[bytes], list[dict[str, str]]]:
     """Create the wave's request records and every request's encoded body and headers.
 
     Everything a request needs is built before the release: at the instant of release each
     stream only writes bytes, so the release is as tight as the loop can make it.
     """
+    extra_body = target.extra_body
     wave.requests = [
         new_request(f"{wave.wave_id}/s{i:03d}", i, s, extra_body) for i, s in enumerate(specs)
     ]
-    built = [build_body(s, wave.model, continuous_usage, extra_body) for s in specs]
+    built = [build_body(s, wave.model, target.continuous_usage, extra_body) for s in specs]
     for rec, body in zip(wave.requests, built, strict=True):
         rec.token_ceiling = token_ceiling(body)
     bodies = [orjson.dumps(body) for body in built]
-    # X-Request-Id lets a server's own logs be joined to sparkcap's rows (vLLM honours it)
-    per_request = [
-        {**headers, "Content-Type": "application/json", "X-Request-Id": r.request_id}
-        for r in wave.requests
-    ]
-    return bodies, per_request
+    return bodies, [target.headers_for(r.request_id) for r in wave.requests]
 
 
 ReleaseGate = Callable[[], Awaitable[int]]
@@ -359,25 +381,18 @@ def _max_or_none(values: Iterable[float | None]) -> float | None:
 
 
 async def run_wave(
-    clients: StreamClients,
-    *,
-    wave: WaveRecord,
-    url: str,
-    specs: Sequence[StreamSpec],
-    headers: dict[str, str],
-    extra_body: dict[str, Any],
-    continuous_usage: bool,
-    total_timeout_s: float,
+    clients: StreamClients, *, wave: WaveRecord, target: WaveTarget, specs: Sequence[StreamSpec]
 ) -> WaveRecord:
-    """Release ``specs`` together against ``url`` from this process's loop; record the wave."""
-    bodies, per_request = prepare_streams(wave, specs, headers, extra_body, continuous_usage)
+    """Release ``specs`` together against ``target`` from this process's loop; record the
+    wave."""
+    bodies, per_request = prepare_streams(wave, specs, target)
     timing = await release_streams(
         clients,
-        url=url,
+        url=target.url,
         bodies=bodies,
         headers=per_request,
         records=wave.requests,
         anchor_perf_ns=wave.anchor_perf_ns,
-        total_timeout_s=total_timeout_s,
+        total_timeout_s=target.total_timeout_s,
     )
     return settle_wave(wave, [timing])
