@@ -34,7 +34,7 @@ from pathlib import Path
 
 from sparkcap.config.fleet import LLAMA_DEFAULT_SLOTS, Fleet
 from sparkcap.errors import LocalServerError, ManagedProcessError, SparkcapError
-from sparkcap.servers.processes import ManagedProcess
+from sparkcap.servers.processes import ManagedProcess, OnLoopback
 from sparkcap.servers.sim.server import SimProcess
 from sparkcap.settings import get_settings
 
@@ -367,7 +367,7 @@ def free_port() -> int:
 
 
 @dataclass
-class LocalServer:
+class LocalServer(OnLoopback):
     """A running llama-server process; use :func:`start_local_server` to make one."""
 
     port: int
@@ -381,14 +381,6 @@ class LocalServer:
     @property
     def log_path(self) -> Path:
         return self.managed.log_path
-
-    @property
-    def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self.managed.stop(timeout_s)

@@ -19,6 +19,22 @@ import httpx
 from sparkcap.errors import ManagedProcessError
 
 
+class OnLoopback:
+    """A server sparkcap started on 127.0.0.1 at ``port``: its base URL, and its
+    OpenAI-compatible endpoint under ``/v1``."""
+
+    port: int
+    scheme: str = "http"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.base_url}/v1"
+
+
 @dataclass
 class ManagedProcess:
     name: str

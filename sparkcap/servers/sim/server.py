@@ -18,13 +18,13 @@ from typing import Any
 import uvicorn
 
 from sparkcap.errors import ManagedProcessError
-from sparkcap.servers.processes import ManagedProcess
+from sparkcap.servers.processes import ManagedProcess, OnLoopback
 from sparkcap.servers.sim.profile import SimProfile
 from sparkcap.servers.sim.routes import create_app
 from sparkcap.settings import get_settings
 
 
-class SimServer:
+class SimServer(OnLoopback):
     """The simulator on 127.0.0.1, in a background thread with its own event loop."""
 
     def __init__(
@@ -57,14 +57,6 @@ class SimServer:
         )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"{self.scheme}://127.0.0.1:{self.port}"
-
-    @property
-    def endpoint(self) -> str:
-        return f"{self.base_url}/v1"
 
     def start(self, timeout_s: float = 10.0) -> SimServer:
         self.app.state.started_at_s = time.time()
