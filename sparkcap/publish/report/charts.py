@@ -45,6 +45,12 @@ def _workload_color(frame: pd.DataFrame) -> Any:
     )
 
 
+def _over_concurrency(frame: pd.DataFrame) -> Any:
+    """A chart of ``frame`` against concurrency (:func:`_concurrency_axis`), one colour per
+    workload (:func:`_workload_color`)."""
+    return alt.Chart(frame).encode(x=_concurrency_axis(frame), color=_workload_color(frame))
+
+
 def _per_deployment(
     chart: Any,
     title: Any,
@@ -133,10 +139,7 @@ def rate_chart(data: dict[str, Any]) -> Any:
     lv = data["levels"].copy()
     lv["is_capacity"] = lv["concurrency"] == lv["capacity_streams"]
     t = threshold_of(data)
-    base = alt.Chart(lv).encode(
-        x=_concurrency_axis(lv),
-        color=_workload_color(lv),
-    )
+    base = _over_concurrency(lv)
     band = base.mark_area(opacity=0.15).encode(
         y=alt.Y("min_decode_tok_s:Q", title="decode rate per stream (tok/s)"),
         y2="max_decode_tok_s:Q",
@@ -171,18 +174,19 @@ def rate_chart(data: dict[str, Any]) -> Any:
     )
 
 
+def _lines_per_deployment(frame: pd.DataFrame, title: Any, **encoding: Any) -> Any:
+    """A line per workload against concurrency, a point per level, one panel per deployment;
+    ``encoding``: the y axis, the tooltip and any other channel."""
+    return _per_deployment(_over_concurrency(frame).mark_line(point=True).encode(**encoding), title)
+
+
 def ttft_chart(data: dict[str, Any]) -> Any:
     lv = data["levels"]
-    return _per_deployment(
-        alt.Chart(lv)
-        .mark_line(point=True)
-        .encode(
-            x=_concurrency_axis(lv),
-            color=_workload_color(lv),
-            y=alt.Y("median_ttft_s:Q", title="median time to first token (s)"),
-            tooltip=["workload", "concurrency", alt.Tooltip("median_ttft_s:Q", format=".2f")],
-        ),
+    return _lines_per_deployment(
+        lv,
         alt.TitleParams("Time to first token (queueing and prefill)"),
+        y=alt.Y("median_ttft_s:Q", title="median time to first token (s)"),
+        tooltip=["workload", "concurrency", alt.Tooltip("median_ttft_s:Q", format=".2f")],
     )
 
 
@@ -206,21 +210,16 @@ def throughput_chart(data: dict[str, Any]) -> Any:
         "measure",
         "tok_s",
     )
-    return _per_deployment(
-        alt.Chart(lv)
-        .mark_line(point=True)
-        .encode(
-            x=_concurrency_axis(lv),
-            color=_workload_color(lv),
-            y=alt.Y("tok_s:Q", title="tokens per second"),
-            strokeDash=alt.StrokeDash("measure:N", title=None),
-            tooltip=["workload", "measure", "concurrency", alt.Tooltip("tok_s:Q", format=".1f")],
-        ),
+    return _lines_per_deployment(
+        lv,
         alt.TitleParams(
             "Aggregate throughput beside concurrency × median rate",
             subtitle="Σ(tokens − 1) / (latest last token − earliest first token); the two "
             "differ because streams start and end at different times.",
         ),
+        y=alt.Y("tok_s:Q", title="tokens per second"),
+        strokeDash=alt.StrokeDash("measure:N", title=None),
+        tooltip=["workload", "measure", "concurrency", alt.Tooltip("tok_s:Q", format=".1f")],
     )
 
 

@@ -7,7 +7,7 @@ import hashlib
 import json
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date
 from pathlib import Path
@@ -94,6 +94,20 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     ]
 
 
+# The charts a night draws only where it has their rows, in the page's order: (the chart's
+# name, its frame, a column that must hold a value somewhere or None, the chart)
+_CHARTS_OF_ROWS: tuple[tuple[str, str, str | None, Callable[[dict[str, Any]], Any]], ...] = (
+    ("cache", "cache", None, cache_chart),
+    ("output_length", "output_length", None, output_length_chart),
+    ("sessions", "session_turns", None, session_turns_chart),
+    ("ladder", "ladder_rungs", "cold_prompt_tokens", context_ladder_chart),
+    ("search", "search_path", None, search_path_chart),
+    ("open_loop", "open_loop_curve", None, open_loop_chart),
+    ("replay", "replay_concurrency", None, replay_concurrency_chart),
+    ("bounds", "bounds", "bound_decode_tok_s", bound_chart),
+)
+
+
 def render_report(
     db_path: Path,
     run_id: str | Sequence[str] | None = None,
@@ -133,24 +147,10 @@ def render_report(
     if not data["prefill"].empty and not data["timeline"].empty:
         charts["prefill"] = prefill_chart(data)
         charts["probe_ttft"] = probe_ttft_chart(data)
-    if not data["cache"].empty:
-        charts["cache"] = cache_chart(data)
-    if not data["output_length"].empty:
-        charts["output_length"] = output_length_chart(data)
-    if not data.get("session_turns", pd.DataFrame()).empty:
-        charts["sessions"] = session_turns_chart(data)
-    ladder_rungs = data.get("ladder_rungs", pd.DataFrame())
-    if not ladder_rungs.empty and ladder_rungs["cold_prompt_tokens"].notna().any():
-        charts["ladder"] = context_ladder_chart(data)
-    if not data["search_path"].empty:
-        charts["search"] = search_path_chart(data)
-    if not data.get("open_loop_curve", pd.DataFrame()).empty:
-        charts["open_loop"] = open_loop_chart(data)
-    if not data.get("replay_concurrency", pd.DataFrame()).empty:
-        charts["replay"] = replay_concurrency_chart(data)
-    bounds = data.get("bounds", pd.DataFrame())
-    if not bounds.empty and bounds["bound_decode_tok_s"].notna().any():
-        charts["bounds"] = bound_chart(data)
+    for name, frame, column, chart in _CHARTS_OF_ROWS:
+        rows = data.get(frame, pd.DataFrame())
+        if not rows.empty and (column is None or rows[column].notna().any()):
+            charts[name] = chart(data)
     comparison = None
     if data["previous_run"]:
         diff = compare(Path(db_path), data["previous_run"], run_id)
