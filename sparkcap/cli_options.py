@@ -106,7 +106,7 @@ TrialTokens = Annotated[
         "at least 32; the sustain wave runs the full length x the sustain factor)"
     ),
 ]
-# (name, type, default): the order they are listed in, after the options before ``searching``
+# the search options as (parameter name, type, default), in the order --help lists them
 _SEARCH_OPTIONS: tuple[tuple[str, Any, object], ...] = (
     ("search", SearchFlag, False),
     ("max_level", MaxLevel, None),
@@ -129,22 +129,16 @@ def search_options(command: Callable[..., None]) -> Callable[..., None]:
         inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=d, annotation=t)
         for name, t, d in _SEARCH_OPTIONS
     ]
+    listed = [*params[:at], *searched, *params[at + 1 :]]
 
     @functools.wraps(command)
     def with_search_options(*args: Any, **kwargs: Any) -> None:
-        given = [kwargs.pop(name, default) for name, _, default in _SEARCH_OPTIONS]
-        command(*args, searching=search_plan(*given), **kwargs)
+        given: dict[str, Any] = {name: kwargs.pop(name, d) for name, _, d in _SEARCH_OPTIONS}
+        command(*args, searching=search_plan(**given), **kwargs)
 
     # typer reads a command's options from its signature and type hints: these, not the wrapped
-    with_search_options.__signature__ = signature.replace(  # type: ignore[attr-defined]
-        parameters=[*params[:at], *searched, *params[at + 1 :]]
-    )
-    with_search_options.__annotations__ = {
-        **{p.name: p.annotation for p in params[:at]},
-        **{name: t for name, t, _ in _SEARCH_OPTIONS},
-        **{p.name: p.annotation for p in params[at + 1 :]},
-        "return": None,
-    }
+    with_search_options.__signature__ = signature.replace(parameters=listed)  # type: ignore[attr-defined]
+    with_search_options.__annotations__ = {p.name: p.annotation for p in listed} | {"return": None}
     return with_search_options
 
 
