@@ -14,14 +14,25 @@ if TYPE_CHECKING:
     from sparkcap.publish.marts import OpenLoopRow, PlanRatesRow, PlanRoutingRow, PlanRow
 
 
+def _mix_words(code_share: float) -> str:
+    """A plan's mix as every plan line says it: "70% code / 30% prose"."""
+    return f"{code_share:.0%} code / {1 - code_share:.0%} prose"
+
+
+def _plan_head(run_id: str, threshold_tok_s: float, code_share: float) -> str:
+    """Which plan a line opens: the run's, at the threshold, for the mix."""
+    return (
+        f"plan for run {run_id} at {threshold_tok_s:g} tok/s per stream, {_mix_words(code_share)}"
+    )
+
+
 def plan_lines(plan: PlanRow) -> list[str]:
     """What fct_plan says, in the order a planner asks: how many, of what, what stops more,
     what is assumed rather than measured, and whether the long prompts fit."""
-    mix = f"{plan.code_share:.0%} code / {1 - plan.code_share:.0%} prose"
     if plan.plan_verdict != "planned":
-        return [f"plan for run {plan.run_id} ({mix}): {plan.plan_verdict}"]
+        return [f"plan for run {plan.run_id} ({_mix_words(plan.code_share)}): {plan.plan_verdict}"]
     lines = [
-        f"plan for run {plan.run_id} at {plan.threshold_tok_s:g} tok/s per stream, {mix}: "
+        f"{_plan_head(plan.run_id, plan.threshold_tok_s, plan.code_share)}: "
         f"{plan.planned_streams} concurrent streams ({plan.planned_code_streams} code, "
         f"{plan.planned_prose_streams} prose)",
         f"  headroom: {plan.spare_code_streams} more code or {plan.spare_prose_streams} more "
@@ -53,15 +64,11 @@ def rate_plan_lines(run_id: str, threshold_tok_s: float, rows: Sequence[PlanRate
     (fct_plan_rates), the fleet's total and the users it serves at the stated think time."""
     if not rows:
         return [f"rate plan for run {run_id}: not planned (no open-loop capacity)"]
-    code = sum(r.code_per_min for r in rows)
-    prose = sum(r.prose_per_min for r in rows)
-    users = sum(r.users for r in rows)
-    share = rows[0].code_share
+    requests, users = _rate_words(rows)
     lines = [
-        f"plan for run {run_id} at {threshold_tok_s:g} tok/s per stream, {share:.0%} code / "
-        f"{1 - share:.0%} prose requests, users arriving independently:",
-        f"  {code + prose:.0f} requests a minute ({code:.0f} code, {prose:.0f} prose): "
-        f"{users:.0f} users at a {rows[0].think_time_s:g} s think time{_long_words(rows)}",
+        f"{_plan_head(run_id, threshold_tok_s, rows[0].code_share)} requests, users arriving "
+        "independently:",
+        f"  {requests}: {users}",
     ]
     unrouted = [f"{r.deployment} ({r.not_routed_reason})" for r in rows if r.not_routed_reason]
     if unrouted:
@@ -76,14 +83,22 @@ def rate_plan_headline(rows: Sequence[PlanRatesRow]) -> str | None:
     rate plan at the night's mix in requests a minute and users (None: no rate plan)."""
     if not rows:
         return None
+    requests, users = _rate_words(rows)
+    return (
+        f"fleet under independent arrivals — {_mix_words(rows[0].code_share)}: {requests}, "
+        f"{users} (sparkcap plan)"
+    )
+
+
+def _rate_words(rows: Sequence[PlanRatesRow]) -> tuple[str, str]:
+    """The rate plan's fleet total in requests a minute (code and prose), and the users it
+    serves at the think time with the long prompts routed beside them."""
     code = sum(r.code_per_min for r in rows)
     prose = sum(r.prose_per_min for r in rows)
-    share = rows[0].code_share
+    users = sum(r.users for r in rows)
     return (
-        f"fleet under independent arrivals — {share:.0%} code / {1 - share:.0%} prose: "
-        f"{code + prose:.0f} requests a minute ({code:.0f} code, {prose:.0f} prose), "
-        f"{sum(r.users for r in rows):.0f} users at a {rows[0].think_time_s:g} s think time"
-        f"{_long_words(rows)} (sparkcap plan)"
+        f"{code + prose:.0f} requests a minute ({code:.0f} code, {prose:.0f} prose)",
+        f"{users:.0f} users at a {rows[0].think_time_s:g} s think time{_long_words(rows)}",
     )
 
 
@@ -113,9 +128,8 @@ def rate_plan_table(run_id: str, rows: Sequence[PlanRatesRow]) -> Table:
         ],
     )
     for r in rows:
-        replicas = f" ×{r.replicas}" if r.replicas > 1 else ""
         table.add_row(
-            r.deployment + replicas,
+            _deployment_cell(r.deployment, r.replicas),
             f"{r.code_per_min:.1f}",
             f"{r.prose_per_min:.1f}",
             f"{_per_min(r.code_capacity_per_min)}/{_per_min(r.prose_capacity_per_min)}",
@@ -125,6 +139,11 @@ def rate_plan_table(run_id: str, rows: Sequence[PlanRatesRow]) -> Table:
             _mixing_word(r.mixed_basis) if r.mixes_workloads else "—",
         )
     return table
+
+
+def _deployment_cell(deployment: str, replicas: int) -> str:
+    """A plan table's deployment, with its identical replicas counted ("glm ×2")."""
+    return deployment + (f" ×{replicas}" if replicas > 1 else "")
 
 
 def _per_min(value: float | None) -> str:
@@ -180,9 +199,8 @@ def plan_table(run_id: str, rows: Sequence[PlanRoutingRow]) -> Table:
             budget = "n/m"
         else:
             budget = f"{r.prefill_budget_per_min:.2f}"
-        replicas = f" ×{r.replicas}" if r.replicas > 1 else ""
         table.add_row(
-            r.deployment + replicas,
+            _deployment_cell(r.deployment, r.replicas),
             str(r.code_streams),
             str(r.prose_streams),
             f"{r.code_capacity_streams}/{r.prose_capacity_streams}",
