@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
@@ -57,11 +58,8 @@ insert into marts.fct_energy_at_capacity values
 
 
 @pytest.fixture
-def old_db(tmp_path: Path) -> Path:
-    path = tmp_path / "old.duckdb"
-    with duckdb.connect(str(path)) as con:
-        con.execute(OLD)
-    return path
+def old_db(hand_made_warehouse: Callable[[str, str], Path]) -> Path:
+    return hand_made_warehouse("old.duckdb", OLD)
 
 
 def test_a_warehouse_without_the_new_marts_reads_none(old_db: Path) -> None:

@@ -4,6 +4,7 @@ a run that is not there, SQL that fails or a warehouse that cannot be read."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -56,11 +57,8 @@ insert into marts.fct_step_outcomes values
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    path = tmp_path / "w.duckdb"
-    with duckdb.connect(str(path)) as con:
-        con.execute(SCHEMA)
-    return path
+def db(hand_made_warehouse: Callable[[str, str], Path]) -> Path:
+    return hand_made_warehouse("w.duckdb", SCHEMA)
 
 
 def test_levels_come_back_typed_in_the_marts_order(db: Path) -> None:
