@@ -6,7 +6,6 @@ server."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,18 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.paths import ROOT
-from tests.support.servers import free_port, wait_for_prefect_api
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=20)
+from tests.support.servers import free_port, stop_process_group, wait_for_prefect_api
 
 
 @pytest.fixture(scope="session")
@@ -61,4 +49,4 @@ def prefect_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         wait_for_prefect_api(api, log, timeout_s=180)
         yield api
     finally:
-        _stop(server)
+        stop_process_group(server)

@@ -21,13 +21,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import psutil
 import pytest
 
-from sparkcap.servers.sim.profile import SimProfile
 from tests.paths import ROOT
 from tests.support.fleets import write_fleet
+from tests.support.queries import q
+from tests.support.servers import stop_process_group
+from tests.support.sims import linear_profile
 from tests.support.timing import RELAXED_TIMING
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -47,17 +48,6 @@ EXPECTED = {
     ("bravo", "prose"): 2,
     ("charlie", "code"): 0,
 }
-
-
-def _stop(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is None or proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=20)
 
 
 def _pool_name(prefix: str) -> str:
@@ -151,17 +141,7 @@ class Pool:
 def sim_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     base = tmp_path_factory.mktemp("sim")
     spec = {
-        "profiles": [
-            SimProfile(
-                model=name,
-                step_s1=1 / r1,
-                batch_slowdown=a,
-                context_slowdown=0.0,
-                draft_tokens=0,
-                prefill_tok_s=50_000,
-            ).model_dump()
-            for name, (r1, a) in PROFILES.items()
-        ]
+        "profiles": [linear_profile(name, r1, a).model_dump() for name, (r1, a) in PROFILES.items()]
     }
     ready = base / "ready.json"
     proc = subprocess.Popen(
@@ -176,7 +156,7 @@ def sim_endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             time.sleep(0.1)
         yield str(json.loads(ready.read_text())["endpoint"])
     finally:
-        _stop(proc)
+        stop_process_group(proc)
 
 
 def _fleet(base: Path, endpoint: str, pool: str, **distributed: Any) -> Path:
@@ -213,18 +193,14 @@ def _fleet(base: Path, endpoint: str, pool: str, **distributed: Any) -> Path:
 
 
 def _capacities(db: Path) -> dict[tuple[str, str], int]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        rows = con.execute(
-            "select deployment, workload, capacity_streams from marts.fct_capacity"
-        ).fetchall()
+    rows = q(db, "select deployment, workload, capacity_streams from marts.fct_capacity")
     return {(d, w): int(c) for d, w, c in rows}
 
 
 def _level_rates(db: Path) -> dict[tuple[str, str, int], float]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        rows = con.execute(
-            "select deployment, workload, concurrency, median_decode_tok_s from marts.fct_levels"
-        ).fetchall()
+    rows = q(
+        db, "select deployment, workload, concurrency, median_decode_tok_s from marts.fct_levels"
+    )
     return {(d, w, c): float(r) for d, w, c, r in rows if r is not None}
 
 
@@ -322,31 +298,28 @@ def test_a_distributed_night_measures_the_model_and_a_killed_host_costs_its_chil
     for (d, w, c), rate in rates.items():
         r1, a = PROFILES[d]
         assert rate == pytest.approx(r1 / (1 + a * (c - 1)), rel=0.05), (d, w, c)
-    with duckdb.connect(str(db), read_only=True) as con:
-        (run_id,) = con.execute("select run_id from raw.runs").fetchone()  # type: ignore[misc]
-        (status,) = con.execute("select status from raw.runs").fetchone()  # type: ignore[misc]
-        failed = con.execute(
-            "select deployment from raw.step_outcomes where status = 'failed' order by 1"
-        ).fetchall()
-        # every wave staged once, the lost child's included: as many as the lake's manifests
-        n, distinct = con.execute(
-            "select count(*), count(distinct wave_id) from raw.waves"
-        ).fetchone()  # type: ignore[misc]
-        # (child, waves landed, waves of record): a wave the client spoiled (a busy machine)
-        # is measured again, the earlier attempt kept and marked superseded
-        landed = {
-            c: (n_all, n_of_record)
-            for c, n_all, n_of_record in con.execute(
-                "select deployment || '/' || workload, count(*), "
-                "count(*) filter (superseded_reason is null) from raw.waves group by 1"
-            ).fetchall()
-        }
-        spans = con.execute(
-            "select deployment, workload, min(started_at), "
-            "max(started_at + to_microseconds((duration_s * 1e6)::bigint)) "
-            "from raw.waves group by all order by 3"
-        ).fetchall()
-        hosts = con.execute("select config_json from raw.runs").fetchone()
+    ((run_id,),) = q(db, "select run_id from raw.runs")
+    ((status,),) = q(db, "select status from raw.runs")
+    failed = q(db, "select deployment from raw.step_outcomes where status = 'failed' order by 1")
+    # every wave staged once, the lost child's included: as many as the lake's manifests
+    ((n, distinct),) = q(db, "select count(*), count(distinct wave_id) from raw.waves")
+    # (child, waves landed, waves of record): a wave the client spoiled (a busy machine)
+    # is measured again, the earlier attempt kept and marked superseded
+    landed = {
+        c: (n_all, n_of_record)
+        for c, n_all, n_of_record in q(
+            db,
+            "select deployment || '/' || workload, count(*), "
+            "count(*) filter (superseded_reason is null) from raw.waves group by 1",
+        )
+    }
+    spans = q(
+        db,
+        "select deployment, workload, min(started_at), "
+        "max(started_at + to_microseconds((duration_s * 1e6)::bigint)) "
+        "from raw.waves group by all order by 3",
+    )
+    (hosts,) = q(db, "select config_json from raw.runs")
     assert failed == [(d,) for d in sorted({d for d, _ in lost})]
     assert status == "incomplete"
     manifests = list((tmp_path / "lake" / "manifests").rglob("wave-*.json"))

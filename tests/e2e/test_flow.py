@@ -20,11 +20,11 @@ import pytest
 from tests.integration.reliability.imperfect_nights import (
     DEAD,
     assert_the_night_names_the_dead_node,
-    q,
 )
 from tests.paths import ROOT
 from tests.support.fleets import write_fleet
-from tests.support.queries import wave_census
+from tests.support.queries import q, wave_census
+from tests.support.servers import stop_process_group
 from tests.support.sims import fast_profile, faulty
 from tests.support.timing import RELAXED_TIMING
 
@@ -213,13 +213,7 @@ def test_scheduled_run_completes_on_a_real_prefect_server(prefect_api: str, tmp_
             )
         assert (tmp_path / "reports" / "latest" / "index.html").exists()
     finally:
-        if worker is not None and worker.poll() is None:
-            os.killpg(worker.pid, 15)
-            try:
-                worker.wait(timeout=20)
-            except subprocess.TimeoutExpired:  # a loaded machine: make sure, and reap it
-                os.killpg(worker.pid, 9)
-                worker.wait(timeout=20)
+        stop_process_group(worker)
         worker_log.close()
 
 
@@ -440,7 +434,6 @@ def test_canary_api_key_reaches_no_prefect_record(canary_nights: CanaryNights) -
     and for a night that fails on a wrong key."""
     import asyncio
 
-    import duckdb
     import prefect.settings
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import LogFilter, LogFilterFlowRunId
@@ -450,11 +443,11 @@ def test_canary_api_key_reaches_no_prefect_record(canary_nights: CanaryNights) -
     ok, refused = canary_nights.ok, canary_nights.refused
     states = [ok, refused]
     # the right key was sent (the simulator demands it): every stream of `live` was answered
-    with duckdb.connect(str(canary_nights.db), read_only=True) as con:
-        statuses = con.execute(
-            "select distinct r.status from raw.requests r join raw.waves w using (wave_id) "
-            "where w.deployment = 'live' and w.probe is null"
-        ).fetchall()
+    statuses = q(
+        canary_nights.db,
+        "select distinct r.status from raw.requests r join raw.waves w using (wave_id) "
+        "where w.deployment = 'live' and w.probe is null",
+    )
     assert statuses == [("ok",)], statuses
     assert refused.is_failed() and "refused the credentials" in (refused.message or "")
     APILogWorker.drain_all(timeout=10)  # run logs reach the API in batches

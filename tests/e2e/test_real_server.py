@@ -19,6 +19,7 @@ from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.llama import LocalServer, ensure_model, start_local_server
 from sparkcap.store.connection import open_warehouse
 from sparkcap.transform.dbt_build import build
+from tests.support.queries import copy_of, q
 from tests.support.timing import SHORT_STREAM_VARS
 
 pytestmark = [pytest.mark.real_server, pytest.mark.integration, pytest.mark.slow]
@@ -70,13 +71,13 @@ def swept(server: LocalServer, tmp_path_factory: pytest.TempPathFactory) -> tupl
 
 def test_every_stream_is_counted_by_the_server(swept: tuple[Path, str]) -> None:
     db, run_id = swept
-    with open_warehouse(db, read_only=True) as con:
-        rows = con.execute(
-            "select status, completion_tokens, requested_tokens, count_source, sent_ns, "
-            "first_token_ns, last_token_ns, n_chunks, finish_reason from raw.requests "
-            "where run_id = ?",
-            [run_id],
-        ).fetchall()
+    rows = q(
+        db,
+        "select status, completion_tokens, requested_tokens, count_source, sent_ns, "
+        "first_token_ns, last_token_ns, n_chunks, finish_reason from raw.requests "
+        "where run_id = ?",
+        [run_id],
+    )
     assert len(rows) == 2 * 2 * (1 + 2 + 4 + 8)
     for status, ct, req, src, sent, first, last, n_chunks, finish in rows:
         assert status == "ok"
@@ -92,12 +93,12 @@ def test_waves_beyond_the_slots_are_flagged_queued(swept: tuple[Path, str]) -> N
     # the verdict is dbt's (int_trials), from the stored token times; the whole project and
     # its data tests run on this real engine's night below (the facts and bottlenecks test)
     build(db, select="+fct_trials")
-    with open_warehouse(db, read_only=True) as con:
-        rows = con.execute(
-            "select concurrency, bool_and(queued), bool_or(queued), max(peak_concurrency) "
-            "from marts.fct_trials where run_id = ? group by 1 order by 1",
-            [run_id],
-        ).fetchall()
+    rows = q(
+        db,
+        "select concurrency, bool_and(queued), bool_or(queued), max(peak_concurrency) "
+        "from marts.fct_trials where run_id = ? group by 1 order by 1",
+        [run_id],
+    )
     by_level = {c: (all_q, any_q, peak) for c, all_q, any_q, peak in rows}
     assert by_level[8][0] is True and by_level[8][2] <= 4
     assert by_level[1][1] is False and by_level[2][1] is False
@@ -105,18 +106,18 @@ def test_waves_beyond_the_slots_are_flagged_queued(swept: tuple[Path, str]) -> N
 
 def test_server_metrics_are_scraped_around_each_wave(swept: tuple[Path, str]) -> None:
     db, run_id = swept
-    with open_warehouse(db, read_only=True) as con:
-        n_waves, with_metrics, predicted = con.execute(
-            """
-            select count(distinct w.wave_id),
-                   count(distinct m.wave_id),
-                   sum(case when m.phase = 'after' then m.value else -m.value end)
-                       filter (where m.name = 'llamacpp:tokens_predicted_total')
-            from raw.waves w left join raw.server_metrics m using (wave_id)
-            where w.run_id = ?
-            """,
-            [run_id],
-        ).fetchone()
+    ((n_waves, with_metrics, predicted),) = q(
+        db,
+        """
+        select count(distinct w.wave_id),
+               count(distinct m.wave_id),
+               sum(case when m.phase = 'after' then m.value else -m.value end)
+                   filter (where m.name = 'llamacpp:tokens_predicted_total')
+        from raw.waves w left join raw.server_metrics m using (wave_id)
+        where w.run_id = ?
+        """,
+        [run_id],
+    )
     assert n_waves == with_metrics == 16
     # the server's own token counter moved by what sparkcap recorded (± the first tokens,
     # which llama.cpp counts with the prompt)
@@ -157,35 +158,39 @@ def test_the_capacity_gets_a_verdict_from_the_servers_own_facts_and_metrics(
     # what it reads and every model they are built from, not a whole build
     read = "+int_deployment_facts +fct_bottlenecks +fct_server_evidence +fct_level_bounds"
     build(db, select=read, dbt_vars=SHORT_STREAM_VARS)
-    with open_warehouse(db, read_only=True) as con:
-        facts = con.execute(
-            "select server_slots, server_slots_source, weight_bytes, weight_bytes_source, "
-            "kv_bytes_per_token, kv_bytes_per_token_source, engine from "
-            "intermediate.int_deployment_facts where run_id = ?",
+    (facts,) = q(
+        db,
+        "select server_slots, server_slots_source, weight_bytes, weight_bytes_source, "
+        "kv_bytes_per_token, kv_bytes_per_token_source, engine from "
+        "intermediate.int_deployment_facts where run_id = ?",
+        [run_id],
+    )
+    props_slots = q(
+        db,
+        "select value from raw.deployment_facts where run_id = ? and fact = 'server_slots' "
+        "and source = 'llama-props'",
+        [run_id],
+    )
+    verdicts = q(
+        db,
+        "select workload, bottleneck, limit_level, evidence from marts.fct_bottlenecks "
+        "where run_id = ? order by workload",
+        [run_id],
+    )
+    evidence = dict(
+        q(
+            db,
+            "select evidence, bool_or(status = 'measured') from marts.fct_server_evidence "
+            "where run_id = ? group by 1",
             [run_id],
-        ).fetchone()
-        props_slots = con.execute(
-            "select value from raw.deployment_facts where run_id = ? and fact = 'server_slots' "
-            "and source = 'llama-props'",
-            [run_id],
-        ).fetchall()
-        verdicts = con.execute(
-            "select workload, bottleneck, limit_level, evidence from marts.fct_bottlenecks "
-            "where run_id = ? order by workload",
-            [run_id],
-        ).fetchall()
-        evidence = dict(
-            con.execute(
-                "select evidence, bool_or(status = 'measured') from marts.fct_server_evidence "
-                "where run_id = ? group by 1",
-                [run_id],
-            ).fetchall()
         )
-        bound = con.execute(
-            "select count(*) filter (where bound_decode_tok_s > 0) from marts.fct_level_bounds "
-            "where run_id = ?",
-            [run_id],
-        ).fetchone()
+    )
+    (bound,) = q(
+        db,
+        "select count(*) filter (where bound_decode_tok_s > 0) from marts.fct_level_bounds "
+        "where run_id = ?",
+        [run_id],
+    )
     assert facts is not None
     slots, slots_src, weights, weights_src, kv, kv_src, engine = facts
     assert (slots, slots_src) == (4, "declared")  # the fleet file's parallel_slots wins ...
@@ -209,15 +214,13 @@ def test_an_open_loop_replay_on_the_real_engine_is_recorded_and_judged(
     the long prompts' prefills measured beside the streams and a verdict from dbt. Which
     verdict depends on this machine (one thread, beside the other tests); that one is given,
     with its reasons, is what holds everywhere."""
-    import shutil
 
     from sparkcap.config.probes import ReplayOptions
     from sparkcap.loadgen.replay import poisson_arrivals, replay
     from sparkcap.store import spool
 
     db, run_id = swept
-    copy = tmp_path / "replayed.duckdb"  # the night's own tests count its requests
-    shutil.copy(db, copy)
+    copy = copy_of(db, tmp_path, "replayed.duckdb")  # the night's own tests count its requests
     dep = _gemma(server)
     options = ReplayOptions(
         duration_s=12.0, seed=5, planned_streams=2, code_per_s=0.5, code_tokens=TOKENS,
@@ -230,22 +233,21 @@ def test_an_open_loop_replay_on_the_real_engine_is_recorded_and_judged(
     spool.write_wave(wave, copy)
     spool.stage_spool(copy, None, run_id)
     build(copy, select="+fct_replay", dbt_vars=SHORT_STREAM_VARS)
-    with open_warehouse(copy, read_only=True) as con:
-        rows = con.execute(
-            "select workload, status, completion_tokens, ttft_from_scheduled_s, "
-            "ttft_from_send_s, send_lag_s from intermediate.int_replay_streams where run_id = ?",
-            [run_id],
-        ).fetchall()
-        prompts = con.execute(
-            "select r.prompt_tokens from raw.requests r join intermediate.int_replay_streams s "
-            "using (request_id) where s.workload = 'long'"
-        ).fetchall()
-        prefills = con.execute(
-            "select prefill_s, n_streams_beside from intermediate.int_replay_prefills"
-        ).fetchall()
-        verdict = con.execute(
-            "select verdict, verdict_text, n_requests, n_long_prefills from marts.fct_replay"
-        ).fetchall()
+    rows = q(
+        copy,
+        "select workload, status, completion_tokens, ttft_from_scheduled_s, "
+        "ttft_from_send_s, send_lag_s from intermediate.int_replay_streams where run_id = ?",
+        [run_id],
+    )
+    prompts = q(
+        copy,
+        "select r.prompt_tokens from raw.requests r join intermediate.int_replay_streams s "
+        "using (request_id) where s.workload = 'long'",
+    )
+    prefills = q(copy, "select prefill_s, n_streams_beside from intermediate.int_replay_prefills")
+    verdict = q(
+        copy, "select verdict, verdict_text, n_requests, n_long_prefills from marts.fct_replay"
+    )
     assert len(rows) == len(due) and sorted(r[0] for r in rows) == sorted(a.role for a in due)
     for workload, status, tokens, from_scheduled, from_send, lag in rows:
         assert status == "ok", rows

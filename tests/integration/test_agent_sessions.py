@@ -19,8 +19,8 @@ import itertools
 import json
 import os
 from pathlib import Path
+from typing import Any
 
-import duckdb
 import pytest
 
 from sparkcap.config.deployment import Deployment
@@ -30,6 +30,8 @@ from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import run_models
 from tests.spread import within
+from tests.support.cli import sweep_args
+from tests.support.queries import q
 from tests.support.sims import fast_profile
 from tests.support.timing import RELAXED_TIMING
 
@@ -56,6 +58,11 @@ PROFILES = [
 ]
 # at one slot a waiting turn sits behind another session's 16-token answer (~0.3 s)
 CEILING_S = 0.15
+
+
+def _by_deployment_and_level(db: Path, sql: str) -> dict[tuple[Any, Any], tuple[Any, ...]]:
+    """The rows of ``sql`` by their first two columns (deployment, sessions at once): the rest."""
+    return {(row[0], row[1]): row[2:] for row in q(db, sql)}
 
 
 def test_sessions_capacity_and_cache_state_are_what_the_servers_do(
@@ -86,50 +93,50 @@ def test_sessions_capacity_and_cache_state_are_what_the_servers_do(
         ["+fct_session_turns", "+fct_session_cache", "+fct_levels"],
         {"ttft_ceiling_s": CEILING_S, "bootstrap_samples": 20},
     )
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        raw = con.execute(
-            "select w.deployment, w.concurrency, count(*), count(distinct r.session_id), "
-            "max(r.turn_index), bool_and(r.status = 'ok') from raw.requests r "
-            "join raw.waves w using (wave_id) group by all"
-        ).fetchall()
-        cache = {
-            (d, c): (state, reset, flagged)
-            for d, c, state, reset, flagged in con.execute(
-                "select deployment, concurrent_sessions, cache_state, reset_verdict, is_flagged "
-                "from marts.fct_session_cache"
-            ).fetchall()
-        }
-        # the levels as users read them: the mart carries the figure the rule holds
-        levels = {
-            (d, c): (rate, ttft, passes)
-            for d, c, rate, ttft, passes in con.execute(
-                "select deployment, concurrency, median_decode_tok_s, ttft_quantile_s, "
-                "passes_threshold from marts.fct_levels"
-            ).fetchall()
-        }
-        rule = con.execute(
-            "select distinct ttft_quantile, ttft_ceiling_s from marts.fct_levels"
-        ).fetchall()
-        ceiling_met = dict(
-            con.execute(
-                "select concurrency, meets_ttft_ceiling from marts.fct_levels "
-                "where deployment = 'oneslot'"
-            ).fetchall()
+    raw = q(
+        db_path,
+        "select w.deployment, w.concurrency, count(*), count(distinct r.session_id), "
+        "max(r.turn_index), bool_and(r.status = 'ok') from raw.requests r "
+        "join raw.waves w using (wave_id) group by all",
+    )
+    # (cache state, reset verdict, flagged) at each (deployment, sessions at once)
+    cache = _by_deployment_and_level(
+        db_path,
+        "select deployment, concurrent_sessions, cache_state, reset_verdict, is_flagged "
+        "from marts.fct_session_cache",
+    )
+    # the levels as users read them, (rate, TTFT quantile, passes): the mart carries the
+    # figure the rule holds
+    levels = _by_deployment_and_level(
+        db_path,
+        "select deployment, concurrency, median_decode_tok_s, ttft_quantile_s, "
+        "passes_threshold from marts.fct_levels",
+    )
+    rule = q(db_path, "select distinct ttft_quantile, ttft_ceiling_s from marts.fct_levels")
+    ceiling_met = dict(
+        q(
+            db_path,
+            "select concurrency, meets_ttft_ceiling from marts.fct_levels "
+            "where deployment = 'oneslot'",
         )
-        # the samples behind each level's turn p90: 3 turns a session, far below the 64 a
-        # p90 needs at 0.99 (dbt macro tail_min_samples), so no figure is printed for it
-        support = con.execute(
-            "select distinct concurrency, ttft_quantile_samples, ttft_quantile_min_samples, "
-            "ttft_quantile_is_supported from marts.fct_levels where deployment = 'oneslot'"
-        ).fetchall()
-        turn_support = con.execute(
-            "select distinct n_ttft_samples, ttft_quantile_min_samples, ttft_quantile_is_supported "
-            "from marts.fct_session_turns where deployment = 'oneslot' and concurrent_sessions = 2"
-        ).fetchall()
-        turns = con.execute(
-            "select turn_index, median_prompt_tokens from marts.fct_session_turns "
-            "where deployment = 'oneslot' and concurrent_sessions = 1 order by turn_index"
-        ).fetchall()
+    )
+    # the samples behind each level's turn p90: 3 turns a session, far below the 64 a
+    # p90 needs at 0.99 (dbt macro tail_min_samples), so no figure is printed for it
+    support = q(
+        db_path,
+        "select distinct concurrency, ttft_quantile_samples, ttft_quantile_min_samples, "
+        "ttft_quantile_is_supported from marts.fct_levels where deployment = 'oneslot'",
+    )
+    turn_support = q(
+        db_path,
+        "select distinct n_ttft_samples, ttft_quantile_min_samples, ttft_quantile_is_supported "
+        "from marts.fct_session_turns where deployment = 'oneslot' and concurrent_sessions = 2",
+    )
+    turns = q(
+        db_path,
+        "select turn_index, median_prompt_tokens from marts.fct_session_turns "
+        "where deployment = 'oneslot' and concurrent_sessions = 1 order by turn_index",
+    )
 
     # every session sent every turn, each a recorded stream with its session and turn
     assert sorted(raw) == sorted(
@@ -182,16 +189,17 @@ def test_a_search_of_sessions_stops_where_the_turns_start_too_late(
             run_sweeps([SweepRequest(deployment=dep, workload="agent", plan=plan)], db_path)
         )
     run_models(db_path, ["+fct_capacity", "+int_search_levels"], {"bootstrap_samples": 20})
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        live = con.execute(
-            "select concurrency, live_verdict, stop_reason from raw.search_levels "
-            "where kind = 'level' order by search_step"
-        ).fetchall()
-        path = con.execute(
-            "select concurrency, verdict, verdict_reason from intermediate.int_search_levels "
-            "where kind = 'level' order by concurrency"
-        ).fetchall()
-        (verdict,) = con.execute("select capacity_verdict from marts.fct_capacity").fetchone()
+    live = q(
+        db_path,
+        "select concurrency, live_verdict, stop_reason from raw.search_levels "
+        "where kind = 'level' order by search_step",
+    )
+    path = q(
+        db_path,
+        "select concurrency, verdict, verdict_reason from intermediate.int_search_levels "
+        "where kind = 'level' order by concurrency",
+    )
+    ((verdict,),) = q(db_path, "select capacity_verdict from marts.fct_capacity")
     assert [c for c, *_ in live] == [1, 2], live
     assert live[1][1] == "fail" and "TTFT" in live[1][2], live
     assert path[1][1:] == ("fail", "turn TTFT over the ceiling"), path
@@ -229,13 +237,7 @@ def test_a_cli_search_of_sessions_on_two_slots_finds_two_and_its_tier_agrees(
     twoslot = fast_profile("twoslot", step_s1=0.02, draft_tokens=0, max_slots=2)
     with SimServer([twoslot]) as sim:
         res = cli_in_process(
-            "sweep",
-            "--endpoint",
-            sim.endpoint,
-            "--model",
-            "twoslot",
-            "--workload",
-            "agent",
+            *sweep_args(sim.endpoint, "twoslot", "agent"),
             "--extra-body",
             '{"ignore_eos": true}',
             "--sessions",
@@ -250,21 +252,20 @@ def test_a_cli_search_of_sessions_on_two_slots_finds_two_and_its_tier_agrees(
             env=env,
         )
     print(res.stdout[-3000:], res.stderr[-3000:], sep="\n")
-    with duckdb.connect(str(db), read_only=True) as con:
-        (cap,) = con.execute(
-            "select capacity_streams, capacity_verdict from marts.fct_capacity"
-        ).fetchall()
-        (tier,) = con.execute(
-            "select capacity_streams from marts.fct_capacity_tiers where is_threshold_of_record"
-        ).fetchall()
-        sustain = con.execute(
-            "select concurrency, ttft_p90_s, passes_tier from intermediate.int_tier_levels "
-            "where kind = 'sustain' and is_threshold_of_record"
-        ).fetchall()
-        path = con.execute(
-            "select kind, concurrency, verdict from intermediate.int_search_levels "
-            "order by search_step"
-        ).fetchall()
+    (cap,) = q(db, "select capacity_streams, capacity_verdict from marts.fct_capacity")
+    (tier,) = q(
+        db, "select capacity_streams from marts.fct_capacity_tiers where is_threshold_of_record"
+    )
+    sustain = q(
+        db,
+        "select concurrency, ttft_p90_s, passes_tier from intermediate.int_tier_levels "
+        "where kind = 'sustain' and is_threshold_of_record",
+    )
+    path = q(
+        db,
+        "select kind, concurrency, verdict from intermediate.int_search_levels "
+        "order by search_step",
+    )
     print("capacity", cap, "tier", tier, "sustain", sustain, "path", path, sep="\n")
     assert res.returncode == 0, res.stderr[-2000:]
     assert cap[0] == 2 and cap[1].startswith("2 sessions"), cap

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from sparkcap.config.deployment import Deployment
@@ -25,6 +24,7 @@ from sparkcap.servers.sim.profile import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
 from tests.spread import within
+from tests.support.queries import q
 from tests.support.sims import fast_profile
 from tests.support.timing import SHORT_STREAM_VARS
 
@@ -108,40 +108,44 @@ def test_each_simulated_limit_gets_its_verdict(db_path: Path) -> None:
         select="+fct_bottlenecks +fct_level_bounds +fct_server_evidence",
         dbt_vars=SHORT_STREAM_VARS,
     )
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        verdicts = {
-            r[0]: r[1:]
-            for r in con.execute(
-                "select deployment, bottleneck, limit_level, evidence, confidence "
-                "from marts.fct_bottlenecks where run_id = ?",
-                [run_id],
-            ).fetchall()
-        }
-        bounds = con.execute(
-            "select concurrency, mean_context_tokens, bound_decode_tok_s, share_of_bound "
-            "from marts.fct_level_bounds where run_id = ? and deployment = 'bw' "
-            "order by concurrency",
+    verdicts = {
+        r[0]: r[1:]
+        for r in q(
+            db_path,
+            "select deployment, bottleneck, limit_level, evidence, confidence "
+            "from marts.fct_bottlenecks where run_id = ?",
             [run_id],
-        ).fetchall()
-        sampled_during = con.execute(
-            "select count(*) from raw.server_metrics m join raw.waves w using (wave_id) "
-            "where w.run_id = ? and w.deployment = 'bw' and m.phase = 'during' "
-            "and m.name = 'sim:num_requests_running'",
-            [run_id],
-        ).fetchone()
-        # what the queue rules saw, for the failure message: (deployment, streams, peak
-        # decoding at once, queued, median tok/s, invalid reasons)
-        waves = con.execute(
-            "select deployment, concurrency, peak_concurrency, queued, median_decode_tok_s, "
-            "invalid_reasons from intermediate.int_trials where run_id = ? "
-            "and deployment in ('slots', 'kv') order by 1, 2",
-            [run_id],
-        ).fetchall()
-        unavailable = con.execute(
-            "select evidence, unavailable_reason from marts.fct_server_evidence "
-            "where run_id = ? and deployment = 'slots' and evidence = 'preemptions' limit 1",
-            [run_id],
-        ).fetchall()
+        )
+    }
+    bounds = q(
+        db_path,
+        "select concurrency, mean_context_tokens, bound_decode_tok_s, share_of_bound "
+        "from marts.fct_level_bounds where run_id = ? and deployment = 'bw' "
+        "order by concurrency",
+        [run_id],
+    )
+    (sampled_during,) = q(
+        db_path,
+        "select count(*) from raw.server_metrics m join raw.waves w using (wave_id) "
+        "where w.run_id = ? and w.deployment = 'bw' and m.phase = 'during' "
+        "and m.name = 'sim:num_requests_running'",
+        [run_id],
+    )
+    # what the queue rules saw, for the failure message: (deployment, streams, peak
+    # decoding at once, queued, median tok/s, invalid reasons)
+    waves = q(
+        db_path,
+        "select deployment, concurrency, peak_concurrency, queued, median_decode_tok_s, "
+        "invalid_reasons from intermediate.int_trials where run_id = ? "
+        "and deployment in ('slots', 'kv') order by 1, 2",
+        [run_id],
+    )
+    unavailable = q(
+        db_path,
+        "select evidence, unavailable_reason from marts.fct_server_evidence "
+        "where run_id = ? and deployment = 'slots' and evidence = 'preemptions' limit 1",
+        [run_id],
+    )
     assert verdicts["bw"][0] == "memory-bandwidth", verdicts["bw"]
     assert verdicts["slots"][0] == "request-slots", (verdicts["slots"], waves)
     assert verdicts["kv"][0] == "kv-cache", (verdicts["kv"], waves)

@@ -7,11 +7,9 @@ a client-starved (and slow) night 5; ``drift`` 0.5 % slower every night; ``flat`
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from sparkcap.publish.compare import regressions
@@ -23,6 +21,7 @@ from sparkcap.transform.dbt_build import (
     var_refusal,
 )
 from tests.change_nights import History, Night, run_id_for, stage_history
+from tests.support.queries import copy_of, q
 
 NIGHTS = range(1, 13)
 
@@ -58,12 +57,12 @@ def history_db(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def changes(db: Path, deployment: str) -> list[tuple[int, str, int | None, bool, str | None, str]]:
     """(night, subject, concurrency, is_change, what_else_changed, verdict) in night order."""
-    with duckdb.connect(str(db), read_only=True) as con:
-        rows = con.execute(
-            "select run_id, subject, concurrency, is_change, what_else_changed, verdict "
-            "from marts.fct_changes where deployment = ? order by run_id, subject, concurrency",
-            [deployment],
-        ).fetchall()
+    rows = q(
+        db,
+        "select run_id, subject, concurrency, is_change, what_else_changed, verdict "
+        "from marts.fct_changes where deployment = ? order by run_id, subject, concurrency",
+        [deployment],
+    )
     night = {run_id_for(deployment, n): n for n in NIGHTS}
     return [(night[r[0]], r[1], r[2], r[3], r[4], r[5]) for r in rows]
 
@@ -145,15 +144,13 @@ def test_every_numeric_var_builds_given_as_a_whole_number_or_a_decimal(
     verdicts format the change, drift and timing vars. Whole numbers build the whole night;
     decimals (most defaults are, and every other build of the suite uses them) build the
     change models, where the broken formats were."""
-    db = tmp_path / "copy.duckdb"
-    shutil.copy(history_db, db)
+    db = copy_of(history_db, tmp_path)
     given = _overrides(whole)
     assert len(given) > 20 if whole else len(given) > 15
     select = None if whole else "int_change_levels int_change_drift int_change_capacity fct_changes"
     result = build(db, select=select, dbt_vars=parse_var_overrides(given))
     assert result.success, result.failures
-    with duckdb.connect(str(db), read_only=True) as con:
-        verdicts = [r[0] for r in con.execute("select verdict from marts.fct_changes").fetchall()]
+    verdicts = [r[0] for r in q(db, "select verdict from marts.fct_changes")]
     assert verdicts and all(verdicts)
     if whole:  # the var as the verdict states it, not 10.0 or 1e+01
         assert any("|change| >= 3 %" in v for v in verdicts), verdicts[:3]

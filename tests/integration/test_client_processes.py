@@ -23,7 +23,6 @@ import threading
 import time
 from pathlib import Path
 
-import duckdb
 import httpx
 import psutil
 import pytest
@@ -38,6 +37,7 @@ from sparkcap.night.progress import live_decode_tok_s
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimProcess
 from tests.spread import within
+from tests.support.queries import q
 
 pytestmark = [pytest.mark.integration, pytest.mark.reliability]
 
@@ -122,15 +122,15 @@ def test_two_processes_time_their_streams_against_one_anchor(tmp_path: Path) -> 
     released = [p.released_ns for p in eight.client_processes]
     # one release instant, give or take scheduling
     within("release spread, ms", (max(released) - min(released)) / 1e6, high=50)
-    with duckdb.connect(str(db), read_only=True) as con:
-        rows = con.execute(
-            "select w.client_process_count, count(p.wave_id), sum(p.n_streams), w.n_requests, "
-            "(select count(*) from raw.requests q where q.wave_id = w.wave_id "
-            "and q.first_token_exact) > 0 "
-            "from raw.waves w join raw.client_processes p using (wave_id) "
-            "where w.wave_id = ? group by all",
-            [eight.wave_id],
-        ).fetchall()
+    rows = q(
+        db,
+        "select w.client_process_count, count(p.wave_id), sum(p.n_streams), w.n_requests, "
+        "(select count(*) from raw.requests q where q.wave_id = w.wave_id "
+        "and q.first_token_exact) > 0 "
+        "from raw.waves w join raw.client_processes p using (wave_id) "
+        "where w.wave_id = ? group by all",
+        [eight.wave_id],
+    )
     assert rows == [(2, 2, 8, 8, True)]
     assert not workers()  # the pool stopped its processes
 

@@ -15,10 +15,10 @@ import json
 from datetime import UTC, datetime
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from tests.integration.cli_sweeps import CliSweeps
+from tests.support.queries import q
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -27,36 +27,36 @@ def test_runs_of_hand_made_sweeps_read_as_one_report(cli_sweeps: CliSweeps, tmp_
     db, runs = cli_sweeps.db, cli_sweeps.separate
     run_a, run_b, run_c = runs
     assert cli_sweeps.first.returncode == 0, cli_sweeps.first.stderr  # its build took these runs
-    with duckdb.connect(str(db), read_only=True) as con:
-        picked = con.execute(
-            "select deployment, run_id, capacity_streams from marts.capacity_of(?) "
-            "order by deployment",
-            [runs],
-        ).fetchall()
-        own = dict(
-            con.execute(
-                "select deployment, capacity_streams from marts.fct_capacity "
-                "where (deployment, run_id) in (('a', ?), ('b', ?))",
-                [run_c, run_b],
-            ).fetchall()
+    picked = q(
+        db,
+        "select deployment, run_id, capacity_streams from marts.capacity_of(?) order by deployment",
+        [runs],
+    )
+    own = dict(
+        q(
+            db,
+            "select deployment, capacity_streams from marts.fct_capacity "
+            "where (deployment, run_id) in (('a', ?), ('b', ?))",
+            [run_c, run_b],
         )
-        # the night's page: the fleet formula over the day's runs, as the marts give it
-        day_runs = [r for (r,) in con.execute("select run_id from raw.runs").fetchall()]
-        night_fleet = con.execute(
-            "select capacity_streams from marts.fleet_capacity_of(?) where workload = 'code'",
-            [day_runs],
-        ).fetchall()
-        fleet = con.execute(
-            "select capacity_streams, n_deployments, is_complete "
-            "from marts.fleet_capacity_of(?) where workload = 'code'",
-            [runs],
-        ).fetchall()
-        days = [
-            d
-            for (d,) in con.execute(
-                "select distinct cast(timezone('UTC', started_at) as date) from raw.runs"
-            ).fetchall()
-        ]
+    )
+    # the night's page: the fleet formula over the day's runs, as the marts give it
+    day_runs = [r for (r,) in q(db, "select run_id from raw.runs")]
+    night_fleet = q(
+        db,
+        "select capacity_streams from marts.fleet_capacity_of(?) where workload = 'code'",
+        [day_runs],
+    )
+    fleet = q(
+        db,
+        "select capacity_streams, n_deployments, is_complete "
+        "from marts.fleet_capacity_of(?) where workload = 'code'",
+        [runs],
+    )
+    days = [
+        d
+        for (d,) in q(db, "select distinct cast(timezone('UTC', started_at) as date) from raw.runs")
+    ]
     assert [(d, r) for d, r, _ in picked] == [("a", run_c), ("b", run_b)]
     assert fleet == [(own["a"] + own["b"], 2, True)]
 
@@ -99,16 +99,11 @@ def test_hand_made_sweeps_of_two_deployments_read_as_one_report(
         f"error: run {run_id} already holds a/code: sweep it under another deployment name "
         "or into a new run"
     )
-    with duckdb.connect(str(cli_sweeps.db), read_only=True) as con:
-        deps = con.execute(
-            "select deployment from marts.fct_capacity where run_id = ? order by 1", [run_id]
-        ).fetchall()
-        (cfg,) = con.execute(  # type: ignore[misc]
-            "select config_json from raw.runs where run_id = ?", [run_id]
-        ).fetchone()
-        n_runs = con.execute("select count(*) from raw.runs").fetchone()
-        dims = con.execute("select count(*) from raw.deployments where run_id = ?", [run_id])
-        n_dims = dims.fetchone()
+    db = cli_sweeps.db
+    deps = q(db, "select deployment from marts.fct_capacity where run_id = ? order by 1", [run_id])
+    ((cfg,),) = q(db, "select config_json from raw.runs where run_id = ?", [run_id])
+    (n_runs,) = q(db, "select count(*) from raw.runs")
+    (n_dims,) = q(db, "select count(*) from raw.deployments where run_id = ?", [run_id])
     # one run more than those staged before (three made apart, the metrics run): the second
     # sweep joined the first's
     assert deps == [("a",), ("b",)] and n_runs == (len(cli_sweeps.separate) + 2,)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from sparkcap.store.staging import stage_wave_to
 from sparkcap.transform.dbt_build import build
 from sparkcap.transform.live_judge import SearchJudge
 from tests.support.cli import cli_in_process
-from tests.support.queries import q
+from tests.support.queries import copy_of, q
 from tests.support.sims import dep, fast_profile
 from tests.support.timing import RELAXED_TIMING
 from tests.support.waves import add_ok_stream, decode_ns, wave_record
@@ -155,8 +154,7 @@ def test_incremental_build_processes_only_the_new_night(
     night: tuple[Path, str], tmp_path: Path
 ) -> None:
     src, night1 = night
-    db = tmp_path / "copy.duckdb"
-    shutil.copy(src, db)
+    db = copy_of(src, tmp_path)
     # mark night 1's stored results: an incremental build must not recompute them
     with duckdb.connect(str(db)) as con:
         con.execute(
@@ -211,8 +209,7 @@ def at_35(night: tuple[Path, str], tmp_path_factory: pytest.TempPathFactory) -> 
     from sparkcap.transform import dbt_build
 
     src, run_id = night
-    db = tmp_path_factory.mktemp("at35") / "copy.duckdb"
-    shutil.copy(src, db)
+    db = copy_of(src, tmp_path_factory.mktemp("at35"))
     at20 = q(db, CAPACITY_ROWS, [run_id])
     results: list[dbt_build.BuildResult] = []
     real = dbt_build.build
@@ -280,8 +277,7 @@ def test_the_cli_prints_what_the_marts_say(
         ][0]
         == 4  # fleets/twin.yaml: three prefill-interference probes and one prompt-cache
     )
-    db = tmp_path / "copy.duckdb"
-    shutil.copy(src, db)
+    db = copy_of(src, tmp_path)
     # what print_levels reads, with what it is built from (the copy's other marts stay at 20)
     build(db, select=PRINTED, dbt_vars={"threshold_tok_s": 15})
     buf = io.StringIO()

@@ -17,6 +17,7 @@ from sparkcap.config.plan import SweepPlan, SweepRequest
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
+from tests.support.queries import q
 from tests.support.sims import fast_profile
 from tests.unit.loadgen.test_gguf import gguf_bytes
 
@@ -75,12 +76,13 @@ def test_declared_facts_reach_int_deployment_facts(db_path: Path, tmp_path: Path
         reqs = [SweepRequest(deployment=d, workload="code", plan=plan) for d in deps]
         run_id = asyncio.run(run_sweeps(reqs, db_path)).run_id
     build(db_path, select="+int_deployment_facts")
+    raw = q(
+        db_path,
+        "select deployment, fact, coalesce(text_value, value::varchar) "
+        "from raw.deployment_facts where run_id = ? and source = 'declared' order by all",
+        [run_id],
+    )
     with duckdb.connect(str(db_path), read_only=True) as con:
-        raw = con.execute(
-            "select deployment, fact, coalesce(text_value, value::varchar) "
-            "from raw.deployment_facts where run_id = ? and source = 'declared' order by all",
-            [run_id],
-        ).fetchall()
         rows = con.execute(
             "select * from intermediate.int_deployment_facts where run_id = ? order by deployment",
             [run_id],

@@ -14,7 +14,6 @@ import re
 import time
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from sparkcap.config.plan import SweepPlan
@@ -25,6 +24,7 @@ from sparkcap.servers.sim.server import SimServer
 from sparkcap.store.lake import ChildKey, Lake
 from tests.support.cli import cli_in_process
 from tests.support.fleets import write_fleet
+from tests.support.queries import q
 from tests.support.sims import dep, fast_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -66,9 +66,8 @@ def _land(lake: Lake, key: ChildKey, endpoint: str, waves: int | None = None) ->
 
 
 def _count(db: Path, sql: str, params: list[object]) -> int:
-    with duckdb.connect(str(db), read_only=True) as con:
-        row = con.execute(sql, params).fetchone()
-    return int(row[0]) if row else 0
+    rows = q(db, sql, params)
+    return int(rows[0][0]) if rows else 0
 
 
 def test_finish_names_lost_and_unstarted_children(

@@ -16,6 +16,7 @@ from sparkcap.dq.validate import DQ_MODELS, build_frames, run_validation
 from sparkcap.store.runs import run_end_to, run_start_to
 from sparkcap.store.staging import stage_wave_to
 from sparkcap.transform.dbt_build import _parsed_manifest, dbt_args
+from tests.support.queries import q
 from tests.support.waves import add_ok_stream, wave_record
 
 pytestmark = pytest.mark.integration
@@ -109,9 +110,9 @@ def test_the_frames_read_no_data_quality_result(db_path: Path) -> None:
     }
     readers = {n for n in seen if "model.sparkcap.stg_dq_results" in parents.get(n, [])}
     assert readers == {"model.sparkcap.int_run_watermarks"}
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        built = con.execute(
-            "select table_name, table_type from information_schema.tables "
-            "where table_name in ('int_dq_requests', 'int_dq_waves', 'int_trials') order by 1"
-        ).fetchall()
+    built = q(
+        db_path,
+        "select table_name, table_type from information_schema.tables "
+        "where table_name in ('int_dq_requests', 'int_dq_waves', 'int_trials') order by 1",
+    )
     assert built == [("int_dq_requests", "VIEW"), ("int_dq_waves", "VIEW")]  # nothing more

@@ -9,7 +9,6 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 
 from sparkcap.config.deployment import Deployment
@@ -19,6 +18,7 @@ from sparkcap.servers.sim.profile import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
 from tests.spread import within
+from tests.support.queries import q
 from tests.support.timing import RELAXED_TIMING
 
 # the shares are differences of measured rates (a 0.7 s stream, a sim in this process): they are
@@ -47,13 +47,13 @@ def _profile(model: str, **kw: Any) -> SimProfile:
 
 
 def _shares(db: Path, deployment: str) -> dict[str, tuple[Any, ...]]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        rows = con.execute(
-            "select factor, share_explained, share_ci_low, share_ci_high, verdict, gap_tok_s, "
-            "variant_n_valid_trials, variant_temperature, variant_mean_requested_tokens "
-            "from marts.fct_gap_attribution where deployment = ?",
-            [deployment],
-        ).fetchall()
+    rows = q(
+        db,
+        "select factor, share_explained, share_ci_low, share_ci_high, verdict, gap_tok_s, "
+        "variant_n_valid_trials, variant_temperature, variant_mean_requested_tokens "
+        "from marts.fct_gap_attribution where deployment = ?",
+        [deployment],
+    )
     return {str(r[0]): r[1:] for r in rows}
 
 

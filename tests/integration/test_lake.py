@@ -9,7 +9,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from sparkcap.config.plan import SweepPlan
@@ -20,6 +19,7 @@ from sparkcap.servers.sim.server import SimServer
 from sparkcap.store import spool
 from sparkcap.store.lake import TABLES, ChildKey, Lake, stage_lake
 from sparkcap.store.runs import run_start_to
+from tests.support.queries import q
 from tests.support.sims import dep, fast_profile
 
 pytestmark = pytest.mark.integration
@@ -57,8 +57,7 @@ def measured() -> Measured:
 def _rows(db: Path, table: str) -> list[tuple]:  # type: ignore[type-arg]
     """A raw table's rows, but when they were staged."""
     cols = "* exclude (staged_at)" if table == "waves" else "*"
-    with duckdb.connect(str(db), read_only=True) as con:
-        return con.execute(f"select {cols} from raw.{table} order by all").fetchall()
+    return q(db, f"select {cols} from raw.{table} order by all")
 
 
 def test_lake_waves_stage_exactly_like_the_spool(
@@ -115,8 +114,7 @@ def test_a_damaged_or_unfinished_wave_is_named_never_staged(
     assert "chunks part fails its checksum" in result.rejected[damaged.wave_id]
     assert result.rejected_by_deployment == {"m": [result.rejected[damaged.wave_id]]}
     assert [r[0] for r in _rows(db, "waves")] == [good.wave_id]
-    with duckdb.connect(str(db), read_only=True) as con:
-        (n,) = con.execute("select count(*) from raw.requests").fetchone()  # type: ignore[misc]
+    ((n,),) = q(db, "select count(*) from raw.requests")
     assert n == good.concurrency
 
 
@@ -150,8 +148,7 @@ def test_a_hostile_lake_file_costs_its_wave_or_child_never_the_run(
     assert len(result.rejected) == 2 and stem in unreadable, result.rejected
     assert "manifest is not valid JSON" in result.rejected[unreadable]
     assert f"holds the rows of wave {good.wave_id}" in result.rejected[copied.wave_id]
-    with duckdb.connect(str(db), read_only=True) as con:
-        (n,) = con.execute("select count(*) from raw.requests").fetchone()  # type: ignore[misc]
+    ((n,),) = q(db, "select count(*) from raw.requests")
     assert n == good.concurrency  # once, not twice
     status = tmp_path / "lake" / "manifests" / key.partition / "child-code.json"
     beat = status.with_suffix(".heartbeat")

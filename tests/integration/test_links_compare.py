@@ -4,12 +4,10 @@ comparison with the previous run: ``test_probes.py``, on the runs its reports re
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from sparkcap.config.fleet import load_fleet
@@ -19,14 +17,10 @@ from sparkcap.transform.dbt_build import build
 from tests.change_nights import History, Night, stage_history
 from tests.support.cli import cli_in_process
 from tests.support.fleets import write_fleet
+from tests.support.queries import q
+from tests.support.servers import free_port
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.skipif(shutil.which("iperf3") is None, reason="iperf3 not installed (.ci/run does)")
@@ -79,35 +73,34 @@ def test_link_check_with_real_iperf3(tmp_path: Path, db_path: Path) -> None:
     assert by["fast"].achieved_gbps == 12.5
     assert by["broken"].achieved_gbps is None and by["broken"].error
     # raw keeps the measurement; the judgement is dbt's alone (its share/healthy stay NULL)
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        raw = con.execute(
-            "select link, nominal_gbps, min_share, share, healthy from raw.link_tests "
-            "where run_id = ? order by link",
-            [run_id],
-        ).fetchall()
+    raw = q(
+        db_path,
+        "select link, nominal_gbps, min_share, share, healthy from raw.link_tests "
+        "where run_id = ? order by link",
+        [run_id],
+    )
     assert raw == [
         ("broken", 200.0, 0.8, None, None),
         ("fast", 1_000_000.0, 0.8, None, None),
         ("lo", 1.0, 0.8, None, None),
     ]
     build(db_path, select="+fct_link_health +fct_step_outcomes")
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        rows = con.execute(
-            "select link, healthy, share_of_nominal, error is not null from marts.fct_link_health "
-            "where run_id = ? order by link",
-            [run_id],
-        ).fetchall()
+    rows = q(
+        db_path,
+        "select link, healthy, share_of_nominal, error is not null from marts.fct_link_health "
+        "where run_id = ? order by link",
+        [run_id],
+    )
     assert [r[:2] for r in rows] == [("broken", False), ("fast", False), ("lo", True)]
     assert rows[0][2] is None and rows[0][3]  # nothing measured: unhealthy, the error kept
     assert rows[1][2] == 12.5 / 1_000_000.0
     assert by["lo"].achieved_gbps == pytest.approx(rows[2][2])  # nominal 1 Gb/s
     # a link check that could not measure is a named gap of the night, not a silent one
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        gaps = con.execute(
-            "select step, outcome, reason from marts.fct_step_outcomes where run_id = ? "
-            "and is_failed",
-            [run_id],
-        ).fetchall()
+    gaps = q(
+        db_path,
+        "select step, outcome, reason from marts.fct_step_outcomes where run_id = ? and is_failed",
+        [run_id],
+    )
     assert len(gaps) == 1 and gaps[0][:2] == ("link-check", "link-check failed")
     assert gaps[0][2].startswith("broken: ")
 

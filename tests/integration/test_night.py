@@ -3,10 +3,10 @@ meet the server the sweep measured, at the endpoint the run recorded."""
 
 from __future__ import annotations
 
-import duckdb
 import pytest
 
 from tests.integration.reliability.imperfect_nights import ImperfectNight
+from tests.support.queries import q
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -19,16 +19,11 @@ def test_a_night_launches_its_servers_once(imperfect_cli_night: ImperfectNight) 
     assert len(night.launches) == 1, night.launches  # sweep and probes shared one launch
     (launched,) = night.launches
     assert set(launched) == {"live"}  # only what the fleet asked to launch
-    with duckdb.connect(str(night.db), read_only=True) as con:
-        recorded = con.execute(
-            "select endpoint from raw.deployments where deployment = 'live'"
-        ).fetchall()
-        used = con.execute(
-            "select distinct probe is null, endpoint from raw.waves where deployment = 'live'"
-        ).fetchall()
-        outcomes = con.execute(
-            "select step, status from raw.step_outcomes where deployment = 'live'"
-        ).fetchall()
+    recorded = q(night.db, "select endpoint from raw.deployments where deployment = 'live'")
+    used = q(
+        night.db, "select distinct probe is null, endpoint from raw.waves where deployment = 'live'"
+    )
+    outcomes = q(night.db, "select step, status from raw.step_outcomes where deployment = 'live'")
     assert recorded == [(launched["live"],)]
     assert {e for _, e in used} == {launched["live"]}
     assert {p for p, _ in used} == {True, False}  # sweep waves and probe waves

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from sparkcap.config.deployment import Timeouts
-from sparkcap.loadgen.records import CountSource, Status
+from sparkcap.loadgen.records import CountSource, RequestRecord, Status
 from sparkcap.night.progress import live_decode_tok_s
 from sparkcap.servers.sim.server import SimServer
 from tests.support.sims import fast_profile, faulty, sweep
@@ -117,24 +117,30 @@ def test_missing_usage_is_null_not_guessed(sim: SimServer) -> None:
 # they run with the timing tests (client_timing): beside two processes at niceness -15 taking
 # the cores 4 s at a time (make test's timing phase is as bursty), the idle one can take 6.2 s
 # against its 6 s bound.
+def _timed_out(
+    sim: SimServer, model: str, timeouts: Timeouts, deadline_s: float, min_chunks: int
+) -> list[RequestRecord]:
+    """One wave of ``model`` under ``timeouts``: the sweep ends within ``deadline_s`` + 5 s
+    (set-up included: it never hangs) and every stream timed out after ``min_chunks`` chunks
+    or more; its streams."""
+    t0 = time.monotonic()
+    (w,) = sweep(sim.endpoint, model, timeouts=timeouts)
+    assert time.monotonic() - t0 < deadline_s + 5
+    for r in w.requests:
+        assert r.status is Status.TIMEOUT and r.n_chunks >= min_chunks
+    return w.requests
+
+
 @pytest.mark.client_timing
 def test_idle_stream_times_out_within_bound(sim: SimServer) -> None:
-    t0 = time.monotonic()
-    (w,) = sweep(sim.endpoint, "stall", timeouts=Timeouts(read_idle_s=1.0, total_s=30))
-    assert time.monotonic() - t0 < 1.0 + 5  # the sweep never hangs (set-up included)
-    for r in w.requests:
-        assert r.status is Status.TIMEOUT and r.n_chunks >= 1
+    for r in _timed_out(sim, "stall", Timeouts(read_idle_s=1.0, total_s=30), 1.0, min_chunks=1):
         # each stream failed within T + 1 s of its last byte, on the monotonic clock
         assert (r.end_ns - r.last_token_ns) / 1e9 < 1.0 + 1.0
 
 
 @pytest.mark.client_timing
 def test_trickle_hits_total_deadline(sim: SimServer) -> None:
-    t0 = time.monotonic()
-    (w,) = sweep(sim.endpoint, "trickle", timeouts=Timeouts(read_idle_s=5, total_s=1.5))
-    assert time.monotonic() - t0 < 1.5 + 5  # the sweep never hangs (set-up included)
-    for r in w.requests:
-        assert r.status is Status.TIMEOUT and r.n_chunks >= 2
+    for r in _timed_out(sim, "trickle", Timeouts(read_idle_s=5, total_s=1.5), 1.5, min_chunks=2):
         assert (r.end_ns - r.sent_ns) / 1e9 < 1.5 + 1.0  # the deadline D held within D + 1 s
 
 

@@ -9,7 +9,6 @@ import contextlib
 import io
 import itertools
 import math
-import shutil
 from pathlib import Path
 
 import duckdb
@@ -19,6 +18,7 @@ from sparkcap import cli
 from sparkcap.servers.sim.fleet import TWIN
 from tests.support.cli import cli_in_process
 from tests.support.fleets import write_fleet
+from tests.support.queries import copy_of, q
 
 
 @pytest.fixture
@@ -29,19 +29,19 @@ def night(twin_night: dict[str, object]) -> tuple[Path, str]:
 def _servers(db: Path, run_id: str) -> list[tuple[str, int, int]]:
     """(deployment, code capacity, prose capacity) per replica, from fct_capacity and the
     fleet's replicas, not from the plan's own models."""
-    with duckdb.connect(str(db), read_only=True) as con:
-        rows = con.execute(
-            """
-            select c.deployment, any_value(d.replicas),
-                   coalesce(max(c.capacity_streams) filter (where c.workload = 'code'
-                            and c.is_measured), 0),
-                   coalesce(max(c.capacity_streams) filter (where c.workload = 'prose'
-                            and c.is_measured), 0)
-            from marts.fct_capacity c join marts.dim_deployments d using (run_id, deployment)
-            where c.run_id = ? group by c.deployment order by 1
-            """,
-            [run_id],
-        ).fetchall()
+    rows = q(
+        db,
+        """
+        select c.deployment, any_value(d.replicas),
+               coalesce(max(c.capacity_streams) filter (where c.workload = 'code'
+                        and c.is_measured), 0),
+               coalesce(max(c.capacity_streams) filter (where c.workload = 'prose'
+                        and c.is_measured), 0)
+        from marts.fct_capacity c join marts.dim_deployments d using (run_id, deployment)
+        where c.run_id = ? group by c.deployment order by 1
+        """,
+        [run_id],
+    )
     return [(name, int(code), int(prose)) for name, n, code, prose in rows for _ in range(n or 1)]
 
 
@@ -71,21 +71,21 @@ def test_the_twin_plan_is_the_brute_force_optimum_inside_every_capacity_line(
     db, run_id = night
     servers = _servers(db, run_id)
     assert len(servers) == 4 and all(c > 0 and p > 0 for _, c, p in servers), servers
-    with duckdb.connect(str(db), read_only=True) as con:
-        plan = con.execute(
-            "select planned_streams, planned_code_streams, planned_prose_streams, plan_verdict, "
-            "code_share, prefill_verdict from marts.fct_plan where run_id = ?",
-            [run_id],
-        ).fetchone()
-        routing = con.execute(
-            "select deployment, replicas, code_streams, prose_streams, code_capacity_streams, "
-            "prose_capacity_streams, capacity_share_used, mixed_basis, prefill_basis, "
-            "long_prompts_per_min, long_prompt_routing, probe_prefill_tok_s, "
-            "prefill_budget_per_min "
-            "from marts.fct_plan_routing where run_id = ? order by deployment",
-            [run_id],
-        ).fetchall()
-    assert plan is not None and plan[3] == "planned" and plan[4] == 0.7
+    (plan,) = q(
+        db,
+        "select planned_streams, planned_code_streams, planned_prose_streams, plan_verdict, "
+        "code_share, prefill_verdict from marts.fct_plan where run_id = ?",
+        [run_id],
+    )
+    routing = q(
+        db,
+        "select deployment, replicas, code_streams, prose_streams, code_capacity_streams, "
+        "prose_capacity_streams, capacity_share_used, mixed_basis, prefill_basis, "
+        "long_prompts_per_min, long_prompt_routing, probe_prefill_tok_s, prefill_budget_per_min "
+        "from marts.fct_plan_routing where run_id = ? order by deployment",
+        [run_id],
+    )
+    assert plan[3] == "planned" and plan[4] == 0.7
     assert plan[0] == _brute_force(servers, 0.7) > 0
     assert plan[1] == math.floor(plan[0] * 0.7 + 0.5) and plan[1] + plan[2] == plan[0]
     assert sum(r[2] for r in routing) == plan[1] and sum(r[3] for r in routing) == plan[2]
@@ -123,18 +123,17 @@ def test_plan_prints_the_marts_for_another_mix_and_refuses_a_bad_one(
     night: tuple[Path, str], tmp_path: Path
 ) -> None:
     db, run_id = night
-    copy = tmp_path / "w.duckdb"
-    shutil.copy(db, copy)
+    copy = copy_of(db, tmp_path, "w.duckdb")
     out, err = io.StringIO(), io.StringIO()
     args = ["plan", "--mix", "code=0.5,prose=0.5", "--long-prompts", "1/min@16k"]
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         cli.main([*args, "--db", str(copy)])
-    with duckdb.connect(str(copy), read_only=True) as con:
-        n, code, verdict = con.execute(
-            "select planned_streams, planned_code_streams, prefill_verdict from marts.fct_plan "
-            "where run_id = ?",
-            [run_id],
-        ).fetchone()  # type: ignore[misc]
+    ((n, code, verdict),) = q(
+        copy,
+        "select planned_streams, planned_code_streams, prefill_verdict from marts.fct_plan "
+        "where run_id = ?",
+        [run_id],
+    )
     assert n == _brute_force(_servers(copy, run_id), 0.5)
     lines = out.getvalue().splitlines()
     # the plan in requests a minute first (open-loop capacity), then the study's burst figure
@@ -181,8 +180,7 @@ def test_a_replay_never_holds_without_a_planned_deployment(
     refused before anything is sent (one line, exit 1), and a planned deployment whose server
     cannot be reached is named "not replayed" and the plan never holds (exit 3)."""
     db, run_id = night
-    copy = tmp_path / "w.duckdb"
-    shutil.copy(db, copy)
+    copy = copy_of(db, tmp_path, "w.duckdb")
     names = [n for n, _, _ in _servers(copy, run_id)]
     names = sorted(set(names))
     code, out, err = _replay_exit(["--fleet", str(_fleet(tmp_path / "one.yaml", names[:1])),
@@ -197,10 +195,7 @@ def test_a_replay_never_holds_without_a_planned_deployment(
     assert code == 3, (code, out, err)
     first = out.splitlines()[0]
     assert "the plan is not shown to hold: not replayed at " in first, out
-    with duckdb.connect(str(copy), read_only=True) as con:
-        rows = con.execute(
-            "select deployment, verdict, verdict_text, n_requests from marts.fct_replay"
-        ).fetchall()
+    rows = q(copy, "select deployment, verdict, verdict_text, n_requests from marts.fct_replay")
     assert rows and all(v == "not replayed" and n == 0 for _, v, _, n in rows), rows
     for deployment, _, words, _ in rows:
         assert deployment in first and f"  {deployment}: not replayed: " in out, out
@@ -236,8 +231,7 @@ def test_plan_replay_and_build_refuse_what_they_cannot_read_in_one_line(
             f"error: no capacity results in {empty} yet: run `sparkcap build --db {empty}`"
         )
     db, _ = night
-    older = tmp_path / "older.duckdb"
-    shutil.copy(db, older)
+    older = copy_of(db, tmp_path, "older.duckdb")
     with duckdb.connect(str(older)) as con:
         con.execute("drop table intermediate.int_level_diagnosis")
     line = _one_error_line(["plan", "--db", str(older)])

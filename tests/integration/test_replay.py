@@ -35,6 +35,8 @@ from sparkcap.transform.dbt_build import build
 from tests.spread import within
 from tests.support.cli import cli_in_process
 from tests.support.fleets import write_fleet
+from tests.support.queries import q
+from tests.support.sims import linear_profile
 from tests.support.timing import RELAXED_TIMING
 
 # a replay is valid only while the client keeps its schedule (vars replay_max_send_lag_s,
@@ -48,18 +50,9 @@ PROFILES = {"steady": (38.0, 0.1), "roomy": (30.0, 0.02)}
 
 
 def _profile(name: str) -> SimProfile:
-    r1, a = PROFILES[name]
-    return SimProfile(
-        model=name,
-        step_s1=1 / r1,
-        batch_slowdown=a,
-        context_slowdown=0.0,
-        draft_tokens=0,
-        prefill_tok_s=50_000,
-        # four tokens a chunk (vLLM's --stream-interval): a quarter of the events for the
-        # simulator and the client to carry, the rates the same (counts come from usage)
-        stream_interval_tokens=4,
-    )
+    # four tokens a chunk (vLLM's --stream-interval): a quarter of the events for the
+    # simulator and the client to carry, the rates the same (counts come from usage)
+    return linear_profile(name, *PROFILES[name], stream_interval_tokens=4)
 
 
 def _sim(name: str) -> SimProcess:
@@ -359,19 +352,20 @@ def test_a_replay_checks_the_prefill_budget_on_the_prefills_it_caused(tmp_path: 
             spool.write_wave(wave, db)  # type: ignore[arg-type]
         spool.stage_spool(db, None, run_id)
     build(db, select="+fct_replay")
-    with duckdb.connect(str(db), read_only=True) as con:
-        verdicts = {
-            d: rest
-            for d, *rest in con.execute(
-                "select deployment, verdict, verdict_text, code_median_decode_tok_s, "
-                "n_long_prefills, n_long_prefills_measured, n_long_prefills_below, "
-                "prefill_below_threshold_share, late_share from marts.fct_replay"
-            ).fetchall()
-        }
-        prefills = con.execute(
-            "select deployment, prefill_s, decode_beside_tok_s, is_below_threshold "
-            "from intermediate.int_replay_prefills order by deployment, prefill_start_s"
-        ).fetchall()
+    verdicts = {
+        d: rest
+        for d, *rest in q(
+            db,
+            "select deployment, verdict, verdict_text, code_median_decode_tok_s, "
+            "n_long_prefills, n_long_prefills_measured, n_long_prefills_below, "
+            "prefill_below_threshold_share, late_share from marts.fct_replay",
+        )
+    }
+    prefills = q(
+        db,
+        "select deployment, prefill_s, decode_beside_tok_s, is_below_threshold "
+        "from intermediate.int_replay_prefills order by deployment, prefill_start_s",
+    )
     for d, (_, _, median, n_long, measured, below, _, late) in verdicts.items():
         within(f"prefill budget, {d}: late share of sends", late, high=0.05, context=verdicts)
         within(f"prefill budget, {d}: code median tok/s", median, low=25, context=verdicts)

@@ -23,6 +23,7 @@ from sparkcap.servers.sim.server import SimServer
 from sparkcap.settings import get_settings
 from sparkcap.transform.dbt_build import build
 from tests.support.fleets import write_fleet
+from tests.support.queries import q
 from tests.support.sims import fast_profile
 
 pytestmark = pytest.mark.integration
@@ -93,12 +94,12 @@ def test_a_distributed_parent_discovers_before_its_children(db_path: Path, tmp_p
         fleet = night_plan.fleet_for(fleet_path)
         night = night_plan.Night(fleet, db_path, tmp_path / "reports", distributed=True)
         record_night_start(night, "r1", "2026-11-30", str(tmp_path / "lake"))
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        got = dict(
-            con.execute(
-                "select fact, coalesce(text_value, value::varchar) from raw.deployment_facts "
-                "where run_id = 'r1' and fact in ('engine_version', 'model_id', 'settings_hash')"
-            ).fetchall()
+    got = dict(
+        q(
+            db_path,
+            "select fact, coalesce(text_value, value::varchar) from raw.deployment_facts "
+            "where run_id = 'r1' and fact in ('engine_version', 'model_id', 'settings_hash')",
         )
+    )
     assert got["engine_version"] == "0.10.1" and got["model_id"] == "v"
     assert re.fullmatch(r"[0-9a-f]{16}", got["settings_hash"])

@@ -20,6 +20,7 @@ from sparkcap.servers.sim.profile import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
 from tests.spread import within
+from tests.support.cli import sweep_args
 from tests.support.queries import q
 from tests.support.waves import add_ok_stream, decode_ns, wave_record
 
@@ -258,13 +259,7 @@ def cli_search(tmp_path_factory: pytest.TempPathFactory) -> CliSearch:
     env = {**os.environ, "SPARKCAP_HOME": str(root / "home"), **RELAXED_TIMING}
     with SimServer([prof]) as sim:
         res = cli_in_process(
-            "sweep",
-            "--endpoint",
-            sim.endpoint,
-            "--model",
-            "m",
-            "--workload",
-            "code",
+            *sweep_args(sim.endpoint),
             "--extra-body",
             '{"ignore_eos": true}',
             "--max-tokens",
@@ -319,13 +314,7 @@ def test_cli_sweep_search_prints_what_the_marts_say(cli_search: CliSearch) -> No
     (cap,) = q(db, "select capacity_streams, method from marts.fct_capacity")
     assert cap == (3, "search")
     bad = cli_in_process(
-        "sweep",
-        "--endpoint",
-        "http://127.0.0.1:9/v1",
-        "--model",
-        "m",
-        "--workload",
-        "code",
+        *sweep_args("http://127.0.0.1:9/v1"),
         "--confidence",
         "0.8",
         "--db",

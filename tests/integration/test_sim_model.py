@@ -6,7 +6,6 @@ import asyncio
 import statistics
 from pathlib import Path
 
-import duckdb
 import httpx
 import pytest
 
@@ -17,6 +16,7 @@ from sparkcap.servers.sim.fleet import expected_tokens_per_step
 from sparkcap.servers.sim.profile import SimProfile
 from sparkcap.servers.sim.server import SimServer
 from sparkcap.transform.dbt_build import build
+from tests.support.queries import q
 from tests.support.sims import dep, fast_profile, sweep
 from tests.support.timing import SHORT_STREAM_VARS
 
@@ -141,11 +141,11 @@ def test_slots_queue_requests(tmp_path: Path) -> None:
     first_pair_done = min(e.last_token_ns or 0 for e in streams[:2])
     assert all((e.first_token_ns or 0) > first_pair_done for e in streams[2:])
     build(db, select="+fct_trials", dbt_vars=SHORT_STREAM_VARS)
-    with duckdb.connect(str(db), read_only=True) as con:
-        row = con.execute(
-            "select effective_concurrency, peak_concurrency, queued, invalid_reasons "
-            "from marts.fct_trials"
-        ).fetchone()
+    (row,) = q(
+        db,
+        "select effective_concurrency, peak_concurrency, queued, invalid_reasons "
+        "from marts.fct_trials",
+    )
     assert row is not None
     effective, peak, queued, reasons = row
     assert effective is not None and effective < 2.6

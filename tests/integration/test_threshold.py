@@ -25,12 +25,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
 import pytest
 
 from sparkcap.servers.sim.server import SimServer
 from tests.spread import within
 from tests.support.fleets import write_fleet
+from tests.support.queries import q
 from tests.support.sims import fast_profile
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.client_timing]
@@ -124,19 +124,20 @@ def test_cli_capacities_are_the_marts_at_the_fleet_threshold(night: TerminalNigh
     printed = {(m[2], m[3]): (float(m[1]), m[4]) for m in map(CAPACITY_LINE.match, lines) if m}
     fleet_printed = {m[2]: (float(m[1]), int(m[3])) for m in map(FLEET_LINE.match, lines) if m}
 
-    with duckdb.connect(str(night.db), read_only=True) as con:
-        marts = con.execute(
-            "select deployment, workload, threshold_tok_s, capacity_streams, is_lower_bound, "
-            "first_failing_level from marts.fct_capacity"
-        ).fetchall()
-        fleet_marts = con.execute(
-            "select workload, threshold_tok_s, capacity_streams from marts.fct_fleet_capacity"
-        ).fetchall()
-        rates = dict(
-            con.execute(
-                "select concurrency, median(median_decode_tok_s) from marts.fct_levels group by 1"
-            ).fetchall()
+    marts = q(
+        night.db,
+        "select deployment, workload, threshold_tok_s, capacity_streams, is_lower_bound, "
+        "first_failing_level from marts.fct_capacity",
+    )
+    fleet_marts = q(
+        night.db, "select workload, threshold_tok_s, capacity_streams from marts.fct_fleet_capacity"
+    )
+    rates = dict(
+        q(
+            night.db,
+            "select concurrency, median(median_decode_tok_s) from marts.fct_levels group by 1",
         )
+    )
     # the sweep really puts a level between 15 and 20 tok/s (else this test could not fail)
     within("median decode tok/s at 4 streams", rates[4], low=20, context=rates)
     within("median decode tok/s at 6 streams", rates[6], 15, 20, rates)

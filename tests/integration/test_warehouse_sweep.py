@@ -16,7 +16,8 @@ from sparkcap.servers.sim.server import SimServer
 from sparkcap.store.connection import open_warehouse
 from sparkcap.store.staging import stage_wave
 from tests.integration.cli_sweeps import CliSweeps
-from tests.support.cli import cli_in_process
+from tests.support.cli import cli_in_process, sweep_args
+from tests.support.queries import q
 from tests.support.sims import dep, fast_profile, faulty
 
 pytestmark = pytest.mark.integration
@@ -118,12 +119,12 @@ def test_restaging_a_wave_never_duplicates(sim: SimServer, db_path: Path) -> Non
 
 def test_failed_streams_are_kept_with_partial_chunks(sim: SimServer, db_path: Path) -> None:
     run_id = _run(sim, db_path, model="cut", levels=(3,), trials=1)
-    with open_warehouse(db_path, read_only=True) as con:
-        rows = con.execute(
-            "select status, n_chunks, error from raw.requests where run_id = ? and wave_id like "
-            "'%/t1' order by stream_index",
-            [run_id],
-        ).fetchall()
+    rows = q(
+        db_path,
+        "select status, n_chunks, error from raw.requests where run_id = ? and wave_id like "
+        "'%/t1' order by stream_index",
+        [run_id],
+    )
     assert sorted(r[0] for r in rows) == ["ok", "ok", "truncated"]
     assert all(r[1] > 0 for r in rows)
 
@@ -185,13 +186,7 @@ def test_sql_is_read_only(sim: SimServer, db_path: Path) -> None:
     [
         (
             [
-                "sweep",
-                "--endpoint",
-                "http://127.0.0.1:9/v1",
-                "--model",
-                "m",
-                "--workload",
-                "code",
+                *sweep_args("http://127.0.0.1:9/v1"),
                 "--levels",
                 "0,2",
             ],
@@ -199,33 +194,21 @@ def test_sql_is_read_only(sim: SimServer, db_path: Path) -> None:
         ),
         (
             [
-                "sweep",
-                "--endpoint",
-                "http://127.0.0.1:9/v1",
-                "--model",
-                "m",
-                "--workload",
-                "poetry",
+                *sweep_args("http://127.0.0.1:9/v1", "m", "poetry"),
             ],
             "is not one of 'code', 'prose'",
         ),
-        (["sweep", "--endpoint", "not a url", "--model", "m", "--workload", "code"], "endpoint"),
+        (sweep_args("not a url"), "endpoint"),
         (
             [
-                "sweep",
-                "--endpoint",
-                "http://127.0.0.1:9/v1",
-                "--model",
-                "m",
-                "--workload",
-                "code",
+                *sweep_args("http://127.0.0.1:9/v1"),
                 "--trials",
                 "x",
             ],
             "trials",
         ),
         (
-            ["sweep", "--endpoint", "http://127.0.0.1:9/v1", "--model", "m", "--workload", "code"],
+            sweep_args("http://127.0.0.1:9/v1"),
             "unreachable",
         ),
         (["sql", "select 1", "--db", "/nonexistent/x.duckdb"], "no warehouse"),
@@ -285,11 +268,11 @@ def test_a_warehouse_from_before_0_2_is_upgraded_in_place(sim: SimServer, db_pat
             r[0] for r in con.execute("describe raw.waves").fetchall()
         }
     _run(sim, db_path, levels=(1,), trials=1)
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        rows = con.execute(
-            "select wave_id = 'old', client_saturated, timing_error_bound is not null, attempt "
-            "from raw.waves order by wave_id = 'old' desc, wave_id"
-        ).fetchall()
+    rows = q(
+        db_path,
+        "select wave_id = 'old', client_saturated, timing_error_bound is not null, attempt "
+        "from raw.waves order by wave_id = 'old' desc, wave_id",
+    )
     assert rows[0] == (True, True, False, None)  # the old night is kept as it was
     assert all(r[1] is None and r[2] and r[3] == 1 for r in rows[1:] if r[0] is False)
     assert len(rows) == 3  # the old wave, a warm-up and one trial
@@ -305,23 +288,25 @@ def test_metrics_scrape_uses_the_deployments_auth_and_records_every_failure(
     from sparkcap.publish.report import render_report
 
     db_path, run_id = cli_sweeps.db, cli_sweeps.metrics_run
-    with open_warehouse(db_path, read_only=True) as con:
-        rows = dict(
-            con.execute(
-                "select w.deployment, count(m.wave_id) from raw.waves w "
-                "left join raw.server_metrics m using (wave_id) where w.run_id = ? group by 1",
-                [run_id],
-            ).fetchall()
+    rows = dict(
+        q(
+            db_path,
+            "select w.deployment, count(m.wave_id) from raw.waves w "
+            "left join raw.server_metrics m using (wave_id) where w.run_id = ? group by 1",
+            [run_id],
         )
-        errors = con.execute(
-            "select deployment, metrics_error from raw.waves where run_id = ? order by wave_id",
-            [run_id],
-        ).fetchall()
-        labels = con.execute(
-            "select element_at(m.label_map, 'model_name')[1] from raw.server_metrics m "
-            "join raw.waves w using (wave_id) where w.run_id = ? limit 1",
-            [run_id],
-        ).fetchone()
+    )
+    errors = q(
+        db_path,
+        "select deployment, metrics_error from raw.waves where run_id = ? order by wave_id",
+        [run_id],
+    )
+    (labels,) = q(
+        db_path,
+        "select element_at(m.label_map, 'model_name')[1] from raw.server_metrics m "
+        "join raw.waves w using (wave_id) where w.run_id = ? limit 1",
+        [run_id],
+    )
     assert rows["m"] > 0 and rows["blind"] == 0
     assert labels == ("m",)  # labels are stored structured
     assert all(e is None for d, e in errors if d == "m")

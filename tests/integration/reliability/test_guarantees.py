@@ -13,9 +13,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sparkcap.config.fleet import load_fleet
 from sparkcap.config.plan import SweepPlan, SweepRequest
-from sparkcap.errors import FleetError, PreflightError
+from sparkcap.errors import PreflightError
 from sparkcap.night.progress import live_decode_tok_s, live_ttft_s
 from sparkcap.night.sweeps import run_sweeps
 from sparkcap.servers.sim.server import SimServer
@@ -32,8 +31,10 @@ from tests.integration.reliability.imperfect_nights import (
 from tests.integration.reliability.imperfect_nights import ImperfectNight, root_logging_into
 from tests.paths import ROOT
 from tests.spread import within
-from tests.support.cli import cli_in_process, run_cli
-from tests.support.queries import wave_census
+from tests.support.cli import cli_in_process, run_cli, sweep_args
+from tests.support.fleets import fleet_load_error
+from tests.support.queries import q, wave_census
+from tests.support.servers import python_child
 from tests.support.sims import dep, fast_profile
 from tests.support.timing import SHORT_STREAM_VARS
 
@@ -82,28 +83,15 @@ def test_second_writer_gets_database_is_busy_and_nothing_is_lost(
 ) -> None:
     with SimServer([fast_profile("m")]) as sim:
         one_sweep(sim.endpoint, db_path)
-        holder = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                f"import duckdb, time; c = duckdb.connect({str(db_path)!r}); print('held', "
-                "flush=True); time.sleep(60)",
-            ],
-            stdout=subprocess.PIPE,
-            text=True,
+        hold = (
+            f"import duckdb, time; c = duckdb.connect({str(db_path)!r}); print('held', "
+            "flush=True); time.sleep(60)"
         )
-        try:
-            assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with python_child(hold, ready="held"):
             # a child process: DuckDB's file lock is per process, and the busy database is
             # what a second sparkcap process meets
             p = run_cli(
-                "sweep",
-                "--endpoint",
-                sim.endpoint,
-                "--model",
-                "m",
-                "--workload",
-                "code",
+                *sweep_args(sim.endpoint),
                 "--levels",
                 "1",
                 "--trials",
@@ -125,11 +113,6 @@ def test_second_writer_gets_database_is_busy_and_nothing_is_lost(
             assert p.stderr.strip().splitlines() == [
                 f"error: database is busy: {db_path} is held by another process (waited 1 s)"
             ]
-        finally:
-            holder.kill()
-            holder.wait()
-            assert holder.stdout is not None
-            holder.stdout.close()
     # once the writer is gone, readers work and the earlier run is intact
     q = cli_in_process(
         "sql", "select count(*) as n from raw.waves", "--db", str(db_path), "--format", "csv"
@@ -158,10 +141,7 @@ def test_spooled_waves_are_recovered_by_the_next_run(db_path: Path) -> None:
         assert len(spool.pending(db_path)) == 2
         one_sweep(sim.endpoint, db_path)  # the next run stages them first
     assert spool.pending(db_path) == []
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        n = con.execute(
-            "select count(*) from raw.requests where run_id = ?", [lost_run]
-        ).fetchall()[0][0]
+    n = q(db_path, "select count(*) from raw.requests where run_id = ?", [lost_run])[0][0]
     assert n == 4
 
 
@@ -300,11 +280,11 @@ def test_canary_api_key_appears_nowhere(
     a sweep without it, and one asking for a model the server lacks, are refused here, at
     DEBUG too, and their errors hold no key either."""
     night = imperfect_cli_night
-    with duckdb.connect(str(night.db), read_only=True) as con:
-        statuses = con.execute(
-            "select distinct r.status from raw.requests r join raw.waves w using (wave_id) "
-            "where w.deployment = 'huge'"
-        ).fetchall()
+    statuses = q(
+        night.db,
+        "select distinct r.status from raw.requests r join raw.waves w using (wave_id) "
+        "where w.deployment = 'huge'",
+    )
     assert statuses == [("ok",)]
     log_file = tmp_path / "debug.log"
     os.environ["SPARKCAP_CANARY_KEY"] = NIGHT_CANARY
@@ -355,8 +335,7 @@ def test_custom_header_values_are_secrets(cli_sweeps: CliSweeps, tmp_path: Path)
 
     db_path = cli_sweeps.db
     report = render_report(db_path, None, tmp_path / "reports", export_images=False)
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        configs = [r[0] for r in con.execute("select config_json from raw.runs").fetchall()]
+    configs = [r[0] for r in q(db_path, "select config_json from raw.runs")]
     assert any("x-api-key" in c for c in configs)  # the header's name is kept ...
     home = cli_sweeps.home
     for place in [db_path, report.index, *home.rglob("*"), *(tmp_path / "reports").rglob("*")]:
@@ -450,10 +429,8 @@ def test_malformed_fleet_files_give_one_line_with_location(
     text: str, needle: str, tmp_path: Path
 ) -> None:
     f = tmp_path / "fleet.yaml"
-    f.write_text(text)
-    with pytest.raises(FleetError) as err:
-        load_fleet(f)
-    assert needle in str(err.value) and str(f) in str(err.value)
+    message = fleet_load_error(f, text)
+    assert needle in message and str(f) in message
     db = tmp_path / "x.duckdb"
     p = cli_in_process("run", "--fleet", str(f), "--db", str(db), "--no-prefect")
     assert p.returncode != 0
@@ -483,25 +460,23 @@ def test_server_dying_mid_sweep_leaves_an_incomplete_but_usable_run(
     )
     result = asyncio.run(run_sweeps([req], db_path, progress=progress))
     assert result.status == "incomplete" and "stopped answering" in (result.reason or "")
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        status, reason = con.execute("select status, status_reason from raw.runs").fetchall()[0]
-        n_waves = con.execute("select count(*) from raw.waves").fetchall()[0][0]
+    status, reason = q(db_path, "select status, status_reason from raw.runs")[0]
+    n_waves = q(db_path, "select count(*) from raw.waves")[0][0]
     assert status == "incomplete" and "stopped answering" in reason
     assert n_waves == 3  # two finished waves and the one that found the server gone
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        outcome = con.execute(
-            "select step, status, reason from raw.step_outcomes where deployment = 'm'"
-        ).fetchall()
+    outcome = q(
+        db_path, "select step, status, reason from raw.step_outcomes where deployment = 'm'"
+    )
     assert len(outcome) == 1 and outcome[0][:2] == ("sweep", "failed")
     assert "stopped answering" in outcome[0][2]
     # the finished waves are reportable: the trials they hold are built and judged (the
     # selection this test reads, not a whole build)
     build(db_path, select="+fct_trials", dbt_vars=SHORT_STREAM_VARS)
-    with duckdb.connect(str(db_path), read_only=True) as con:
-        trials = con.execute(
-            "select concurrency, is_valid, invalid_reasons from marts.fct_trials "
-            "where trial > 0 order by concurrency"
-        ).fetchall()
+    trials = q(
+        db_path,
+        "select concurrency, is_valid, invalid_reasons from marts.fct_trials "
+        "where trial > 0 order by concurrency",
+    )
     # level 1's trial alone (the warm-up never counts; level 2's wave found the server gone),
     # and nothing of the server's death in its verdict: valid, or spoiled only on the client's
     # side. A parallel worker starved for longer than a wave's decoding reads its timing bound
@@ -581,16 +556,15 @@ def test_restaging_and_rebuilding_leave_identical_marts(db_path: Path) -> None:
 
     def snapshot() -> dict[str, object]:
         out: dict[str, object] = {}
-        with duckdb.connect(str(db_path), read_only=True) as con:
-            for t in (*marts, "raw.waves", "raw.requests", "raw.chunks"):
-                name = t if "." in t else f"marts.{t}"
-                cols = [
-                    c[0]
-                    for c in con.execute(f"describe {name}").fetchall()
-                    if c[0] not in ("run_watermark", "staged_at")
-                ]
-                rows = con.execute(f"select {', '.join(cols)} from {name} order by all").fetchall()
-                out[t] = rows
+        for t in (*marts, "raw.waves", "raw.requests", "raw.chunks"):
+            name = t if "." in t else f"marts.{t}"
+            cols = [
+                c[0]
+                for c in q(db_path, f"describe {name}")
+                if c[0] not in ("run_watermark", "staged_at")
+            ]
+            rows = q(db_path, f"select {', '.join(cols)} from {name} order by all")
+            out[t] = rows
         return out
 
     with SimServer([fast_profile("m")]) as sim:

@@ -11,7 +11,6 @@ import logging
 import os
 import signal
 import subprocess
-import sys
 import time
 import tracemalloc
 from collections.abc import Iterator
@@ -34,7 +33,8 @@ from sparkcap.store import spool
 from sparkcap.store.connection import open_warehouse
 from sparkcap.store.runs import run_end_to, run_start_to
 from tests.integration.reliability.rawserver import RawServer
-from tests.support.cli import cli_in_process, run_cli
+from tests.support.cli import cli_in_process, run_cli, sweep_args
+from tests.support.servers import python_child
 from tests.support.sims import dep, fast_profile
 from tests.support.timing import SHORT_STREAM_VARS
 
@@ -311,7 +311,7 @@ def test_a_corrupt_or_truncated_warehouse_is_one_error_line_naming_it(
     else:
         db = tmp_path / "w.duckdb"
         db.mkdir()
-    args = ["sweep", "--endpoint", sim.endpoint, "--model", "m", "--workload", "code"]
+    args = sweep_args(sim.endpoint)
     args += ["--levels", "1", "--trials", "1", "--max-tokens", "8", "--no-warmup"]
     line = one_error_line(cli_in_process(*args, "--max-remeasures", "0", "--db", str(db)))
     assert str(db) in line, line
@@ -475,29 +475,16 @@ def test_a_run_whose_writer_was_killed_is_marked_by_the_next_stage(
     db = tmp_path / "w.duckdb"
     run_id = new_run_id()
     config = {"distributed": {"lake": str(tmp_path / "lake")}} if distributed else {}
-    writer = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys, time; from sparkcap.store.runs import run_start_to; "
-            f"run_start_to({str(db)!r}, {run_id!r}, {config!r}, time.time_ns()); "
-            "print('started', flush=True); time.sleep(120)",
-        ],
-        stdout=subprocess.PIPE,
-        text=True,
+    start_the_run = (
+        "import sys, time; from sparkcap.store.runs import run_start_to; "
+        f"run_start_to({str(db)!r}, {run_id!r}, {config!r}, time.time_ns()); "
+        "print('started', flush=True); time.sleep(120)"
     )
-    try:
-        assert writer.stdout is not None and writer.stdout.readline().strip() == "started"
+    with python_child(start_the_run, ready="started") as writer:
         assert cli_in_process("stage", "--db", str(db)).returncode == 0
         assert _run_status(db, run_id) == ("running", None)  # alive: left alone
         os.kill(writer.pid, signal.SIGKILL)
         writer.wait(10)
-    finally:
-        if writer.poll() is None:
-            writer.kill()
-            writer.wait(10)
-        assert writer.stdout is not None
-        writer.stdout.close()
     p = cli_in_process("stage", "--db", str(db))
     assert p.returncode == 0, p.stderr
     status, reason = _run_status(db, run_id)

@@ -8,6 +8,7 @@ import tracemalloc
 import pytest
 
 from tests.integration.reliability.rawserver import RawServer, vllm_stream
+from tests.support.queries import q
 from tests.support.sims import sweep
 
 pytestmark = pytest.mark.reliability
@@ -114,8 +115,6 @@ def test_a_cut_stream_keeps_exactly_its_n_chunk_timestamps(n: int, tmp_path) -> 
     timestamps, in order, its first/last token times taken from them."""
     import asyncio
 
-    import duckdb
-
     from sparkcap.config.plan import SweepPlan, SweepRequest
     from sparkcap.night.sweeps import run_sweeps
     from tests.support.sims import dep
@@ -136,11 +135,10 @@ def test_a_cut_stream_keeps_exactly_its_n_chunk_timestamps(n: int, tmp_path) -> 
         plan = SweepPlan(levels=(1,), trials=1, warmup=False, max_tokens=24, max_remeasures=0)
         req = SweepRequest(deployment=dep(srv.endpoint, "m"), workload="code", plan=plan)
         asyncio.run(run_sweeps([req], db))
-    with duckdb.connect(str(db), read_only=True) as con:
-        ((status, n_chunks, first, last, saw_done),) = con.execute(
-            "select status, n_chunks, first_token_ns, last_token_ns, saw_done from raw.requests"
-        ).fetchall()
-        chunks = con.execute("select seq, t_ns, n_chars from raw.chunks order by seq").fetchall()
+    ((status, n_chunks, first, last, saw_done),) = q(
+        db, "select status, n_chunks, first_token_ns, last_token_ns, saw_done from raw.requests"
+    )
+    chunks = q(db, "select seq, t_ns, n_chars from raw.chunks order by seq")
     assert (status, n_chunks, saw_done) == ("truncated", n, False)
     assert [c[0] for c in chunks] == list(range(n))
     times = [c[1] for c in chunks]

@@ -30,7 +30,7 @@ import pandas as pd
 import pytest
 
 from sparkcap.servers.sim.server import SimServer
-from tests.support.cli import cli_in_process
+from tests.support.cli import cli_in_process, sweep_args
 from tests.support.fleets import one_deployment_fleet
 from tests.support.queries import q
 from tests.support.sims import fast_profile, faulty
@@ -44,30 +44,29 @@ REFUSED = "no valid measurement at level 1: 2 of 2 rejected (429)"
 # --- item 4: markup ---------------------------------------------------------------------------
 
 
-def test_a_model_name_that_looks_like_markup_is_printed_as_text(tmp_path: Path) -> None:
-    with SimServer([fast_profile("m")]) as sim:
-        p = cli_in_process(
-            "sweep", "--endpoint", sim.endpoint, "--model", "[/oops]", "--workload", "code",
-            "--db", str(tmp_path / "w.duckdb"),
-        )  # fmt: skip
-        code, err = p.returncode, p.stderr
+def _sweep_asking(tmp_path: Path, served: str, asked: str) -> tuple[str, int, str]:
+    """A sweep asking a simulator that serves model ``served`` for model ``asked``: (the
+    simulator's endpoint, the command's exit status, its stderr)."""
+    with SimServer([fast_profile(served)]) as sim:
+        p = cli_in_process(*sweep_args(sim.endpoint, asked), "--db", str(tmp_path / "w.duckdb"))
+    return sim.endpoint, p.returncode, p.stderr
+
+
+def _refused_with_both_names_as_given(tmp_path: Path, served: str, asked: str) -> None:
+    """The sweep ends with exit 1 and one error line naming both models letter for letter."""
+    endpoint, code, err = _sweep_asking(tmp_path, served, asked)
     assert code == 1
     assert err.splitlines() == [
-        f"error: unknown model '[/oops]' at {sim.endpoint} (server offers: m)"
+        f"error: unknown model '{asked}' at {endpoint} (server offers: {served})"
     ], err
+
+
+def test_a_model_name_that_looks_like_markup_is_printed_as_text(tmp_path: Path) -> None:
+    _refused_with_both_names_as_given(tmp_path, served="m", asked="[/oops]")
 
 
 def test_a_servers_model_id_is_printed_literally(tmp_path: Path) -> None:
-    with SimServer([fast_profile("[bold]x")]) as sim:
-        p = cli_in_process(
-            "sweep", "--endpoint", sim.endpoint, "--model", "m", "--workload", "code",
-            "--db", str(tmp_path / "w.duckdb"),
-        )  # fmt: skip
-        code, err = p.returncode, p.stderr
-    assert code == 1
-    assert err.splitlines() == [
-        f"error: unknown model 'm' at {sim.endpoint} (server offers: [bold]x)"
-    ], err
+    _refused_with_both_names_as_given(tmp_path, served="[bold]x", asked="m")
 
 
 def test_escape_sequences_from_a_server_or_a_cell_never_reach_the_terminal(
@@ -75,12 +74,7 @@ def test_escape_sequences_from_a_server_or_a_cell_never_reach_the_terminal(
 ) -> None:
     """Markup off is not enough: ESC sequences in a model id or a stored error would clear,
     retitle or recolour the terminal. They are spelled out (``\\x1b``) wherever text prints."""
-    with SimServer([fast_profile("x\x1b[2Jy")]) as sim:
-        p = cli_in_process(
-            "sweep", "--endpoint", sim.endpoint, "--model", "m", "--workload", "code",
-            "--db", str(tmp_path / "w.duckdb"),
-        )  # fmt: skip
-        code, err = p.returncode, p.stderr
+    _, code, err = _sweep_asking(tmp_path, served="x\x1b[2Jy", asked="m")
     assert code == 1 and "\x1b" not in err
     assert "(server offers: x\\x1b[2Jy)" in err, err
     from sparkcap.store.connection import ensure_schema, open_warehouse
@@ -139,7 +133,7 @@ def refused_night(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
             )
             first = asyncio.run(run_sweeps([hostile], db))
             p = cli_in_process(
-                "sweep", "--endpoint", sim.endpoint, "--model", "r429", "--workload", "code",
+                *sweep_args(sim.endpoint, "r429"),
                 "--levels", "1", "--trials", "2", "--max-tokens", "8", "--client-processes", "1",
                 "--run", first.run_id, "--db", str(db),
             )  # fmt: skip
@@ -232,7 +226,7 @@ def test_ctrl_c_gives_one_error_line_exit_130_and_an_interrupted_run(
     with SimServer([fast_profile("m")]) as sim:
         if command == "sweep":
             args = [
-                "sweep", "--endpoint", sim.endpoint, "--model", "m", "--workload", "code",
+                *sweep_args(sim.endpoint),
                 "--levels", "1,2", "--trials", "3", "--max-tokens", "60",
                 "--client-processes", "1", "--db", str(db),
             ]  # fmt: skip

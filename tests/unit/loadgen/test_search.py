@@ -14,6 +14,7 @@ from sparkcap.config.plan import SearchPlan, SweepPlan
 from sparkcap.errors import OptionError
 from sparkcap.loadgen.records import WaveRecord
 from sparkcap.loadgen.search import Bisection, LevelJudgement, dip_check_levels, run_search
+from tests.support.waves import wave_record
 
 
 def _tested(capacity: int, max_level: int = 32) -> tuple[list[int], int]:
@@ -58,17 +59,14 @@ class FakeRunner:
 
     async def measure(self, item: Any, decide: Any = None) -> WaveRecord:
         self.items.append(item)
-        wave = WaveRecord(
-            wave_id=f"w{len(self.items)}",
+        wave = wave_record(
+            item.concurrency,
+            item.trial,
             run_id=self.run_id,
             deployment="d",
-            model="m",
-            endpoint="e",
             workload=self.workload,
-            concurrency=item.concurrency,
-            trial=item.trial,
-            started_at_ns=0,
-            anchor_perf_ns=0,
+            wave_id=f"w{len(self.items)}",
+            endpoint="e",
             probe=item.probe,
             method=item.method,
             search_step=item.search_step,

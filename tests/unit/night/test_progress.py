@@ -13,6 +13,16 @@ from sparkcap.loadgen.records import RequestRecord, SearchDecision, Status, Wave
 from sparkcap.night import progress
 from sparkcap.night import steps as pipeline
 from sparkcap.night.progress import NightProgress
+from tests.support.waves import add_ok_stream, wave_record
+
+
+def _ok_wave(deployment: str, streams: int, trial: int) -> WaveRecord:
+    """A prose wave of ``streams`` ok streams of 100 tokens, each 0.1 s to its first token and
+    5 s to its last: 20.2 tok/s apiece."""
+    w = wave_record(streams, trial, deployment=deployment, workload="prose", wave_id="w")
+    for _ in range(streams):
+        add_ok_stream(w, 100, 10**8, 5 * 10**9)
+    return w
 
 
 class Lines:
@@ -65,11 +75,7 @@ def test_the_live_line_fits_80_columns_and_keeps_its_times(
     out = io.StringIO()
     console = Console(file=out, width=80, force_terminal=True, color_system=None)
     board = NightProgress({(name, "prose"): 20}, console=console, live=True)
-    w = WaveRecord("w", "r", name, "m", "http://x/v1", "prose", streams, 1, 0, 0)
-    w.requests = [RequestRecord(f"w/s{i}", i, "p", 100, 100, 0.0) for i in range(streams)]
-    for r in w.requests:  # ok streams: the line shows the wave's median as the client read it
-        r.status, r.completion_tokens = Status.OK, 100
-        r.sent_ns, r.first_token_ns, r.last_token_ns = 0, 10**8, 5 * 10**9
+    w = _ok_wave(name, streams, trial=1)  # the line shows the wave's median as the client read it
     with board:
         board(w, 1, 20)
         assert board.progress is not None
@@ -87,11 +93,7 @@ def test_the_live_line_fits_80_columns_and_keeps_its_times(
 def test_a_decided_search_level_shows_the_judges_median_by_its_stored_name() -> None:
     """The client's own median and the live judge's level median are two numbers: each has its
     name ("live median" is the judge's, stored as live_median_tok_s)."""
-    w = WaveRecord("w", "r", "m", "m", "http://x/v1", "prose", 2, 2, 0, 0)
-    w.requests = [RequestRecord(f"w/s{i}", i, "p", 100, 100, 0.0) for i in range(2)]
-    for r in w.requests:
-        r.status, r.completion_tokens = Status.OK, 100
-        r.sent_ns, r.first_token_ns, r.last_token_ns = 0, 10**8, 5 * 10**9
+    w = _ok_wave("m", 2, trial=2)
     w.search_decision = SearchDecision(
         kind="level",
         search_step=1,
