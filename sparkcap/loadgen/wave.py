@@ -18,7 +18,7 @@ import os
 import time
 from array import array
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -195,8 +195,10 @@ class WaveTarget:
     """Where a wave's requests go and what each carries besides its prompt; every way of
     running a wave (this process's loop, several processes, agent sessions) takes one."""
 
-    url: str  # the deployment's chat completions URL
-    headers: dict[str, str]  # its request headers, secrets among them: never stored
+    url: str  # the deployment's chat completions URL (its credentials are moved to headers)
+    # its request headers, secrets among them: never stored, and left out of the repr, so a
+    # log line or a traceback that prints a target prints no secret
+    headers: dict[str, str] = field(repr=False)
     extra_body: dict[str, Any]  # merged into each request's body
     continuous_usage: bool  # ask for per-chunk usage
     total_timeout_s: float  # one request's deadline
