@@ -522,28 +522,6 @@ plan_routing = _run_reader(
 )
 
 
-class OpenLoopRow(NamedTuple):
-    """``marts.fct_open_loop_capacity``: one deployment's workload under independent arrivals."""
-
-    deployment: str
-    workload: str
-    burst_capacity_streams: int | None
-    little_arrivals_per_s: float | None
-    open_loop_arrivals_per_s: float | None
-    open_loop_requests_per_min: float | None
-    ratio_to_little: float | None
-    mean_in_flight: float | None
-    p95_in_flight: int | None
-    predicted_median_tok_s: float | None
-    predicted_ttft_p90_s: float | None
-    mean_time_in_system_s: float | None
-    users: float | None
-    think_time_s: float
-    limited_by: str | None
-    is_extrapolated: bool | None
-    not_predicted_reason: str | None
-
-
 class PlanRatesRow(NamedTuple):
     """``marts.fct_plan_rates``: one deployment's share of the plan in requests a minute."""
 
@@ -562,8 +540,6 @@ class PlanRatesRow(NamedTuple):
     long_prompts_per_min: float | None
     not_routed_reason: str | None
 
-
-open_loop = _run_reader(OpenLoopRow, "fct_open_loop_capacity", "deployment, workload")
 
 plan_rates = _run_reader(PlanRatesRow, "fct_plan_rates", "deployment")
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from sparkcap.publish.text.tables import narrow_table
 
 if TYPE_CHECKING:
-    from sparkcap.publish.marts import OpenLoopRow, PlanRatesRow, PlanRoutingRow, PlanRow
+    from sparkcap.publish.marts import PlanRatesRow, PlanRoutingRow, PlanRow
 
 
 def _mix_words(code_share: float) -> str:
@@ -148,28 +148,6 @@ def _deployment_cell(deployment: str, replicas: int) -> str:
 
 def _per_min(value: float | None) -> str:
     return "—" if value is None else f"{value:.0f}"
-
-
-def open_loop_lines(rows: Sequence[OpenLoopRow]) -> list[str]:
-    """Each workload's open-loop capacity beside its burst figure, in words."""
-    lines = []
-    for r in rows:
-        name = f"{r.deployment}/{r.workload}"
-        if r.open_loop_arrivals_per_s is None:
-            lines.append(f"open-loop capacity — {name}: {r.not_predicted_reason}")
-            continue
-        little = (
-            f", {r.ratio_to_little:.2f}× the burst capacity's Little rate"
-            if r.ratio_to_little is not None
-            else ""
-        )
-        lines.append(
-            f"open-loop capacity — {name}: {r.open_loop_requests_per_min:.1f} requests/min"
-            f"{little}; {r.mean_in_flight:.1f} in flight (p95 {r.p95_in_flight}), median "
-            f"{r.predicted_median_tok_s:.1f} tok/s, then limited by {r.limited_by}"
-            + (" (past the tested levels)" if r.is_extrapolated else "")
-        )
-    return lines
 
 
 def plan_table(run_id: str, rows: Sequence[PlanRoutingRow]) -> Table:
