@@ -178,8 +178,12 @@ def test_the_plan_holds_open_loop_at_its_rate_and_fails_at_1_3x_where_the_model_
         # measures above what the model predicts (the stream-time-weighted mean sits below the
         # median there) and holds; roomy's nearly flat one, extrapolated past its tested 16
         # streams, reads within noise of the threshold, and a replay of hundreds of streams
-        # has an interval narrow enough to land either side of it
-        assert at[0] == "holds" or (name == "roomy" and at[2] >= 19.5), replays
+        # has an interval narrow enough to land either side of it. That noise is the 32 s
+        # replay's own: roomy's median reads 19.4-20.2 tok/s from run to run against a
+        # prediction of 20.0-20.1 on an idle machine, and ~19.3 on one loaded past its cores
+        # (the simulator decodes on them too), so a failure there is held to 95 % of the
+        # prediction: wider than that spread, narrower than the model check below
+        assert at[0] == "holds" or (name == "roomy" and at[2] >= 0.95 * at[4]), replays
         assert above[0] == "fails", replays
         within(f"{name} 1.0x: in flight / predicted", at[1] / at[3], 0.75, 1.25, replays)
         within(f"{name} 1.0x: median / predicted", at[2] / at[4], 0.9, 1.2, replays)
